@@ -1,0 +1,220 @@
+#include "host_collectives.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "host_reduce.h"
+
+namespace jax_mscclpp::host {
+namespace {
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kOnePhaseAllPairsLL: return "1pa_ll";
+    case Algorithm::kTwoPhaseAllPairsLL: return "2pa_ll";
+    case Algorithm::kTwoPhaseAllPairsHB: return "2pa_hb";
+    case Algorithm::kTwoPhaseRing: return "2pr";
+    case Algorithm::kTwoPhaseNvls: return "2pa_nvls";
+    case Algorithm::kAllPairs: return "allpairs";
+  }
+  return "?";
+}
+
+// One rank's view of one call: its channels, its scratch and the bookkeeping of rounds.
+class RankCall {
+ public:
+  RankCall(HostCommunicator& comm, HostGroup& group, HostRankState& me, const CollectiveCall& call, double timeout_s)
+      : comm_(comm), group_(group), me_(me), call_(call), timeout_s_(timeout_s),
+        deadline_(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
+        world_(comm.world_size()), elem_(dtype_size(call.dtype)) {}
+
+  int world() const { return world_; }
+  int rank() const { return me_.rank; }
+  size_t elem() const { return elem_; }
+  size_t half_bytes() const { return comm_.scratch_half_bytes(); }
+
+  // Starts a round: advances the epoch and returns the byte offset of this round's scratch half.
+  size_t begin_round() { return size_t(++me_.epoch & 1) * half_bytes(); }
+
+  void put(int peer, size_t dst_offset, const void* src, size_t elems) {
+    me_.channels[peer].put(dst_offset, src, elems * elem_);
+  }
+  const std::byte* my_scratch(size_t offset) const { return me_.scratch.get() + offset; }
+
+  // Publishes this round's puts to every peer, then waits for every peer's: the end of a phase.
+  bool exchange() {
+    for (int p = 0; p < world_; ++p)
+      if (p != me_.rank) me_.channels[p].signal();
+    for (int p = 0; p < world_; ++p) {
+      if (p == me_.rank) continue;
+      if (!me_.channels[p].wait(deadline_)) {
+        std::ostringstream msg;
+        msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << collective_name(call_.collective) << " ("
+            << algorithm_name(call_.algorithm) << ", communicator " << comm_.id() << "): rank " << me_.rank
+            << " of " << world_ << " waited for peer " << p << " at epoch " << me_.epoch
+            << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
+        error_ = msg.str();
+        group_.mark_broken(error_);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // dst = contribution(0) (op) contribution(1) (op) ... in rank order, over `elems` elements.
+  template <class Contribution>
+  void reduce_ranks(void* dst, size_t elems, Contribution contribution) {
+    if (!elems) return;
+    std::memcpy(dst, contribution(0), elems * elem_);
+    for (int r = 1; r < world_; ++r) reduce_bytes(call_.dtype, dst, contribution(r), elems, call_.op);
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  HostCommunicator& comm_;
+  HostGroup& group_;
+  HostRankState& me_;
+  const CollectiveCall& call_;
+  double timeout_s_;
+  Clock::time_point deadline_;
+  int world_;
+  size_t elem_;
+  std::string error_;
+};
+
+const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
+std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
+
+// 1PA: every rank puts its whole (round of the) input into every peer's scratch, then reduces what it received.
+bool all_reduce_one_phase(RankCall& rc, const CollectiveCall& call) {
+  const size_t es = rc.elem(), slot_bytes = rc.half_bytes() / rc.world() / es * es, per_round = slot_bytes / es;
+  const size_t n = call.block_count;
+  for (size_t off = 0; off < n; off += per_round) {
+    const size_t len = std::min(per_round, n - off);
+    const size_t half = rc.begin_round();
+    const std::byte* in = bytes(call.in) + off * es;
+    for (int p = 0; p < rc.world(); ++p)
+      if (p != rc.rank()) rc.put(p, half + rc.rank() * slot_bytes, in, len);
+    if (!rc.exchange()) return false;
+    rc.reduce_ranks(bytes(call.out) + off * es, len, [&](int r) {
+      return r == rc.rank() ? in : rc.my_scratch(half + r * slot_bytes);
+    });
+  }
+  return true;
+}
+
+// 2PA: reduce-scatter (piece p of every rank's input meets at rank p), then all-gather of the reduced pieces.
+// The scratch half holds a reduce-scatter region and an all-gather region of `world` slots each.
+bool all_reduce_two_phase(RankCall& rc, const CollectiveCall& call) {
+  const int W = rc.world(), me = rc.rank();
+  const size_t es = rc.elem(), slot_bytes = rc.half_bytes() / (2 * W) / es * es, slot_elems = slot_bytes / es;
+  const size_t n = call.block_count, per_round = slot_elems * W, gather_region = W * slot_bytes;
+  for (size_t off = 0; off < n; off += per_round) {
+    const size_t len = std::min(per_round, n - off), piece = (len + W - 1) / W;
+    auto piece_begin = [&](int p) { return std::min(len, p * piece); };
+    auto piece_len = [&](int p) { return std::min(len, (p + 1) * piece) - piece_begin(p); };
+    const size_t half = rc.begin_round();
+    const std::byte* in = bytes(call.in) + off * es;
+    std::byte* out = bytes(call.out) + off * es;
+    for (int p = 0; p < W; ++p)
+      if (p != me) rc.put(p, half + me * slot_bytes, in + piece_begin(p) * es, piece_len(p));
+    if (!rc.exchange()) return false;
+    std::byte* mine = out + piece_begin(me) * es;
+    rc.reduce_ranks(mine, piece_len(me), [&](int r) {
+      return r == me ? in + piece_begin(me) * es : rc.my_scratch(half + r * slot_bytes);
+    });
+    for (int p = 0; p < W; ++p)
+      if (p != me) rc.put(p, half + gather_region + me * slot_bytes, mine, piece_len(me));
+    if (!rc.exchange()) return false;
+    for (int r = 0; r < W; ++r)
+      if (r != me && piece_len(r))
+        std::memcpy(out + piece_begin(r) * es, rc.my_scratch(half + gather_region + r * slot_bytes),
+                    piece_len(r) * es);
+  }
+  return true;
+}
+
+// All-pairs exchange shared by all_gather, reduce_scatter and all_to_all: in each round every rank puts
+// `source(peer)` (a run of elements of its input) into slot `rank` of each peer's scratch, then `consume`
+// reads the slots it received.
+template <class Source, class Consume>
+bool all_pairs_rounds(RankCall& rc, size_t n, Source source, Consume consume) {
+  const size_t es = rc.elem(), slot_bytes = rc.half_bytes() / rc.world() / es * es, per_round = slot_bytes / es;
+  for (size_t off = 0; off < n; off += per_round) {
+    const size_t len = std::min(per_round, n - off);
+    const size_t half = rc.begin_round();
+    for (int p = 0; p < rc.world(); ++p)
+      if (p != rc.rank()) rc.put(p, half + rc.rank() * slot_bytes, source(p, off), len);
+    if (!rc.exchange()) return false;
+    consume(off, len, [&](int r) { return r == rc.rank() ? source(r, off) : rc.my_scratch(half + r * slot_bytes); });
+  }
+  return true;
+}
+
+bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
+  const size_t es = rc.elem(), n = call.block_count;
+  const std::byte* in = bytes(call.in);
+  std::byte* out = bytes(call.out);
+  switch (call.collective) {
+    case Collective::kAllReduce:
+      if (call.algorithm == Algorithm::kOnePhaseAllPairsLL) return all_reduce_one_phase(rc, call);
+      return all_reduce_two_phase(rc, call);
+    case Collective::kAllGather:
+      return all_pairs_rounds(
+          rc, n, [&](int, size_t off) { return in + off * es; },
+          [&](size_t off, size_t len, auto received) {
+            for (int r = 0; r < rc.world(); ++r) std::memcpy(out + (r * n + off) * es, received(r), len * es);
+          });
+    case Collective::kReduceScatter:
+      return all_pairs_rounds(
+          rc, n, [&](int p, size_t off) { return in + (p * n + off) * es; },
+          [&](size_t off, size_t len, auto received) { rc.reduce_ranks(out + off * es, len, received); });
+    case Collective::kAllToAll:
+      return all_pairs_rounds(
+          rc, n, [&](int p, size_t off) { return in + (p * n + off) * es; },
+          [&](size_t off, size_t len, auto received) {
+            for (int r = 0; r < rc.world(); ++r) std::memcpy(out + (r * n + off) * es, received(r), len * es);
+          });
+  }
+  return true;
+}
+
+bool supported_on_host(const CollectiveCall& call) {
+  if (call.collective == Collective::kAllReduce)
+    return call.algorithm == Algorithm::kOnePhaseAllPairsLL || call.algorithm == Algorithm::kTwoPhaseAllPairsLL ||
+           call.algorithm == Algorithm::kTwoPhaseAllPairsHB;
+  return call.algorithm == Algorithm::kAllPairs;
+}
+
+}  // namespace
+
+std::string run_collective(HostCommunicator& comm, int partition, const CollectiveCall& call, double timeout_s) {
+  HostGroup* group = comm.group_of(partition);
+  HostRankState* me = comm.rank_state(partition);
+  if (!group || !me) {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: partition " << partition << " is not part of communicator " << comm.id() << " ("
+        << comm.num_partitions() << " partitions)";
+    return msg.str();
+  }
+  if (dtype_size(call.dtype) == 0) return "jax_mscclpp: unsupported element type";
+  if (!supported_on_host(call)) {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: the host backend does not run " << collective_name(call.collective) << " with algorithm "
+        << algorithm_name(call.algorithm);
+    return msg.str();
+  }
+  if (group->broken.load(std::memory_order_acquire))
+    return "jax_mscclpp: communicator " + std::to_string(comm.id()) +
+           " is unusable after an earlier failure: " + group->reason();
+  if (me->skip_next_calls > 0) {  // test hook: this rank does not show up
+    --me->skip_next_calls;
+    return {};
+  }
+  RankCall rc(comm, *group, *me, call, timeout_s);
+  return run_on_rank(rc, call) ? std::string() : rc.error();
+}
+
+}  // namespace jax_mscclpp::host

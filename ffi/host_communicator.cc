@@ -1,0 +1,65 @@
+#include "host_communicator.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace jax_mscclpp::host {
+
+HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> group_of_partition,
+                                   std::vector<int> rank_of_partition, size_t scratch_half_bytes)
+    : id_(id),
+      world_(world_size),
+      scratch_half_bytes_(scratch_half_bytes),
+      group_of_partition_(std::move(group_of_partition)),
+      rank_of_partition_(std::move(rank_of_partition)) {
+  if (world_ < 1) throw std::invalid_argument("world size must be at least 1");
+  if (group_of_partition_.size() != rank_of_partition_.size())
+    throw std::invalid_argument("group and rank tables differ in length");
+  if (scratch_half_bytes_ < size_t(64) * world_)
+    throw std::invalid_argument("scratch too small for this world size");
+  int num_groups = 0;
+  for (int g : group_of_partition_) num_groups = std::max(num_groups, g + 1);
+  std::vector<int> members(num_groups, 0);
+  for (size_t p = 0; p < group_of_partition_.size(); ++p) {
+    int g = group_of_partition_[p], r = rank_of_partition_[p];
+    if (g < 0 || r < 0 || r >= world_) throw std::invalid_argument("partition table out of range");
+    ++members[g];
+  }
+  for (int m : members)
+    if (m != world_) throw std::invalid_argument("every group must hold exactly world_size partitions");
+
+  for (int g = 0; g < num_groups; ++g) {
+    auto group = std::make_unique<HostGroup>();
+    group->ranks.resize(world_);
+    for (int r = 0; r < world_; ++r) {
+      HostRankState& s = group->ranks[r];
+      s.rank = r;
+      s.scratch = std::make_unique<std::byte[]>(2 * scratch_half_bytes_);
+      s.inbound = std::make_unique<HostSemaphore[]>(world_);
+      s.expected.assign(world_, 0);
+    }
+    // Channels reference the peers' registered scratch and semaphores, which never move after this point.
+    for (int r = 0; r < world_; ++r) {
+      HostRankState& s = group->ranks[r];
+      s.channels.resize(world_);
+      for (int peer = 0; peer < world_; ++peer) {
+        if (peer == r) continue;
+        HostRankState& p = group->ranks[peer];
+        s.channels[peer] = HostMemoryChannel{p.scratch.get(), &p.inbound[r], &s.inbound[peer], &s.expected[peer]};
+      }
+    }
+    groups_.push_back(std::move(group));
+  }
+}
+
+HostGroup* HostCommunicator::group_of(int partition) {
+  if (partition < 0 || partition >= num_partitions()) return nullptr;
+  return groups_[group_of_partition_[partition]].get();
+}
+
+HostRankState* HostCommunicator::rank_state(int partition) {
+  HostGroup* g = group_of(partition);
+  return g ? &g->ranks[rank_of_partition_[partition]] : nullptr;
+}
+
+}  // namespace jax_mscclpp::host

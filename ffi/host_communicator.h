@@ -1,0 +1,74 @@
+// HostCommunicator: the reference backend's per-(mesh, axes) setup, made once and reused by every call.
+//
+// A communicator covers every group of one (mesh, axes) pair: XLA's partition id p of a device maps to its group
+// (the devices sharing its coordinates on the other mesh axes) and its rank in that group (row-major over the
+// reduced axes), a table the Python side computes. Per (group, rank) it owns registered scratch split in two
+// halves chosen by epoch parity, one inbound semaphore per peer, and a channel to every peer.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "host_channel.h"
+#include "host_semaphore.h"
+
+namespace jax_mscclpp::host {
+
+struct HostRankState {
+  int rank = 0;
+  std::unique_ptr<std::byte[]> scratch;          // 2 halves of scratch_half_bytes
+  std::unique_ptr<HostSemaphore[]> inbound;      // [world]: signals received from each peer
+  std::vector<uint64_t> expected;                // [world]: signals consumed from each peer
+  std::vector<HostMemoryChannel> channels;       // [world]: to each peer (the entry for myself is unused)
+  uint64_t epoch = 0;                            // rounds completed; round e uses half e & 1
+  int skip_next_calls = 0;                       // test hook: return at once without taking part
+};
+
+struct HostGroup {
+  std::vector<HostRankState> ranks;
+  // After a timeout the group's semaphores are out of step: every later call on it fails with the reason.
+  std::atomic<bool> broken{false};
+  std::mutex reason_mutex;
+  std::string broken_reason;  // guarded by reason_mutex
+
+  void mark_broken(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    if (broken_reason.empty()) broken_reason = reason;
+    broken.store(true, std::memory_order_release);
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    return broken_reason;
+  }
+};
+
+class HostCommunicator {
+ public:
+  HostCommunicator(int64_t id, int world_size, std::vector<int> group_of_partition,
+                   std::vector<int> rank_of_partition, size_t scratch_half_bytes);
+
+  int64_t id() const { return id_; }
+  int world_size() const { return world_; }
+  size_t scratch_half_bytes() const { return scratch_half_bytes_; }
+  int num_partitions() const { return int(group_of_partition_.size()); }
+  int num_groups() const { return int(groups_.size()); }
+
+  // nullptr when the partition is out of range.
+  HostGroup* group_of(int partition);
+  HostRankState* rank_state(int partition);
+
+ private:
+  int64_t id_;
+  int world_;
+  size_t scratch_half_bytes_;
+  std::vector<int> group_of_partition_;
+  std::vector<int> rank_of_partition_;
+  std::vector<std::unique_ptr<HostGroup>> groups_;
+};
+
+}  // namespace jax_mscclpp::host

@@ -1,0 +1,82 @@
+// The private native module jax_mscclpp._jax_mscclpp: FFI registrations and the communicator setup calls.
+// Python orchestrates (mesh, ranks, selection); this module does the mechanics.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+
+#include "handlers.h"
+#include "host_communicator.h"
+#include "registry.h"
+
+#ifdef JAX_MSCCLPP_WITH_CUDA
+#include "cuda/bindings.h"
+#endif
+
+namespace nb = nanobind;
+using namespace jax_mscclpp;
+
+namespace {
+
+nb::dict handler_dict(const HandlerList& handlers) {
+  nb::dict d;
+  for (const auto& [name, fn] : handlers) d[name.c_str()] = nb::capsule(fn);
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_jax_mscclpp, m) {
+  m.doc() = "Native core of jax_mscclpp (private).";
+
+  m.def(
+      "registrations",
+      [] {
+        nb::dict platforms;
+        platforms["cpu"] = handler_dict(cpu_handlers());
+        return platforms;
+      },
+      "FFI targets by platform: {platform: {target name: capsule}}. Only targets that work are listed.");
+
+  m.def("cuda_built", [] {
+#ifdef JAX_MSCCLPP_WITH_CUDA
+    return true;
+#else
+    return false;
+#endif
+  });
+
+  m.def(
+      "create_host_communicator",
+      [](int64_t id, int world_size, std::vector<int> group_of_partition, std::vector<int> rank_of_partition,
+         size_t scratch_half_bytes) {
+        register_host_communicator(std::make_shared<host::HostCommunicator>(
+            id, world_size, std::move(group_of_partition), std::move(rank_of_partition), scratch_half_bytes));
+      },
+      nb::arg("comm_id"), nb::arg("world_size"), nb::arg("group_of_partition"), nb::arg("rank_of_partition"),
+      nb::arg("scratch_half_bytes"),
+      "Host backend setup for one (mesh, axes): scratch, semaphores and channels of every group.");
+
+  m.def("destroy_communicator", &destroy_communicator, nb::arg("comm_id"));
+  m.def("live_communicators", &live_communicators);
+  m.def("timeout_seconds", &timeout_seconds);
+  m.def("set_timeout_seconds", &set_timeout_seconds, nb::arg("seconds"));
+
+  m.def(
+      "skip_next_calls",
+      [](int64_t comm_id, int partition, int calls) {
+        auto comm = find_host_communicator(comm_id);
+        if (!comm) throw nb::value_error("no such communicator");
+        auto* state = comm->rank_state(partition);
+        if (!state) throw nb::value_error("partition out of range");
+        state->skip_next_calls = calls;
+      },
+      nb::arg("comm_id"), nb::arg("partition"), nb::arg("calls"),
+      "Test hook: the rank at `partition` returns at once from its next `calls` calls without taking part.");
+
+#ifdef JAX_MSCCLPP_WITH_CUDA
+  nb::module_ cuda = m.def_submodule("cuda", "CUDA runtime and the virtual-ranks harness.");
+  jax_mscclpp::cuda::register_bindings(cuda);
+#endif
+}

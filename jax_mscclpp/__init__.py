@@ -1,0 +1,35 @@
+"""jax_mscclpp: MSCCL++-style collectives for JAX, as drop-in replacements for the lax collectives.
+
+Use them inside ``jax.shard_map`` under ``jax.jit``::
+
+    y = jax_mscclpp.psum(x, "tp")
+"""
+
+from ._native import CUDA_BUILT as _CUDA_BUILT  # registers the FFI targets
+from .collectives import (
+    all_gather,
+    all_reduce,
+    all_to_all,
+    pmax,
+    pmin,
+    psum,
+    psum_scatter,
+    reduce_scatter,
+)
+from .communicator import Communicator
+from .info import info
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Communicator",
+    "all_gather",
+    "all_reduce",
+    "all_to_all",
+    "info",
+    "pmax",
+    "pmin",
+    "psum",
+    "psum_scatter",
+    "reduce_scatter",
+]

@@ -1,0 +1,179 @@
+"""The public collectives: drop-in replacements for the lax collectives inside ``jax.shard_map``.
+
+Each takes a pytree and an axis name or tuple of names (ranks are row-major over them, as in lax), checks its
+input at trace time (unknown axis -> NameError, unsupported dtype -> TypeError, unsupported op or algorithm ->
+ValueError), reshapes to the block layout of ``primitives.py`` and binds the primitive.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from . import _compat, selection
+from ._types import REDUCE_OPS, Collective, check_dtype
+from .primitives import all_gather_p, all_reduce_p, all_to_all_p, reduce_scatter_p
+
+
+def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
+    axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not axes:
+        raise ValueError(f"{api_name}: axis_name must name at least one axis")
+    bound = _compat.bound_axis_sizes()
+    for axis in axes:
+        if axis not in bound:
+            if not bound:
+                raise NameError(
+                    f"{api_name}: axis {axis!r} is not bound here; call {api_name} inside jax.shard_map "
+                    "(under jax.jit) over a mesh that has this axis"
+                )
+            raise NameError(f"{api_name}: unknown axis name {axis!r}; axes bound here: {tuple(bound)}")
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"{api_name}: repeated axis name in {axes}")
+    return axes, math.prod(bound[a] for a in axes)
+
+
+def _prepare(leaf, axes, api_name):
+    leaf = jnp.asarray(leaf)
+    check_dtype(leaf.dtype, api_name)
+    return _compat.make_varying(leaf, axes)
+
+
+def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None):
+    """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``."""
+    api = {"sum": "psum", "max": "pmax", "min": "pmin"}.get(op, "all_reduce")
+    if op not in REDUCE_OPS:
+        raise ValueError(f"all_reduce: unsupported op {op!r}; supported: {', '.join(REDUCE_OPS)}")
+    selection.check_algorithm(Collective.ALL_REDUCE, algorithm, api)
+    axes, world = _axes_and_world(axis_name, api)
+
+    def one(leaf):
+        leaf = jnp.asarray(leaf)
+        check_dtype(leaf.dtype, api)
+        if world == 1:
+            return leaf
+        leaf = _compat.make_varying(leaf, axes)
+        return all_reduce_p.bind(leaf, axes=axes, world=world, op=op, algorithm=algorithm)
+
+    return jax.tree_util.tree_map(one, x)
+
+
+def psum(x, axis_name, *, algorithm: str | None = None):
+    """Sum over ``axis_name``: ``lax.psum``'s drop-in."""
+    return all_reduce(x, axis_name, op="sum", algorithm=algorithm)
+
+
+def pmax(x, axis_name, *, algorithm: str | None = None):
+    """Maximum over ``axis_name``: ``lax.pmax``'s drop-in."""
+    return all_reduce(x, axis_name, op="max", algorithm=algorithm)
+
+
+def pmin(x, axis_name, *, algorithm: str | None = None):
+    """Minimum over ``axis_name``: ``lax.pmin``'s drop-in."""
+    return all_reduce(x, axis_name, op="min", algorithm=algorithm)
+
+
+def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{api_name}: {what}={axis} is out of range for rank {ndim}")
+    return axis % ndim
+
+
+def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str | None = None):
+    """Gathers ``x`` from every rank along ``axis`` (stacked, or concatenated when ``tiled``): ``lax.all_gather``."""
+    selection.check_algorithm(Collective.ALL_GATHER, algorithm, "all_gather")
+    axes, world = _axes_and_world(axis_name, "all_gather")
+
+    def one(leaf):
+        leaf = _prepare(leaf, axes, "all_gather")
+        ndim = leaf.ndim
+        where = _canonical_axis(axis, ndim if tiled else ndim + 1, "all_gather", "axis")
+        blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
+        out = jnp.moveaxis(blocks, 0, where)
+        if tiled:
+            shape = list(leaf.shape)
+            shape[where] *= world
+            out = out.reshape(shape)
+        return out
+
+    return jax.tree_util.tree_map(one, x)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False, algorithm: str | None = None):
+    """Sums over ``axis_name`` and leaves rank r block r of ``scatter_dimension``: ``lax.psum_scatter``."""
+    selection.check_algorithm(Collective.REDUCE_SCATTER, algorithm, "psum_scatter")
+    axes, world = _axes_and_world(axis_name, "psum_scatter")
+
+    def one(leaf):
+        leaf = _prepare(leaf, axes, "psum_scatter")
+        d = _canonical_axis(scatter_dimension, leaf.ndim, "psum_scatter", "scatter_dimension")
+        size = leaf.shape[d]
+        if tiled:
+            if size % world:
+                raise ValueError(
+                    f"psum_scatter: dimension {d} of size {size} does not divide by the axis size {world}"
+                )
+            shape = list(leaf.shape)
+            shape[d : d + 1] = [world, size // world]
+            blocks = jnp.moveaxis(leaf.reshape(shape), d, 0)
+        else:
+            if size != world:
+                raise ValueError(
+                    f"psum_scatter: dimension {d} has size {size} but must equal the axis size {world} "
+                    "(or pass tiled=True)"
+                )
+            blocks = jnp.moveaxis(leaf, d, 0)
+        return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
+
+    return jax.tree_util.tree_map(one, x)
+
+
+reduce_scatter = psum_scatter
+
+
+def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
+    shape = list(leaf.shape)
+    shape[split_axis : split_axis + 1] = [world, shape[split_axis] // world]
+    blocks = jnp.moveaxis(leaf.reshape(shape), split_axis, 0)
+    received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
+    # received[r] is rank r's piece for me; pieces are concatenated along concat_axis in rank order.
+    out = jnp.moveaxis(received, 0, concat_axis)
+    out_shape = list(received.shape[1:])
+    out_shape[concat_axis] *= world
+    return out.reshape(out_shape)
+
+
+def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False,
+               algorithm: str | None = None):
+    """Splits ``split_axis`` into one piece per rank, sends piece r to rank r, and joins what arrives along
+    ``concat_axis`` (stacked into a new axis unless ``tiled``): ``lax.all_to_all``."""
+    selection.check_algorithm(Collective.ALL_TO_ALL, algorithm, "all_to_all")
+    axes, world = _axes_and_world(axis_name, "all_to_all")
+
+    def one(leaf):
+        leaf = _prepare(leaf, axes, "all_to_all")
+        split = _canonical_axis(split_axis, leaf.ndim, "all_to_all", "split_axis")
+        concat = _canonical_axis(concat_axis, leaf.ndim, "all_to_all", "concat_axis")
+        size = leaf.shape[split]
+        if tiled:
+            if size % world:
+                raise ValueError(f"all_to_all: split_axis {split} of size {size} does not divide by {world}")
+            return _all_to_all_tiled(leaf, axes, world, split, concat, algorithm)
+        if size != world:
+            raise ValueError(
+                f"all_to_all: split_axis {split} has size {size} but must equal the axis size {world} "
+                "(or pass tiled=True)"
+            )
+        # As lax: a new axis of size 1 at concat_axis receives the pieces; the split axis (now size 1) goes.
+        if split < concat:
+            concat += 1
+            leaf = jnp.expand_dims(leaf, concat)
+        elif split > concat:
+            leaf = jnp.expand_dims(leaf, concat)
+            split += 1
+        out = _all_to_all_tiled(leaf, axes, world, split, concat, algorithm)
+        return jnp.squeeze(out, split) if split != concat else out
+
+    return jax.tree_util.tree_map(one, x)

@@ -1,0 +1,152 @@
+"""Communicator: the per-(mesh, axes) setup, made once and reused by every call.
+
+Ranks (DESIGN.md): for axes A of mesh M, a device's group is the devices that share its coordinates on the other
+axes; its rank is its row-major position along A, in the order A is given (the order ``lax.axis_index`` uses).
+XLA numbers the devices of a shard_map program by their row-major position in ``mesh.devices`` (the partition
+id), whatever the device order of the mesh; the native side maps a partition id to (group, rank) through the
+tables built here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from ._native import native
+
+_DEFAULT_SCRATCH_BYTES = {"cpu": 4 << 20}
+
+
+def _normalize_axes(axis_names) -> tuple:
+    return tuple(axis_names) if isinstance(axis_names, (tuple, list)) else (axis_names,)
+
+
+def partition_tables(mesh_shape: Sequence[int], mesh_axis_names: Sequence[str], axes: Sequence[str]):
+    """(group_of_partition, rank_of_partition) for every row-major position of a mesh of ``mesh_shape``."""
+    shape = tuple(mesh_shape)
+    names = tuple(mesh_axis_names)
+    reduced = [names.index(a) for a in axes]
+    others = [i for i in range(len(names)) if i not in reduced]
+    coords = np.indices(shape).reshape(len(shape), -1)  # [ndim, partitions], row-major
+    rank = np.ravel_multi_index(tuple(coords[i] for i in reduced), tuple(shape[i] for i in reduced))
+    if others:
+        group = np.ravel_multi_index(tuple(coords[i] for i in others), tuple(shape[i] for i in others))
+    else:
+        group = np.zeros_like(rank)
+    return group.astype(int).tolist(), rank.astype(int).tolist()
+
+
+class Communicator:
+    """Channels, scratch and semaphores among the devices of ``mesh`` along ``axis_names``.
+
+    ``Communicator(mesh, axes)`` returns the one cached for that mesh (its devices, shape and axis names) and
+    those axes, creating it on first use; collectives create theirs implicitly. ``scratch_bytes`` (per scratch
+    half and rank; default from ``JAX_MSCCLPP_SCRATCH_BYTES`` or the platform's default) applies when it is
+    created; messages larger than a round of scratch are pipelined through it.
+    """
+
+    _cache: dict = {}
+    _lock = threading.Lock()
+    _ids = itertools.count(1)
+
+    def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None):
+        axes = _normalize_axes(axis_names)
+        key = cls._key(mesh, axes)
+        with cls._lock:
+            comm = cls._cache.get(key)
+            if comm is None:
+                comm = super().__new__(cls)
+                comm._setup(mesh, axes, scratch_bytes)
+                cls._cache[key] = comm
+            elif scratch_bytes is not None and scratch_bytes != comm.scratch_bytes:
+                raise ValueError(
+                    f"a communicator for axes {axes} of this mesh already exists with scratch_bytes="
+                    f"{comm.scratch_bytes}; destroy() it first to change its scratch"
+                )
+        return comm
+
+    @staticmethod
+    def _key(mesh, axes: tuple):
+        devices = getattr(mesh, "devices", None)
+        device_ids = tuple(int(d.id) for d in np.asarray(devices).flat) if devices is not None else None
+        return (device_ids, tuple(mesh.axis_names), tuple(mesh.axis_sizes), axes)
+
+    def _setup(self, mesh, axes: tuple, scratch_bytes: int | None) -> None:
+        unknown = [a for a in axes if a not in mesh.axis_names]
+        if unknown:
+            raise NameError(f"axis {unknown[0]!r} is not an axis of the mesh (axes: {tuple(mesh.axis_names)})")
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"repeated axis in {axes}")
+        self.mesh = mesh
+        self.axis_names = axes
+        self.mesh_shape = tuple(mesh.axis_sizes)
+        sizes = dict(zip(mesh.axis_names, self.mesh_shape))
+        self.world_size = int(np.prod([sizes[a] for a in axes], dtype=int))
+        self.group_of_partition, self.rank_of_partition = partition_tables(self.mesh_shape, mesh.axis_names, axes)
+        self.num_groups = len(self.group_of_partition) // self.world_size
+        devices = getattr(mesh, "devices", None)
+        self.devices = tuple(np.asarray(devices).flat) if devices is not None else None
+        self.platform = self.devices[0].platform if self.devices else "cpu"
+        if scratch_bytes is None:
+            scratch_bytes = int(os.environ.get("JAX_MSCCLPP_SCRATCH_BYTES", _DEFAULT_SCRATCH_BYTES.get(self.platform, 4 << 20)))
+        self.scratch_bytes = int(scratch_bytes)
+        self.id = next(self._ids)
+        self.alive = False
+        if self.platform == "cpu":
+            native.create_host_communicator(
+                self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_bytes
+            )
+            self.alive = True
+        else:
+            raise NotImplementedError(
+                f"jax_mscclpp: collectives on platform {self.platform!r} are not available yet in this build; "
+                "the CPU backend runs everything today (use jax.lax collectives on GPUs)"
+            )
+
+    def rank(self, device) -> int:
+        """The rank of ``device`` in its group."""
+        return self.rank_of_partition[self._partition(device)]
+
+    def group(self, device) -> int:
+        """The index of ``device``'s group (its row-major position over the mesh axes not reduced)."""
+        return self.group_of_partition[self._partition(device)]
+
+    def _partition(self, device) -> int:
+        if self.devices is None:
+            raise ValueError("this communicator was made for an abstract mesh: it knows no devices")
+        for p, d in enumerate(self.devices):
+            if d == device or getattr(d, "id", None) == getattr(device, "id", device):
+                return p
+        raise ValueError(f"{device} is not in this communicator's mesh")
+
+    def destroy(self) -> None:
+        """Frees the native resources; the next use of the same (mesh, axes) creates a fresh communicator."""
+        with self._lock:
+            for key, comm in list(self._cache.items()):
+                if comm is self:
+                    del self._cache[key]
+            if self.alive:
+                native.destroy_communicator(self.id)
+                self.alive = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Communicator(id={self.id}, axes={self.axis_names}, world_size={self.world_size}, "
+            f"groups={self.num_groups}, platform={self.platform!r})"
+        )
+
+    @classmethod
+    def live(cls) -> list["Communicator"]:
+        with cls._lock:
+            return list(cls._cache.values())
+
+
+@atexit.register
+def _destroy_all() -> None:
+    for comm in Communicator.live():
+        comm.destroy()

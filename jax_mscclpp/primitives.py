@@ -1,0 +1,161 @@
+"""The JAX primitives behind the public collectives: typing, lowering, autodiff and batching.
+
+Each collective is one primitive over a "block" layout that the native side reads as contiguous memory
+(``ffi/collective_types.h``); the public functions in ``collectives.py`` reshape around them:
+
+    all_reduce      x            -> x             (reduced over the axes; invariant over them under check_vma)
+    all_gather      x            -> [world, *x]   (block r from rank r)
+    reduce_scatter  [world, *r]  -> r             (block r, summed over ranks, lands on rank r)
+    all_to_all      [world, *r]  -> [world, *r]   (out block r = rank r's block for me)
+
+Types follow the lax collective each replaces; transposes and batching rules are those of lax, written with our
+own primitives so gradients run on our collectives too.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax._src.lib.mlir.dialects import hlo
+
+from . import _compat, selection
+from ._types import ALGORITHMS, REDUCE_OPS, Collective
+from .communicator import Communicator
+
+
+def _out_aval(x, *, collective, axes, world, op, algorithm):
+    del op, algorithm
+    varying = _compat.varying_axes(x)
+    if collective == Collective.ALL_REDUCE:
+        return _compat.with_varying_axes(x, varying - frozenset(axes))
+    if collective == Collective.ALL_GATHER:
+        return x.update(shape=(world, *x.shape))
+    if collective == Collective.REDUCE_SCATTER:
+        return x.update(shape=x.shape[1:])
+    return x.update(shape=x.shape)
+
+
+def _lax_equivalent(collective, axes, op):
+    """The lax collective computing the same block-layout result (for algorithm "lax")."""
+    if collective == Collective.ALL_REDUCE:
+        reducer = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[op]
+        return lambda x: reducer(x, axes)
+    if collective == Collective.ALL_GATHER:
+        return lambda x: lax.all_gather(x, axes, axis=0, tiled=False)
+    if collective == Collective.REDUCE_SCATTER:
+        return lambda x: lax.psum_scatter(x, axes, scatter_dimension=0, tiled=False)
+    return lambda x: lax.all_to_all(x, axes, 0, 0, tiled=True)
+
+
+def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
+    mesh = _compat.lowering_mesh(ctx)
+    if mesh is None:
+        raise NotImplementedError(
+            f"jax_mscclpp: {collective.name.lower()} over {axes} must run inside jax.shard_map; "
+            "use the jax.lax collective under pmap"
+        )
+    aval_in = ctx.avals_in[0]
+    nbytes = int(np.prod(aval_in.shape, dtype=int)) * np.dtype(aval_in.dtype).itemsize
+    chosen = selection.choose(collective, "cpu", nbytes, algorithm)
+    if chosen == "lax":
+        return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
+    comm = Communicator(mesh, axes)
+    partition = hlo.partition_id()  # this device's row-major position in the mesh (tensor<ui32>)
+    with_partition = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32)])
+    return jax.ffi.ffi_lowering(collective.target, has_side_effect=True)(
+        with_partition,
+        x,
+        partition,
+        comm_id=np.int64(comm.id),
+        op=np.int32(REDUCE_OPS[op]),
+        algorithm=np.int32(ALGORITHMS[chosen]),
+    )
+
+
+def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm):
+    platforms = ", ".join(ctx.module_context.platforms)
+    raise NotImplementedError(
+        f"jax_mscclpp: {collective.name.lower()} has no backend for platform {platforms} in this version "
+        "(GPU collectives are not available yet): use the jax.lax collective there"
+    )
+
+
+def _make_primitive(collective: Collective) -> Primitive:
+    prim = Primitive("mscclpp_" + collective.name.lower())
+
+    def impl(*args, **params):
+        raise RuntimeError(f"{prim.name} runs only inside jax.shard_map under jax.jit")
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(lambda x, **params: _out_aval(x, collective=collective, **params))
+    mlir.register_lowering(prim, lambda ctx, x, **p: _lower_unsupported(ctx, x, collective=collective, **p))
+    mlir.register_lowering(prim, lambda ctx, x, **p: _lower_cpu(ctx, x, collective=collective, **p), platform="cpu")
+    return prim
+
+
+all_reduce_p = _make_primitive(Collective.ALL_REDUCE)
+all_gather_p = _make_primitive(Collective.ALL_GATHER)
+reduce_scatter_p = _make_primitive(Collective.REDUCE_SCATTER)
+all_to_all_p = _make_primitive(Collective.ALL_TO_ALL)
+
+
+# ---- autodiff -------------------------------------------------------------------------------------------------
+
+def _all_reduce_jvp(primals, tangents, **params):
+    (x,), (t,) = primals, tangents
+    if params["op"] != "sum":
+        raise NotImplementedError(
+            f"jax_mscclpp: p{params['op']} is not differentiable (as lax.p{params['op']}); use psum"
+        )
+    y = all_reduce_p.bind(x, **params)
+    if type(t) is ad.Zero:
+        return y, ad.Zero.from_primal_value(y)
+    return y, all_reduce_p.bind(t, **params)
+
+
+def _all_reduce_transpose(ct, x, **params):
+    if type(ct) is ad.Zero:
+        return [ad.Zero(x.aval)]
+    if _compat.check_vma_enabled():
+        # psum takes varying to invariant values: its transpose casts the invariant cotangent back to varying.
+        return [lax.pcast(ct, params["axes"], to="varying")]
+    return [all_reduce_p.bind(ct, **params)]
+
+
+ad.primitive_jvps[all_reduce_p] = _all_reduce_jvp
+ad.primitive_transposes[all_reduce_p] = _all_reduce_transpose
+ad.deflinear2(all_gather_p, lambda ct, x, **p: [reduce_scatter_p.bind(ct, **p)])
+ad.deflinear2(reduce_scatter_p, lambda ct, x, **p: [all_gather_p.bind(ct, **p)])
+ad.deflinear2(all_to_all_p, lambda ct, x, **p: [all_to_all_p.bind(ct, **p)])
+
+
+# ---- batching (vmap inside shard_map, over an axis that is not one of the collective's) ----------------------
+
+def _batch_all_reduce(args, dims, **params):
+    return all_reduce_p.bind(args[0], **params), dims[0]
+
+
+def _batch_all_gather(args, dims, **params):
+    return all_gather_p.bind(args[0], **params), dims[0] + 1
+
+
+def _blocks_first(prim, out_shift):
+    """Batching for primitives whose operand's leading dimension is the block index."""
+
+    def rule(args, dims, **params):
+        x, d = args[0], dims[0]
+        if d == 0:
+            x, d = jnp.moveaxis(x, 0, 1), 1
+        return prim.bind(x, **params), d + out_shift
+
+    return rule
+
+
+batching.primitive_batchers[all_reduce_p] = _batch_all_reduce
+batching.primitive_batchers[all_gather_p] = _batch_all_gather
+batching.primitive_batchers[reduce_scatter_p] = _blocks_first(reduce_scatter_p, -1)
+batching.primitive_batchers[all_to_all_p] = _blocks_first(all_to_all_p, 0)

@@ -1,0 +1,1 @@
+"""Test support: fault injection, fixtures and harnesses for jax_mscclpp and its users."""

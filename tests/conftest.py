@@ -1,0 +1,37 @@
+"""Shared test setup: 8 virtual CPU devices (set before JAX starts), meshes, and the comparison helpers.
+
+The native module is imported by the package itself, inside the fixtures' first use, so collection works
+without a build.
+"""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="session")
+def cpu_devices():
+    import jax
+
+    devices = jax.devices("cpu")
+    if len(devices) < 8:
+        pytest.skip("needs 8 CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+    return devices
+
+
+@pytest.fixture(scope="session")
+def mesh8(cpu_devices):
+    from jax.sharding import Mesh
+
+    return Mesh(np.array(cpu_devices[:8]), ("x",))
+
+
+@pytest.fixture
+def rng(request):
+    # A different, reproducible stream per test: random data, never zeros.
+    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))

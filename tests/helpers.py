@@ -1,0 +1,51 @@
+"""Random inputs and comparisons against lax, shared by the collective tests."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+# Relative to the largest magnitude of the reference: sums in a different order round differently, and a sum
+# of eight bf16 values can lose most digits of a small result to cancellation.
+FLOAT_TOL = {"float32": 1e-5, "float64": 1e-12, "float16": 4e-3, "bfloat16": 3e-2}
+
+
+def random_array(rng, shape, dtype):
+    """Random values spanning the dtype (integers over their whole range), never all zeros."""
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(rng.standard_normal(shape).astype(np.float32) * 3).astype(dtype)
+    info = np.iinfo(dtype)
+    lo, hi = max(int(info.min), -(2**31)), min(int(info.max), 2**31 - 1)
+    return jnp.asarray(rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype))
+
+
+def sharded(fn, mesh, in_specs, out_specs, check_vma=True):
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=check_vma))
+
+
+def assert_same(ours, ref, dtype=None):
+    """Exact for integers and max/min; within the dtype's rounding for float sums."""
+    ours_leaves, ref_leaves = jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(ref)
+    assert len(ours_leaves) == len(ref_leaves)
+    for a, b in zip(ours_leaves, ref_leaves):
+        a, b = np.asarray(jax.block_until_ready(a)), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        name = jnp.dtype(a.dtype).name
+        if name in FLOAT_TOL:
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            scale = max(1.0, float(np.max(np.abs(b64)))) if b64.size else 1.0
+            np.testing.assert_allclose(a64, b64, rtol=0, atol=FLOAT_TOL[name] * scale)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def compare_with_lax(ours_fn, lax_fn, mesh, args, in_specs, out_specs, check_vma=True):
+    """Runs both under jit(shard_map) on the same inputs (blocking on each) and asserts they agree."""
+    ours = jax.block_until_ready(sharded(ours_fn, mesh, in_specs, out_specs, check_vma)(*args))
+    ref = jax.block_until_ready(sharded(lax_fn, mesh, in_specs, out_specs, check_vma)(*args))
+    assert_same(ours, ref)
+    return ours
+
+
+__all__ = ["P", "assert_same", "compare_with_lax", "random_array", "sharded", "FLOAT_TOL"]

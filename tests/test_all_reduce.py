@@ -1,0 +1,95 @@
+"""psum / pmax / pmin against lax on random data: every dtype, odd sizes, scalars, every CPU algorithm."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jax_mscclpp as jm
+from tests.helpers import P, compare_with_lax, random_array
+
+DTYPES = ["float32", "bfloat16", "float16", "int32", "uint32", "int8", "uint8", "int16", "uint16"]
+LAX_OF = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("count", [1, 3, 1023])
+def test_matches_lax(mesh8, rng, dtype, op, count):
+    x = random_array(rng, (8 * count,), dtype)
+    compare_with_lax(
+        lambda v: jm.all_reduce(v, "x", op=op),
+        lambda v: LAX_OF[op](v, "x"),
+        mesh8, (x,), P("x"), P(),
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["1pa_ll", "2pa_ll", "2pa_hb", "lax"])
+@pytest.mark.parametrize("shape", [(8, 1), (8, 5, 7), (8 * 4099,)])
+def test_forced_algorithms(mesh8, rng, algorithm, shape):
+    x = random_array(rng, shape, "float32")
+    compare_with_lax(
+        lambda v: jm.psum(v, "x", algorithm=algorithm), lambda v: lax.psum(v, "x"), mesh8, (x,), P("x"), P()
+    )
+
+
+def test_scalars_and_python_numbers(mesh8, rng):
+    x = random_array(rng, (8,), "float32")
+    compare_with_lax(lambda v: jm.psum(v[0], "x"), lambda v: lax.psum(v[0], "x"), mesh8, (x,), P("x"), P())
+    # An invariant value is cast to varying first, as lax does: psum(1) is the axis size.
+    out = compare_with_lax(lambda v: jm.psum(1.5, "x"), lambda v: lax.psum(1.5, "x"), mesh8, (x,), P("x"), P())
+    assert float(out) == 12.0
+
+
+def test_pytree(mesh8, rng):
+    tree = {"a": random_array(rng, (8, 3), "float32"), "b": [random_array(rng, (8,), "int32")]}
+    specs = {"a": P("x"), "b": [P("x")]}
+    compare_with_lax(lambda t: jm.pmax(t, "x"), lambda t: lax.pmax(t, "x"), mesh8, (tree,), (specs,),
+                     {"a": P(), "b": [P()]})
+
+
+def test_large_message_pipelines_through_small_scratch(cpu_devices, rng):
+    from jax.sharding import Mesh
+
+    # A mesh of its own (reversed device order), so its communicator is made here with a tiny scratch:
+    # every algorithm then runs many rounds, alternating scratch halves.
+    mesh = Mesh(np.array(cpu_devices[:8][::-1]), ("x",))
+    jm.Communicator(mesh, "x", scratch_bytes=1024)
+    x = random_array(rng, (8 * 3001,), "float32")
+    for algorithm in ["1pa_ll", "2pa_hb"]:
+        compare_with_lax(lambda v: jm.psum(v, "x", algorithm=algorithm), lambda v: lax.psum(v, "x"),
+                         mesh, (x,), P("x"), P())
+    y = random_array(rng, (8 * 8 * 301,), "int32")
+    compare_with_lax(lambda v: jm.all_gather(v, "x"), lambda v: lax.all_gather(v, "x"), mesh, (y,), P("x"), P("x"))
+    compare_with_lax(lambda v: jm.psum_scatter(v, "x", tiled=True), lambda v: lax.psum_scatter(v, "x", tiled=True),
+                     mesh, (y,), P("x"), P("x"))
+    compare_with_lax(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True),
+                     lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True), mesh, (y,), P("x"), P("x"))
+
+
+def test_back_to_back_calls_in_fori_loop(mesh8, rng):
+    x = random_array(rng, (8 * 17,), "float32")
+
+    def body(reduce):
+        def run(v):
+            return lax.fori_loop(0, 200, lambda i, acc: reduce(acc, "x") / 8.0 + 0.001 * i, v)
+        return run
+
+    compare_with_lax(body(lambda v, a: lax.pcast(jm.psum(v, a), a, to="varying")),
+                     body(lambda v, a: lax.pcast(lax.psum(v, a), a, to="varying")),
+                     mesh8, (x,), P("x"), P("x"))
+
+
+def test_check_vma_false(mesh8, rng):
+    x = random_array(rng, (8 * 6,), "float32")
+    compare_with_lax(lambda v: jm.psum(v, "x"), lambda v: lax.psum(v, "x"), mesh8, (x,), P("x"), P("x"),
+                     check_vma=False)
+
+
+def test_world_size_one_is_identity(cpu_devices, rng):
+    from jax.sharding import Mesh
+
+    mesh = Mesh(np.array(cpu_devices[:8]).reshape(8, 1), ("x", "one"))
+    x = random_array(rng, (8, 3), "float32")
+    compare_with_lax(lambda v: jm.psum(v, "one"), lambda v: lax.psum(v, "one"), mesh, (x,), P("x"), P("x"))
