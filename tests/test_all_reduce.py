@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 import jax_mscclpp as jm
-from tests.helpers import P, compare_with_lax, random_array
+from tests.helpers import P, assert_same, compare_with_lax, random_array
 
 DTYPES = ["float32", "bfloat16", "float16", "int32", "uint32", "int8", "uint8", "int16", "uint16"]
 LAX_OF = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
@@ -93,3 +93,9 @@ def test_world_size_one_is_identity(cpu_devices, rng):
     mesh = Mesh(np.array(cpu_devices[:8]).reshape(8, 1), ("x", "one"))
     x = random_array(rng, (8, 3), "float32")
     compare_with_lax(lambda v: jm.psum(v, "one"), lambda v: lax.psum(v, "one"), mesh, (x,), P("x"), P("x"))
+
+
+def test_inside_pmap_matches_lax(cpu_devices, rng):
+    x = random_array(rng, (8, 3), "float32")
+    ours = jax.pmap(lambda v: jm.psum(v, "i"), axis_name="i")(x)
+    assert_same(ours, jax.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(x))

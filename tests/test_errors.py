@@ -1,0 +1,75 @@
+"""Bad input is a clear error at trace time; a lost peer is a timeout error naming rank, peer and op."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+import jax_mscclpp as jm
+from jax_mscclpp.testing import faults
+from tests.helpers import P, random_array, sharded
+
+
+def run(fn, mesh, x, out_specs=P("x")):
+    return jax.block_until_ready(sharded(fn, mesh, P("x"), out_specs)(x))
+
+
+def test_unknown_axis_is_a_name_error(mesh8, rng):
+    x = random_array(rng, (8,), "float32")
+    with pytest.raises(NameError, match="unknown axis name 'y'.*bound here: \\('x',\\)"):
+        run(lambda v: jm.psum(v, "y"), mesh8, x)
+    with pytest.raises(NameError, match="'z'"):
+        run(lambda v: jm.all_gather(v, ("x", "z")), mesh8, x)
+
+
+def test_outside_shard_map_is_a_clear_error(rng):
+    x = random_array(rng, (8,), "float32")
+    with pytest.raises(NameError, match="inside jax.shard_map"):
+        jax.jit(lambda v: jm.psum(v, "x"))(x)
+    with pytest.raises(NameError, match="inside jax.shard_map"):
+        jm.all_to_all(x, "x", 0, 0)
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "bool"])
+def test_unsupported_dtype_is_a_type_error(mesh8, dtype):
+    x = jnp.ones((8,), dtype)
+    with pytest.raises(TypeError, match=f"unsupported dtype {dtype}.*supported: float32, bfloat16"):
+        run(lambda v: jm.psum(v, "x"), mesh8, x)
+
+
+def test_unsupported_op_and_algorithm(mesh8, rng):
+    x = random_array(rng, (8,), "float32")
+    with pytest.raises(ValueError, match="unsupported op 'prod'.*sum, max, min"):
+        run(lambda v: jm.all_reduce(v, "x", op="prod"), mesh8, x)
+    with pytest.raises(ValueError, match="unknown algorithm 'fastest'.*1pa_ll"):
+        run(lambda v: jm.psum(v, "x", algorithm="fastest"), mesh8, x)
+    with pytest.raises(ValueError, match="'2pr' does not run on platform 'cpu'"):
+        run(lambda v: jm.psum(v, "x", algorithm="2pr"), mesh8, x, P())
+
+
+def test_shape_errors(mesh8, rng):
+    x = random_array(rng, (8 * 3,), "float32")
+    with pytest.raises(ValueError, match="does not divide by the axis size 8"):
+        run(lambda v: jm.psum_scatter(v, "x", tiled=True), mesh8, x)
+    with pytest.raises(ValueError, match="must equal the axis size 8"):
+        run(lambda v: jm.all_to_all(v, "x", 0, 0), mesh8, x)
+    with pytest.raises(ValueError, match="out of range"):
+        run(lambda v: jm.all_gather(v, "x", axis=3), mesh8, x)
+
+
+def test_lost_peer_times_out_naming_rank_peer_and_op(cpu_devices, rng):
+    # A mesh of its own: after a timeout its communicator refuses further calls.
+    mesh = Mesh(np.array(cpu_devices[:8])[[3, 1, 4, 0, 5, 2, 7, 6]], ("x",))
+    comm = jm.Communicator(mesh, "x")
+    lost = mesh.devices[5]  # rank 5
+    x = random_array(rng, (8 * 4,), "float32")
+    f = sharded(lambda v: jm.psum(v, "x"), mesh, P("x"), P())
+    jax.block_until_ready(f(x))  # a healthy call first
+    faults.skip_next_calls(comm, lost)
+    with faults.timeout(1.0):
+        with pytest.raises(Exception, match=r"timeout after 1 s in all_reduce .*rank \d of 8 waited for peer 5"):
+            jax.block_until_ready(f(x))
+        with pytest.raises(Exception, match="unusable after an earlier failure"):
+            jax.block_until_ready(f(x))
+    comm.destroy()

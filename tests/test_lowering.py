@@ -1,0 +1,42 @@
+"""Our collectives reach XLA as custom calls to our FFI targets; info() describes the installation."""
+
+import jax
+import pytest
+
+import jax_mscclpp as jm
+from tests.helpers import P, random_array
+
+
+@pytest.mark.parametrize("fn,target", [
+    (lambda v: jm.psum(v, "x"), "jax_mscclpp_all_reduce"),
+    (lambda v: jm.all_gather(v, "x", tiled=True), "jax_mscclpp_all_gather"),
+    (lambda v: jm.psum_scatter(v, "x", tiled=True), "jax_mscclpp_reduce_scatter"),
+    (lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True), "jax_mscclpp_all_to_all"),
+])
+def test_hlo_holds_our_custom_call(mesh8, rng, fn, target):
+    x = random_array(rng, (8 * 8,), "float32")
+    f = jax.jit(jax.shard_map(fn, mesh=mesh8, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    text = f.lower(x).as_text()
+    assert f"custom_call @{target}(" in text
+    assert "all-reduce" not in text and "stablehlo.all_reduce" not in text
+    compiled = f.lower(x).compile().as_text()
+    assert target in compiled
+
+
+def test_algorithm_lax_emits_the_lax_collective(mesh8, rng):
+    x = random_array(rng, (8 * 8,), "float32")
+    f = jax.jit(jax.shard_map(lambda v: jm.psum(v, "x", algorithm="lax"), mesh=mesh8, in_specs=P("x"),
+                              out_specs=P()))
+    text = f.lower(x).as_text()
+    assert "jax_mscclpp" not in text and "all_reduce" in text
+
+
+def test_info_describes_the_installation(mesh8):
+    jm.Communicator(mesh8, "x")
+    info = jm.info()
+    assert "cpu" in info["platforms"]
+    assert set(info["targets"]["cpu"]) == {
+        "jax_mscclpp_all_reduce", "jax_mscclpp_all_gather", "jax_mscclpp_reduce_scatter", "jax_mscclpp_all_to_all"}
+    assert info["timeout_s"] > 0
+    assert any(r["collective"] == "all_reduce" and r["algorithm"] == "1pa_ll" for r in info["algorithms"])
+    assert info["communicators"]
