@@ -50,9 +50,14 @@ ALGORITHMS = {
     "allpairs": Algorithm.ALL_PAIRS,
 }
 
+# Algorithms composed in Python from other collectives rather than run by one native kernel:
+#   "2ph": hierarchical all_reduce over (slow, fast) axes = our reduce-scatter over the fast axis, the lax
+#          collective over the slow axis on 1/n of the data, our all-gather over the fast axis.
+COMPOSED_ALGORITHMS = ("2ph",)
+
 # Algorithm names each collective knows (on some platform). "lax" always means: emit the lax collective.
 ALGORITHMS_OF = {
-    Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls", "lax"),
+    Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls", "2ph", "lax"),
     Collective.ALL_GATHER: ("allpairs", "lax"),
     Collective.REDUCE_SCATTER: ("allpairs", "lax"),
     Collective.ALL_TO_ALL: ("allpairs", "lax"),

@@ -51,6 +51,27 @@ def _lax_equivalent(collective, axes, op):
     return lambda x: lax.all_to_all(x, axes, 0, 0, tiled=True)
 
 
+def _hierarchical_all_reduce(mesh, axes, op):
+    """2PH over (slow, fast) axes: our reduce-scatter over the fast axis, the lax collective over the slow axis on
+    1/n of the data, our all-gather over the fast axis. Inter-host traffic stays on the engine XLA already runs."""
+    if len(axes) != 2:
+        raise ValueError(f"jax_mscclpp: algorithm '2ph' reduces over two axes (slow, fast), got {axes}")
+    slow, fast = axes
+    n_fast = dict(zip(mesh.axis_names, mesh.axis_sizes))[fast]
+    slow_reduce = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[op]
+
+    def run(x):
+        flat = x.reshape(-1)
+        flat = jnp.pad(flat, (0, (-flat.size) % n_fast))
+        params = dict(axes=(fast,), world=n_fast, op=op, algorithm=None)
+        mine = reduce_scatter_p.bind(flat.reshape(n_fast, -1), **params)
+        mine = slow_reduce(mine, slow)
+        gathered = all_gather_p.bind(mine, **params)
+        return gathered.reshape(-1)[: x.size].reshape(x.shape)
+
+    return run
+
+
 def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
     mesh = _compat.lowering_mesh(ctx)
     if mesh is None:
@@ -63,6 +84,8 @@ def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
     chosen = selection.choose(collective, "cpu", nbytes, algorithm)
     if chosen == "lax":
         return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
+    if chosen == "2ph":
+        return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     comm = Communicator(mesh, axes)
     partition = hlo.partition_id()  # this device's row-major position in the mesh (tensor<ui32>)
     with_partition = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32)])

@@ -15,7 +15,7 @@ from ._types import ALGORITHMS_OF, Collective
 # Algorithms each platform's backend runs.
 PLATFORM_ALGORITHMS = {
     "cpu": {
-        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb"),
+        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2ph"),
         Collective.ALL_GATHER: ("allpairs",),
         Collective.REDUCE_SCATTER: ("allpairs",),
         Collective.ALL_TO_ALL: ("allpairs",),

@@ -3,6 +3,7 @@
 import itertools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
@@ -89,3 +90,28 @@ def test_destroy_then_recreate(cpu_devices, rng):
     x = random_array(rng, (8 * 4,), "float32")
     compare_with_lax(lambda v: jm.psum(v, "x"), lambda v: lax.psum(v, "x"), mesh, (x,), P("x"), P())
     assert jm.Communicator(mesh, "x") is not first
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("shape", [(2 * 3, 4 * 5), (2, 4 * 1023)])
+def test_hierarchical_all_reduce(cpu_devices, rng, op, shape):
+    mesh = permuted_mesh(cpu_devices[:8], (2, 4), ("node", "gpu"), seed=5)
+    x = random_array(rng, shape, "float32")
+    ref = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[op]
+    specs = P("node", "gpu")
+    compare_with_lax(lambda v: jm.all_reduce(v, ("node", "gpu"), op=op, algorithm="2ph"),
+                     lambda v: ref(v, ("node", "gpu")), mesh, (x,), specs, P())
+    text = sharded(lambda v: jm.psum(v, ("node", "gpu"), algorithm="2ph"), mesh, specs, P()).lower(x).as_text()
+    assert "jax_mscclpp_reduce_scatter" in text and "jax_mscclpp_all_gather" in text
+
+
+def test_hierarchical_grad_matches_lax(cpu_devices, rng):
+    mesh = permuted_mesh(cpu_devices[:8], (2, 4), ("node", "gpu"), seed=6)
+    x = random_array(rng, (2 * 3, 4 * 3), "float32")
+
+    def loss(psum):
+        f = sharded(lambda v: psum(jnp.sin(v), ("node", "gpu")), mesh, P("node", "gpu"), P())
+        return jax.grad(lambda v: (f(v) ** 2).sum())(x)
+
+    from tests.helpers import assert_same
+    assert_same(loss(lambda v, a: jm.psum(v, a, algorithm="2ph")), loss(lax.psum))
