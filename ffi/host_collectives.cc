@@ -157,26 +157,22 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
   const size_t es = rc.elem(), n = call.block_count;
   const std::byte* in = bytes(call.in);
   std::byte* out = bytes(call.out);
+  // Received slot r lands in output block r (all_gather, all_to_all).
+  auto copy_to_blocks = [&](size_t off, size_t len, auto received) {
+    for (int r = 0; r < rc.world(); ++r) std::memcpy(out + (r * n + off) * es, received(r), len * es);
+  };
   switch (call.collective) {
     case Collective::kAllReduce:
       if (call.algorithm == Algorithm::kOnePhaseAllPairsLL) return all_reduce_one_phase(rc, call);
       return all_reduce_two_phase(rc, call);
     case Collective::kAllGather:
-      return all_pairs_rounds(
-          rc, n, [&](int, size_t off) { return in + off * es; },
-          [&](size_t off, size_t len, auto received) {
-            for (int r = 0; r < rc.world(); ++r) std::memcpy(out + (r * n + off) * es, received(r), len * es);
-          });
+      return all_pairs_rounds(rc, n, [&](int, size_t off) { return in + off * es; }, copy_to_blocks);
     case Collective::kReduceScatter:
       return all_pairs_rounds(
           rc, n, [&](int p, size_t off) { return in + (p * n + off) * es; },
           [&](size_t off, size_t len, auto received) { rc.reduce_ranks(out + off * es, len, received); });
     case Collective::kAllToAll:
-      return all_pairs_rounds(
-          rc, n, [&](int p, size_t off) { return in + (p * n + off) * es; },
-          [&](size_t off, size_t len, auto received) {
-            for (int r = 0; r < rc.world(); ++r) std::memcpy(out + (r * n + off) * es, received(r), len * es);
-          });
+      return all_pairs_rounds(rc, n, [&](int p, size_t off) { return in + (p * n + off) * es; }, copy_to_blocks);
   }
   return true;
 }

@@ -78,5 +78,4 @@ __all__ = [
     "typeof",
     "varying_axes",
     "with_varying_axes",
-    "jax",
 ]
