@@ -1,0 +1,41 @@
+"""Barrier placement inside thread blocks.
+
+The threads of a thread block split each data operation among themselves, each operation its own way, so
+two data operations that touch a common chunk (at least one writing it) need a barrier between them unless a
+sync operation (access.SYNC_OPS: barrier, signal, wait, flush, put_with_signal) already separates them.
+
+Placement tracks, per thread block, the chunks read and written since the last barrier point (their last
+writer and active readers) and puts a barrier right before the first operation that conflicts. Existing
+barriers (written in the DSL or left by an earlier pass) are dropped first and re-derived, so a barrier that
+orders nothing, or a second one back to back, never reaches the plan. Placing each barrier as late as
+possible gives the fewest barriers.
+"""
+
+from __future__ import annotations
+
+from .access import SYNC_OPS, add_pending, conflicts, op_accesses
+
+
+def place_barriers(plan: dict) -> None:
+    """Rewrite every thread block of ``plan`` in place with exactly the barriers it needs."""
+    for rank, rank_plan in enumerate(plan["ranks"]):
+        for block in rank_plan["threadblocks"]:
+            block["ops"] = _with_barriers(block["ops"], rank, rank_plan["channels"])
+
+
+def _with_barriers(ops: list, rank: int, channels: list) -> list:
+    out: list = []
+    pending: dict = {}  # chunk key -> written since the last barrier point?
+    for op in ops:
+        if op["op"] == "barrier":
+            continue
+        if op["op"] in SYNC_OPS:
+            pending = {}
+        else:
+            reads, writes = op_accesses(op, rank, channels)
+            if conflicts(reads, writes, pending):
+                out.append({"op": "barrier"})
+                pending = {}
+            add_pending(reads, writes, pending)
+        out.append(op)
+    return out

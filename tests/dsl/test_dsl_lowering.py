@@ -1,0 +1,250 @@
+"""Lowering: fusion, barrier placement, replication, thread block groups and source lines."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+from jax_mscclpp.dsl import (
+    MemoryChannel,
+    PortChannel,
+    Program,
+    ThreadBlockGroup,
+    VerificationError,
+    all_pairs,
+    library,
+    plan_to_json,
+)
+from jax_mscclpp.dsl.simulate import run_plan
+
+
+def op_names(plan, rank=0, tb=0):
+    return [op["op"] for op in plan["ranks"][rank]["threadblocks"][tb]["ops"]]
+
+
+def count_ops(plan, name):
+    return sum(op["op"] == name for rank in plan["ranks"] for tb in rank["threadblocks"] for op in tb["ops"])
+
+
+def simulate_all_reduce(plan, count=37):
+    """Run an all_reduce plan on random int32 data and compare with numpy."""
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(1, 100, count).astype(np.int32) for _ in range(plan["world_size"])]
+    for output in run_plan(plan, inputs, "sum"):
+        np.testing.assert_array_equal(output, np.sum(inputs, axis=0, dtype=np.int32))
+
+
+def reduce_then_put_program(channel_type):
+    """2-rank all-reduce: reduce chunk r, put the result to the peer, signal; copy what arrives."""
+    prog = Program("all_reduce", 2, chunks=2, scratch_chunks=4)
+    pipes = all_pairs(prog, channel_type)
+    for r, rank in enumerate(prog.ranks):
+        p = 1 - r
+        pipes[r, p].put(prog.rank(p).scratch[r], rank.input[p])
+        pipes[r, p].signal()
+        pipes[p, r].wait()
+        rank.reduce(rank.output[r], [rank.input[r], rank.scratch[p]])
+        pipes[r, p].put(prog.rank(p).scratch[2 + r], rank.output[r])
+        pipes[r, p].signal()
+        pipes[p, r].wait()
+        rank.copy(rank.output[p], rank.scratch[2 + p])
+        if channel_type is PortChannel:
+            pipes[r, p].flush()
+    return prog
+
+
+def test_reduce_then_put_fuses_into_reduce_put():
+    prog = reduce_then_put_program(MemoryChannel)
+    fused = prog.lower()
+    assert op_names(fused) == ["put_with_signal", "wait", "reduce_put", "signal", "wait", "copy"]
+    reduce_put = fused["ranks"][0]["threadblocks"][0]["ops"][2]
+    assert reduce_put["dst"] == {"buffer": "output", "index": 0, "count": 1}
+    assert reduce_put["remotes"] == [{"channel": 0, "dst": {"buffer": "scratch", "index": 2, "count": 1}}]
+    unfused = prog.lower(fuse=False)
+    # Without fusion the put reads what the reduce wrote: a barrier separates them.
+    assert op_names(unfused) == ["put", "signal", "wait", "reduce", "barrier", "put", "signal", "wait", "copy"]
+    simulate_all_reduce(fused)
+    simulate_all_reduce(unfused)
+
+
+def test_port_channel_keeps_the_reduce_and_fuses_put_with_signal():
+    plan = reduce_then_put_program(PortChannel).lower()
+    # The DMA reads memory, so the reduction stays; put_with_signal is a barrier point, so no barrier.
+    assert op_names(plan) == ["put_with_signal", "wait", "reduce", "put_with_signal", "wait", "copy", "flush"]
+    simulate_all_reduce(plan)
+
+
+def test_put_then_signal_fuses_only_on_the_same_channel():
+    prog = Program("all_gather", 3, chunks=1, scratch_chunks=3)
+    pipes = all_pairs(prog, MemoryChannel)
+    for r, rank in enumerate(prog.ranks):
+        first, second = prog.peers(r)
+        pipes[r, first].put(prog.rank(first).scratch[r], rank.input[0])
+        pipes[r, second].put(prog.rank(second).scratch[r], rank.input[0])
+        pipes[r, first].signal()  # follows a put on another channel: not fused
+        pipes[r, second].signal()  # follows the put? no: follows a signal
+        rank.copy(rank.output.block(r)[0], rank.input[0])
+        for p in prog.peers(r):
+            pipes[p, r].wait()
+            rank.copy(rank.output.block(p)[0], rank.scratch[p])
+    plan = prog.lower()
+    assert op_names(plan)[:4] == ["put", "put", "signal", "signal"]
+    assert count_ops(plan, "put_with_signal") == 0
+
+
+def test_read_packets_reduce_put_packets_fuse_into_one_packet_op():
+    n = 4
+    fused = library.allreduce_2pa_ll(n).lower()
+    unfused = library.allreduce_2pa_ll(n).lower(fuse=False)
+    peers = n - 1
+    # Unfused, the reduction reads the unpacked temporaries and the puts read its result: two barriers.
+    assert op_names(unfused) == (["put_packets"] * peers + ["read_packets"] * peers + ["barrier", "reduce", "barrier"]
+                                 + ["put_packets"] * peers + ["read_packets"] * peers)
+    assert op_names(fused) == ["put_packets"] * peers + ["reduce_packets"] + ["read_packets"] * peers
+    op = fused["ranks"][0]["threadblocks"][0]["ops"][peers]
+    assert [item["src"]["index"] for item in op["packet_srcs"]] == [1, 2, 3]
+    assert [item["dst"]["index"] for item in op["remotes"]] == [n] * peers
+    assert op["srcs"] == [{"buffer": "input", "index": 0, "count": 1}]
+    simulate_all_reduce(fused)
+    simulate_all_reduce(unfused)
+
+
+def test_a_temporary_read_twice_is_not_fused_away():
+    prog = Program("all_reduce", 2, chunks=1, scratch_chunks=3, protocol="LL")
+    pipes = all_pairs(prog, MemoryChannel)
+    for r, rank in enumerate(prog.ranks):
+        pipes[r, 1 - r].put_packets(prog.rank(1 - r).scratch[0], rank.input[0])
+        pipes[1 - r, r].read_packets(rank.scratch[1], rank.scratch[0])
+        rank.reduce(rank.output[0], [rank.input[0], rank.scratch[1]])
+        rank.copy(rank.scratch[2], rank.scratch[1])  # a second reader of the temporary
+    assert op_names(prog.lower()) == ["put_packets", "read_packets", "barrier", "reduce", "copy"]
+
+
+def barrier_program():
+    """One rank, one thread block: a chain of copies with DSL barriers, most of them useless."""
+    prog = Program("all_gather", 2, chunks=1, scratch_chunks=3)
+    pipes = all_pairs(prog, MemoryChannel)
+    for r, rank in enumerate(prog.ranks):
+        rank.barrier()
+        rank.barrier()  # back to back, before anything
+        rank.copy(rank.scratch[1], rank.input[0])
+        rank.copy(rank.output.block(r)[0], rank.input[0])  # reads input only: no conflict
+        rank.barrier()  # needed: the next copy reads scratch[1]
+        rank.copy(rank.scratch[0], rank.scratch[1])
+        rank.barrier()  # the put reads scratch[0], but put + signal fuse into put_with_signal, a barrier point
+        pipes[r, 1 - r].put(prog.rank(1 - r).scratch[2], rank.scratch[0])
+        rank.barrier()  # between a put and a signal: does not stop their fusion
+        pipes[r, 1 - r].signal()
+        rank.barrier()  # right after a barrier point
+        pipes[1 - r, r].wait()
+        rank.copy(rank.output.block(1 - r)[0], rank.scratch[2])
+        rank.barrier()  # at the end
+    return prog
+
+
+def test_redundant_barriers_are_removed_and_needed_ones_kept():
+    prog = barrier_program()
+    written = sum(op.name == "barrier" for op in prog.operations if op.rank == 0)
+    assert written == 7
+    plan = prog.lower()
+    assert op_names(plan) == ["copy", "copy", "barrier", "copy", "put_with_signal", "wait", "copy"]
+    assert count_ops(plan, "barrier") == 1 * 2
+    assert op_names(prog.lower(fuse=False)) == ["copy", "copy", "barrier", "copy", "barrier", "put", "signal",
+                                                "wait", "copy"]
+    assert plan["ranks"][0]["threadblocks"][0]["ops"][2] == {"op": "barrier"}
+
+
+def test_barrier_placement_is_minimal_for_dependence_chains():
+    prog = Program("all_reduce", 1, chunks=2, scratch_chunks=3)
+    rank = prog.rank(0)
+    rank.copy(rank.scratch[0], rank.input[0])
+    rank.copy(rank.scratch[1], rank.input[1])  # independent of the first: no barrier
+    rank.reduce(rank.scratch[2], [rank.scratch[0], rank.scratch[1]])  # both chains need one barrier, once
+    rank.copy(rank.output[0], rank.scratch[2])
+    plan = prog.lower(verify=False)  # structure only: this program does not compute an all_reduce
+    assert op_names(plan) == ["copy", "copy", "barrier", "reduce", "barrier", "copy"]
+
+
+@pytest.mark.parametrize("name", sorted(library.PROGRAMS))
+def test_replication_doubles_threadblocks_and_channels(name):
+    single = library.PROGRAMS[name](4).lower()
+    double = library.PROGRAMS[name](4).lower(instances=2)
+    for one, two in zip(single["ranks"], double["ranks"]):
+        assert len(two["threadblocks"]) == 2 * len(one["threadblocks"])
+        pipes = [ch for ch in one["channels"] if ch["type"] != "switch"]
+        switches = [ch for ch in one["channels"] if ch["type"] == "switch"]
+        assert len(two["channels"]) == 2 * len(pipes) + len(switches)
+    for buffer in ("input", "output", "scratch"):
+        assert double["buffers"][buffer]["chunks_per_block"] == 2 * single["buffers"][buffer]["chunks_per_block"]
+    assert count_ops(double, "put_with_signal") == 2 * count_ops(single, "put_with_signal")
+
+
+def test_replicated_instances_use_their_own_chunks():
+    plan = library.allreduce_1pa_ll(2).lower(instances=3)
+    ops = [tb["ops"] for tb in plan["ranks"][0]["threadblocks"]]
+    assert [tb[0]["src"]["index"] for tb in ops] == [0, 1, 2]  # input chunk of instance i
+    assert [tb[0]["dst"]["index"] for tb in ops] == [0, 4, 8]  # scratch[0] of instance i (4 per instance)
+    assert [tb[0]["channel"] for tb in ops] == [0, 2, 4]
+    simulate_all_reduce(plan, count=100)
+
+
+def test_replicating_a_chunk_range_across_blocks_is_refused():
+    prog = Program("all_gather", 2, chunks=1, scratch_chunks=2)
+    for rank in prog.ranks:
+        rank.copy(rank.output[0:2], rank.scratch[0:2])
+    with pytest.raises(VerificationError, match="crosses a block boundary"):
+        prog.lower(instances=2, verify=False)
+
+
+def group_program(receiver_group):
+    """2-rank all-reduce over 4 chunks: each rank sends all 4 chunks to the peer with a group of 2 thread
+    blocks; the receiver waits with ``receiver_group`` and reduces with it."""
+    prog = Program("all_reduce", 2, chunks=4, scratch_chunks=4)
+    pipes = all_pairs(prog, MemoryChannel)
+    senders = ThreadBlockGroup([0, 1])
+    for r, rank in enumerate(prog.ranks):
+        p = 1 - r
+        pipes[r, p].put(prog.rank(p).scratch[0:4], rank.input[0:4], tb=senders)
+        pipes[r, p].signal(tb=senders)
+        pipes[p, r].wait(tb=receiver_group)
+        rank.reduce(rank.output[0:4], [rank.input[0:4], rank.scratch[0:4]], tb=receiver_group)
+    return prog
+
+
+def test_thread_block_group_shares_chunks_and_channel_copies():
+    plan = group_program(ThreadBlockGroup([2, 3])).lower()
+    rank0 = plan["ranks"][0]
+    assert len(rank0["threadblocks"]) == 4
+    assert len(rank0["channels"]) == 4  # two copies of each direction's pipe
+    puts = [tb["ops"][0] for tb in rank0["threadblocks"][:2]]
+    assert [(op["op"], op["src"]["index"], op["src"]["count"], op["channel"]) for op in puts] == [
+        ("put_with_signal", 0, 2, 0), ("put_with_signal", 2, 2, 1)]
+    assert [op["op"] for op in rank0["threadblocks"][2]["ops"]] == ["wait", "reduce"]
+    simulate_all_reduce(plan, count=13)
+
+
+def test_thread_block_group_mismatch_is_caught():
+    with pytest.raises(VerificationError) as info:
+        group_program(2).lower()  # one thread block waits for the first half only
+    assert info.value.kind in ("race", "sync")
+
+
+def test_source_lines_point_at_the_dsl_calls():
+    prog = Program("all_reduce", 1, chunks=1)
+    rank = prog.rank(0)
+    line = inspect.currentframe().f_lineno + 1
+    rank.copy(rank.output[0], rank.input[0])
+    (op,) = prog.lower()["ranks"][0]["threadblocks"][0]["ops"]
+    assert op["src_line"] == f"test_dsl_lowering.py:{line}"
+
+
+def test_lowering_is_deterministic_and_binds_rank_count_late():
+    for n in (2, 4, 8):
+        assert plan_to_json(library.allreduce_2pr(n).lower()) == plan_to_json(library.allreduce_2pr(n).lower())
+        plan = library.allreduce_2pa_hb(n).lower()
+        assert plan["world_size"] == n and len(plan["ranks"]) == n
+
+
+def test_lower_rejects_bad_instances():
+    with pytest.raises(VerificationError, match="instances"):
+        library.allreduce_2pa_hb(2).lower(instances=0)

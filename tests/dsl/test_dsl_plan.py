@@ -1,0 +1,118 @@
+"""The plan format: JSON round trip and stable text, structural validation, and element geometry."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from jax_mscclpp.dsl import PLAN_VERSION, VerificationError, library, plan_from_json, plan_to_json, validate_plan
+from jax_mscclpp.dsl.geometry import ElementGeometry
+from jax_mscclpp.dsl.simulate import run_plan
+
+
+@pytest.fixture
+def plan():
+    return library.allreduce_2pa_hb(2).lower()
+
+
+def test_json_round_trip_is_stable(plan):
+    text = plan_to_json(plan)
+    assert plan_from_json(text) == plan == json.loads(text)
+    assert plan_to_json(plan_from_json(text)) == text
+    shuffled = json.loads(json.dumps(plan, sort_keys=False))
+    assert plan_to_json(shuffled) == text
+    op_lines = [line.strip() for line in text.splitlines() if '"op":' in line]
+    assert op_lines and all(line.startswith('{"op": ') for line in op_lines)
+
+
+def test_header(plan):
+    assert plan["version"] == PLAN_VERSION
+    assert (plan["name"], plan["collective"], plan["world_size"]) == ("allreduce_2pa_hb", "all_reduce", 2)
+    assert plan["buffers"]["input"] == {"blocks": 1, "chunks_per_block": 2}
+    assert plan["buffers"]["scratch"] == {"blocks": 1, "chunks_per_block": 4, "packets": False}
+    assert [ch["peer"] for ch in plan["ranks"][0]["channels"]] == [1, 1]
+    assert library.allreduce_2pa_ll(2).lower()["buffers"]["scratch"]["packets"] is True
+    assert library.alltoall_allpairs(4).lower()["buffers"]["input"]["blocks"] == 4
+
+
+def broken(plan, edit):
+    plan = copy.deepcopy(plan)
+    edit(plan)
+    with pytest.raises(VerificationError) as info:
+        validate_plan(plan)
+    return info.value
+
+
+def first_op(plan):
+    return plan["ranks"][0]["threadblocks"][0]["ops"][0]
+
+
+@pytest.mark.parametrize("edit,kind,text", [
+    (lambda p: p.update(version=2), "schema", "version"),
+    (lambda p: p.pop("buffers"), "schema", "buffers"),
+    (lambda p: p.update(collective="broadcast"), "schema", "collective"),
+    (lambda p: p["buffers"]["output"].update(chunks_per_block=3), "schema", "chunks_per_block"),
+    (lambda p: p["ranks"].pop(), "schema", "ranks"),
+    (lambda p: first_op(p).update(op="send"), "schema", "unknown operation"),
+    (lambda p: first_op(p).pop("dst"), "schema", "fields"),
+    (lambda p: first_op(p).update(extra=1), "schema", "fields"),
+    (lambda p: first_op(p).update(channel=9), "schema", "channel 9"),
+    (lambda p: first_op(p)["dst"].update(buffer="stack"), "schema", "bad chunk reference"),
+    (lambda p: first_op(p)["dst"].update(index=4), "range", "out of range"),
+    (lambda p: first_op(p)["dst"].update(count=2), "schema", "same number of chunks"),
+    (lambda p: p["ranks"][0]["channels"][0].update(peer_channel=5), "channel", "other end"),
+    (lambda p: p["ranks"][0]["channels"][1].update(protocol="LL"), "channel", "other end"),
+    (lambda p: p["ranks"][0]["channels"][0].update(type="switch"), "schema", "switch"),
+])
+def test_validation_errors(plan, edit, kind, text):
+    error = broken(plan, edit)
+    assert error.kind == kind and text in str(error)
+
+
+def test_validation_error_names_the_operation(plan):
+    error = broken(plan, lambda p: p["ranks"][1]["threadblocks"][0]["ops"][2].update(op="send"))
+    assert (error.rank, error.threadblock, error.op_index, error.op) == (1, 0, 2, "send")
+
+
+@pytest.mark.parametrize("count,per_block,spans", [
+    (10, 4, [(0, 3), (3, 6), (6, 9), (9, 10)]),
+    (1, 4, [(0, 1), (1, 1), (1, 1), (1, 1)]),
+    (8, 4, [(0, 2), (2, 4), (4, 6), (6, 8)]),
+    (0, 2, [(0, 0), (0, 0)]),
+])
+def test_input_chunk_spans(count, per_block, spans):
+    buffers = {"input": {"blocks": 1, "chunks_per_block": per_block},
+               "output": {"blocks": 1, "chunks_per_block": per_block},
+               "scratch": {"blocks": 1, "chunks_per_block": 3, "packets": False}}
+    geometry = ElementGeometry(buffers, count)
+    assert [geometry.span("input", i) for i in range(per_block)] == spans
+    ce = geometry.chunk_elems
+    assert geometry.span("scratch", 2) == (2 * ce, 3 * ce) and geometry.sizes["scratch"] == 3 * ce
+
+
+def test_block_geometry_of_split_collectives():
+    buffers = library.reducescatter_allpairs(4).lower(instances=2)["buffers"]
+    geometry = ElementGeometry(buffers, 4 * 5)  # 5 elements per block, 2 chunks per block
+    assert geometry.block_count == 5 and geometry.chunk_elems == 3
+    assert [geometry.span("input", i) for i in range(4)] == [(0, 3), (3, 5), (5, 8), (8, 10)]
+    assert geometry.sizes["output"] == 5
+    with pytest.raises(ValueError, match="multiple"):
+        ElementGeometry(buffers, 21)
+
+
+def test_simulator_shows_what_a_plan_leaves_unwritten(plan):
+    edited = copy.deepcopy(plan)
+    ops = edited["ranks"][0]["threadblocks"][0]["ops"]
+    ops[:] = [op for op in ops if op["op"] != "copy"]
+    outputs = run_plan(edited, [np.ones(6, np.float32), np.ones(6, np.float32)])
+    assert np.isnan(outputs[0][3:]).all() and (outputs[0][:3] == 2).all()
+
+
+def test_simulator_reports_a_stuck_plan(plan):
+    edited = copy.deepcopy(plan)
+    ops = edited["ranks"][0]["threadblocks"][0]["ops"]
+    ops[:] = [op for op in ops if op["op"] not in ("signal", "put_with_signal")]
+    with pytest.raises(VerificationError, match="stuck") as info:
+        run_plan(edited, [np.ones(4, np.int32)] * 2)
+    assert info.value.kind == "deadlock"

@@ -1,0 +1,54 @@
+"""Smoke tests of the examples: each runs as a user would run it, in a subprocess on virtual CPU devices."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(script: str, args: list[str], cpu_devices: int) -> str:
+    env = dict(os.environ)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", env.get("XLA_FLAGS", ""))
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={cpu_devices}".strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args], env=env, capture_output=True,
+                          text=True, timeout=180)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{output}"
+    return output
+
+
+def test_tensor_parallel_mlp():
+    out = run_example("tensor_parallel_mlp.py",
+                      ["--batch", "4", "--d-model", "64", "--d-ff", "128", "--steps", "3", "--compare"], 8)
+    assert "8 cpu devices on mesh axis 'tp'" in out
+    for name in ("mscclpp", "lax"):
+        assert re.search(rf"^\[{name}\] forward: .* PASS$", out, re.M), out
+        assert re.search(rf"^\[{name}\] grad of loss .* PASS$", out, re.M), out
+        assert re.search(rf"^timing \[{name}\]: median step over 3 steps: forward [0-9.]+ ms", out, re.M), out
+    assert out.rstrip().splitlines()[-1] == "PASS", out
+
+
+def test_transformer_decode(tmp_path):
+    report_file = tmp_path / "decode.json"
+    out = run_example("transformer_decode.py",
+                      ["--preset", "tiny", "--layers", "1", "--steps", "3", "--prompt-len", "2",
+                       "--batch", "1,4", "--out", str(report_file)], 4)
+    assert "4 cpu devices on 'tp'" in out
+    for batch in (1, 4):
+        assert re.search(rf"batch {batch}: mscclpp/lax step time [0-9.]+x; same tokens .* PASS$", out, re.M), out
+    assert "PASS: mscclpp and lax produced the same tokens" in out
+
+    report = json.loads(report_file.read_text())
+    assert report["passed"] is True
+    assert report["devices"] == {**report["devices"], "platform": "cpu", "count": 4, "tp": 4}
+    assert {"jax", "jaxlib", "jax_mscclpp"} <= set(report["versions"])
+    runs = {(r["batch"], r["collectives"]) for r in report["results"]}
+    assert runs == {(b, c) for b in (1, 4) for c in ("mscclpp", "lax")}
+    for r in report["results"]:
+        assert len(r["step_ms"]) == 3 and r["median_step_ms"] > 0 and r["tokens_per_s"] > 0
+    assert [c["same_tokens"] for c in report["checks"]] == [True, True]
