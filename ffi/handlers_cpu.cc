@@ -2,12 +2,14 @@
 // backend on the calling device's thread, and turn any failure into an ffi::Error.
 //
 // Operands: x (the local block(s)), partition (u32 scalar: XLA's partition id of this device, which the
-// communicator maps to its group and rank). Attributes: comm_id, op, algorithm (collective_types.h values).
+// communicator maps to its group and rank). Attributes: comm_id, op, algorithm (collective_types.h values),
+// plan_id (the registered execution plan when algorithm is kPlan, else -1).
 #include <sstream>
 
 #include "collective_types.h"
 #include "handlers.h"
 #include "host_collectives.h"
+#include "host_plan.h"
 #include "registry.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -47,7 +49,7 @@ bool block_count_of(Collective c, size_t in_elems, size_t out_elems, int world, 
 
 template <Collective kCollective>
 ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Result<ffi::AnyBuffer> y,
-                          int64_t comm_id, int32_t op, int32_t algorithm) {
+                          int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id) {
   auto comm = find_host_communicator(comm_id);
   if (!comm)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
@@ -67,7 +69,17 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
   const int pid = int(*static_cast<const uint32_t*>(partition.untyped_data()));
   CollectiveCall call{kCollective, ReduceOp(op), Algorithm(algorithm), dtype, x.untyped_data(), y->untyped_data(),
                       block};
-  std::string err = host::run_collective(*comm, pid, call, timeout_seconds());
+  std::string err;
+  if (call.algorithm == Algorithm::kPlan) {
+    auto plan = comm->find_plan(plan_id);
+    if (!plan)
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        "jax_mscclpp: plan " + std::to_string(plan_id) + " is not registered with communicator " +
+                            std::to_string(comm_id));
+    err = host::run_plan(*comm, *plan, pid, call, timeout_seconds());
+  } else {
+    err = host::run_collective(*comm, pid, call, timeout_seconds());
+  }
   if (!err.empty()) return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
   return ffi::Error::Success();
 }
@@ -80,7 +92,8 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
                                     .Ret<ffi::AnyBuffer>()              \
                                     .Attr<int64_t>("comm_id")           \
                                     .Attr<int32_t>("op")                \
-                                    .Attr<int32_t>("algorithm"));
+                                    .Attr<int32_t>("algorithm")         \
+                                    .Attr<int64_t>("plan_id"));
 
 JAX_MSCCLPP_CPU_HANDLER(AllReduceCpu, Collective::kAllReduce)
 JAX_MSCCLPP_CPU_HANDLER(AllGatherCpu, Collective::kAllGather)

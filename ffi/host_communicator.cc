@@ -1,5 +1,7 @@
 #include "host_communicator.h"
 
+#include "host_plan.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -34,7 +36,7 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
     for (int r = 0; r < world_; ++r) {
       HostRankState& s = group->ranks[r];
       s.rank = r;
-      s.scratch = std::make_unique<std::byte[]>(2 * scratch_half_bytes_);
+      s.scratch.reset(new std::byte[2 * scratch_half_bytes_]);  // left uninitialised: never read before written
       s.inbound = std::make_unique<HostSemaphore[]>(world_);
       s.expected.assign(world_, 0);
     }
@@ -55,6 +57,25 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
 HostGroup* HostCommunicator::group_of(int partition) {
   if (partition < 0 || partition >= num_partitions()) return nullptr;
   return groups_[group_of_partition_[partition]].get();
+}
+
+int HostCommunicator::group_index(int partition) const {
+  return partition < 0 || partition >= num_partitions() ? -1 : group_of_partition_[partition];
+}
+
+int HostCommunicator::rank_index(int partition) const {
+  return partition < 0 || partition >= num_partitions() ? -1 : rank_of_partition_[partition];
+}
+
+void HostCommunicator::add_plan(int64_t plan_id, std::shared_ptr<HostPlanInstance> plan) {
+  std::lock_guard<std::mutex> lock(plans_mutex_);
+  plans_[plan_id] = std::move(plan);
+}
+
+std::shared_ptr<HostPlanInstance> HostCommunicator::find_plan(int64_t plan_id) {
+  std::lock_guard<std::mutex> lock(plans_mutex_);
+  auto it = plans_.find(plan_id);
+  return it == plans_.end() ? nullptr : it->second;
 }
 
 HostRankState* HostCommunicator::rank_state(int partition) {

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,8 @@
 #include "host_semaphore.h"
 
 namespace jax_mscclpp::host {
+
+struct HostPlanInstance;
 
 struct HostRankState {
   int rank = 0;
@@ -58,9 +61,17 @@ class HostCommunicator {
   int num_partitions() const { return int(group_of_partition_.size()); }
   int num_groups() const { return int(groups_.size()); }
 
-  // nullptr when the partition is out of range.
+  // nullptr (or -1) when the partition is out of range.
   HostGroup* group_of(int partition);
   HostRankState* rank_state(int partition);
+  int group_index(int partition) const;
+  int rank_index(int partition) const;
+  HostGroup* group_of_index(int group) { return groups_[group].get(); }
+
+  // Execution plans bound to this communicator, by the id Python gave them. Registration may happen while
+  // other plans run.
+  void add_plan(int64_t plan_id, std::shared_ptr<HostPlanInstance> plan);
+  std::shared_ptr<HostPlanInstance> find_plan(int64_t plan_id);
 
  private:
   int64_t id_;
@@ -69,6 +80,8 @@ class HostCommunicator {
   std::vector<int> group_of_partition_;
   std::vector<int> rank_of_partition_;
   std::vector<std::unique_ptr<HostGroup>> groups_;
+  std::mutex plans_mutex_;
+  std::map<int64_t, std::shared_ptr<HostPlanInstance>> plans_;
 };
 
 }  // namespace jax_mscclpp::host

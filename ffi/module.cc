@@ -8,6 +8,7 @@
 
 #include "handlers.h"
 #include "host_communicator.h"
+#include "host_plan.h"
 #include "registry.h"
 
 #ifdef JAX_MSCCLPP_WITH_CUDA
@@ -57,6 +58,22 @@ NB_MODULE(_jax_mscclpp, m) {
       nb::arg("comm_id"), nb::arg("world_size"), nb::arg("group_of_partition"), nb::arg("rank_of_partition"),
       nb::arg("scratch_half_bytes"),
       "Host backend setup for one (mesh, axes): scratch, semaphores and channels of every group.");
+
+  m.def(
+      "register_host_plan",
+      [](int64_t comm_id, int64_t plan_id, std::string name, int collective, int world_size,
+         std::vector<int32_t> geometry, std::vector<std::vector<std::vector<int32_t>>> channels,
+         std::vector<std::vector<std::vector<int32_t>>> threadblocks) {
+        auto comm = find_host_communicator(comm_id);
+        if (!comm) throw nb::value_error("no such communicator");
+        if (world_size != comm->world_size()) throw nb::value_error("the plan's world size differs from the communicator's");
+        auto plan = host::HostPlan::decode(std::move(name), collective, world_size, std::move(geometry),
+                                           std::move(channels), std::move(threadblocks));
+        comm->add_plan(plan_id, std::make_shared<host::HostPlanInstance>(plan, comm->num_groups()));
+      },
+      nb::arg("comm_id"), nb::arg("plan_id"), nb::arg("name"), nb::arg("collective"), nb::arg("world_size"),
+      nb::arg("geometry"), nb::arg("channels"), nb::arg("threadblocks"),
+      "Binds an encoded execution plan (jax_mscclpp/plans.py) to a host communicator.");
 
   m.def("destroy_communicator", &destroy_communicator, nb::arg("comm_id"));
   m.def("live_communicators", &live_communicators);

@@ -18,6 +18,7 @@ from .collectives import (
 )
 from .communicator import Communicator
 from .info import info
+from .plans import register_algorithm, unregister_algorithm
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,8 @@ __all__ = [
     "all_to_all",
     "info",
     "pmax",
+    "register_algorithm",
+    "unregister_algorithm",
     "pmin",
     "psum",
     "psum_scatter",

@@ -39,6 +39,7 @@ class Algorithm(enum.IntEnum):
     TWO_PHASE_RING = 3
     TWO_PHASE_NVLS = 4
     ALL_PAIRS = 5
+    PLAN = 6  # a registered execution plan (plans.py)
 
 
 ALGORITHMS = {

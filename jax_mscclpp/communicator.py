@@ -97,6 +97,7 @@ class Communicator:
         self.scratch_bytes = int(scratch_bytes)
         self.id = next(self._ids)
         self.alive = False
+        self._plans: set = set()
         if self.platform == "cpu":
             native.create_host_communicator(
                 self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_bytes
@@ -107,6 +108,16 @@ class Communicator:
                 f"jax_mscclpp: collectives on platform {self.platform!r} are not available yet in this build; "
                 "the CPU backend runs everything today (use jax.lax collectives on GPUs)"
             )
+
+    def bind_plan(self, plan_id: int, plan: dict, name: str) -> None:
+        """Makes an execution plan, registered as algorithm ``name``, runnable on this communicator (once)."""
+        from .plans import encode_plan
+
+        with self._lock:
+            if plan_id in self._plans:
+                return
+            native.register_host_plan(self.id, plan_id, **{**encode_plan(plan), "name": name})
+            self._plans.add(plan_id)
 
     def rank(self, device) -> int:
         """The rank of ``device`` in its group."""

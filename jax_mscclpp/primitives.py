@@ -14,6 +14,8 @@ own primitives so gradients run on our collectives too.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -22,8 +24,8 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, selection
-from ._types import ALGORITHMS, REDUCE_OPS, Collective
+from . import _compat, plans, selection
+from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
 
@@ -80,22 +82,40 @@ def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
             "use the jax.lax collective under pmap"
         )
     aval_in = ctx.avals_in[0]
-    nbytes = int(np.prod(aval_in.shape, dtype=int)) * np.dtype(aval_in.dtype).itemsize
+    itemsize = np.dtype(aval_in.dtype).itemsize
+    count = int(np.prod(aval_in.shape, dtype=int))
+    nbytes = count * itemsize
+    requested = algorithm if algorithm is not None else os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
+    if plans.registered(requested) or (requested is None and plans.registered_for(collective, "cpu")):
+        comm = Communicator(mesh, axes)
+        blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
+        picked = plans.pick(collective, "cpu", requested, nbytes, world, count // blocks, itemsize,
+                            comm.scratch_bytes)
+        if picked is not None:
+            entry, plan = picked
+            comm.bind_plan(entry.id, plan, entry.name)
+            return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id)
     chosen = selection.choose(collective, "cpu", nbytes, algorithm)
     if chosen == "lax":
         return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
     if chosen == "2ph":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
-    comm = Communicator(mesh, axes)
+    return _custom_call(ctx, x, collective, Communicator(mesh, axes), op, ALGORITHMS[chosen], -1)
+
+
+def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id):
+    """The custom call to our FFI target; XLA's partition id is its second operand (the handler maps it to the
+    device's group and rank)."""
     partition = hlo.partition_id()  # this device's row-major position in the mesh (tensor<ui32>)
-    with_partition = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32)])
+    with_partition = ctx.replace(avals_in=[ctx.avals_in[0], jax.core.ShapedArray((), np.uint32)])
     return jax.ffi.ffi_lowering(collective.target, has_side_effect=True)(
         with_partition,
         x,
         partition,
         comm_id=np.int64(comm.id),
         op=np.int32(REDUCE_OPS[op]),
-        algorithm=np.int32(ALGORITHMS[chosen]),
+        algorithm=np.int32(algorithm),
+        plan_id=np.int64(plan_id),
     )
 
 

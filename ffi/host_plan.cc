@@ -1,0 +1,420 @@
+#include "host_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include "host_reduce.h"
+
+namespace jax_mscclpp::host {
+namespace {
+
+const char* op_name(PlanOpCode code) {
+  static const char* names[] = {"copy", "reduce", "put", "put_packets", "read_packets", "signal", "wait", "flush",
+                                "put_with_signal", "reduce_put", "reduce_packets", "barrier", "switch_reduce",
+                                "switch_broadcast"};
+  return names[int(code)];
+}
+
+// Reads the integer encoding of one operation (jax_mscclpp/plans.py):
+//   code, channel, n_srcs, n_packet_srcs, n_remotes, dst(3), src(3), srcs(3 each), packet_srcs(4 each),
+//   remotes(4 each); a chunk is (buffer, index, count) with buffer -1 for none.
+class OpReader {
+ public:
+  explicit OpReader(const std::vector<int32_t>& words) : w_(words) {}
+  bool done() const { return i_ >= w_.size(); }
+  PlanOp next() {
+    PlanOp op;
+    int32_t code = take();
+    if (code < 0 || code > int32_t(PlanOpCode::kSwitchBroadcast)) throw std::invalid_argument("unknown op code");
+    op.code = PlanOpCode(code);
+    op.channel = take();
+    const int n_srcs = take(), n_packet = take(), n_remotes = take();
+    if (n_srcs < 0 || n_packet < 0 || n_remotes < 0) throw std::invalid_argument("negative operand count");
+    op.dst = chunk();
+    op.src = chunk();
+    for (int k = 0; k < n_srcs; ++k) op.srcs.push_back(chunk());
+    for (int k = 0; k < n_packet; ++k) op.packet_srcs.push_back(ChannelRef{take(), chunk()});
+    for (int k = 0; k < n_remotes; ++k) op.remotes.push_back(ChannelRef{take(), chunk()});
+    return op;
+  }
+
+ private:
+  int32_t take() {
+    if (i_ >= w_.size()) throw std::invalid_argument("truncated operation");
+    return w_[i_++];
+  }
+  ChunkRef chunk() {
+    ChunkRef c;
+    int32_t b = take();
+    if (b < -1 || b > 2) throw std::invalid_argument("unknown buffer code");
+    c.buffer = PlanBuffer(b);
+    c.index = take();
+    c.count = take();
+    return c;
+  }
+  const std::vector<int32_t>& w_;
+  size_t i_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<const HostPlan> HostPlan::decode(std::string name, int collective, int world_size,
+                                                 std::vector<int32_t> geometry,
+                                                 std::vector<std::vector<std::vector<int32_t>>> channels,
+                                                 std::vector<std::vector<std::vector<int32_t>>> threadblocks) {
+  auto plan = std::make_shared<HostPlan>();
+  plan->name = std::move(name);
+  plan->collective = Collective(collective);
+  plan->world_size = world_size;
+  if (geometry.size() != 5) throw std::invalid_argument("geometry is (input blocks, output blocks, chunks, scratch, packets)");
+  plan->input_blocks = geometry[0];
+  plan->output_blocks = geometry[1];
+  plan->chunks_per_block = geometry[2];
+  plan->scratch_chunks = geometry[3];
+  plan->packets = geometry[4] != 0;
+  if (plan->input_blocks < 1 || plan->output_blocks < 1 || plan->chunks_per_block < 1 || plan->scratch_chunks < 0)
+    throw std::invalid_argument("bad buffer geometry");
+  if (int(channels.size()) != world_size || int(threadblocks.size()) != world_size)
+    throw std::invalid_argument("one channel list and one thread block list per rank are needed");
+  plan->ranks.resize(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    for (const auto& c : channels[r]) {
+      // (type, peer, peer_channel, member...)
+      if (c.size() < 3) throw std::invalid_argument("channel encoding too short");
+      PlanChannel ch{PlanChannelType(c[0]), c[1], c[2], {}};
+      if (ch.type == PlanChannelType::kSwitch) {
+        ch.members.assign(c.begin() + 3, c.end());
+        for (int m : ch.members)
+          if (m < 0 || m >= world_size) throw std::invalid_argument("switch member out of range");
+      } else if (ch.peer < 0 || ch.peer >= world_size) {
+        throw std::invalid_argument("channel peer out of range");
+      }
+      plan->ranks[r].channels.push_back(std::move(ch));
+    }
+    for (const auto& words : threadblocks[r]) {
+      std::vector<PlanOp> ops;
+      OpReader reader(words);
+      while (!reader.done()) ops.push_back(reader.next());
+      for (const PlanOp& op : ops) {
+        auto in_range = [&](int c) { return c >= 0 && c < int(plan->ranks[r].channels.size()); };
+        bool uses_channel = op.code != PlanOpCode::kCopy && op.code != PlanOpCode::kReduce &&
+                            op.code != PlanOpCode::kBarrier && op.code != PlanOpCode::kReducePut &&
+                            op.code != PlanOpCode::kReducePackets;
+        if (uses_channel && !in_range(op.channel)) throw std::invalid_argument("operation channel out of range");
+        for (const auto& ref : op.packet_srcs)
+          if (!in_range(ref.channel)) throw std::invalid_argument("packet source channel out of range");
+        for (const auto& ref : op.remotes)
+          if (!in_range(ref.channel)) throw std::invalid_argument("remote channel out of range");
+      }
+      plan->ranks[r].threadblocks.push_back(std::move(ops));
+    }
+  }
+  return plan;
+}
+
+namespace {
+
+// LL8 packet: 4 data bytes and the call's 4-byte flag, written and read as one 8-byte word.
+constexpr size_t kPacketData = 4, kPacketBytes = 8;
+
+size_t packets_for(size_t bytes) { return (bytes + kPacketData - 1) / kPacketData; }
+
+}  // namespace
+
+size_t HostPlan::scratch_bytes(size_t block_count, size_t elem_size) const {
+  const size_t ce = (block_count + chunks_per_block - 1) / chunks_per_block;
+  const size_t chunk = packets ? packets_for(ce * elem_size) * kPacketBytes : ce * elem_size;
+  return size_t(scratch_chunks) * chunk;
+}
+
+HostPlanInstance::HostPlanInstance(std::shared_ptr<const HostPlan> p, int num_groups) : plan(std::move(p)) {
+  endpoints.resize(num_groups);
+  for (auto& group : endpoints) {
+    group.resize(plan->world_size);
+    for (int r = 0; r < plan->world_size; ++r) {
+      const size_t n = plan->ranks[r].channels.size();
+      group[r].inbound = std::make_unique<HostSemaphore[]>(n);
+      group[r].expected.assign(n, 0);
+    }
+  }
+}
+
+namespace {
+
+// One rank's interpretation of one call of a plan.
+class PlanRun {
+ public:
+  PlanRun(HostCommunicator& comm, HostPlanInstance& inst, int group, int rank, const CollectiveCall& call,
+          double timeout_s)
+      : comm_(comm), inst_(inst), plan_(*inst.plan), group_(group), rank_(rank), call_(call), timeout_s_(timeout_s),
+        es_(dtype_size(call.dtype)) {
+    block_count_ = call.block_count;
+    ce_ = (block_count_ + plan_.chunks_per_block - 1) / plan_.chunks_per_block;
+    scratch_chunk_bytes_ = plan_.packets ? packets_for(ce_ * es_) * kPacketBytes : ce_ * es_;
+    HostGroup* g = comm.group_of_index(group);
+    epoch_ = ++g->ranks[rank].epoch;
+    flag_ = uint32_t(epoch_);
+    half_ = size_t(epoch_ & 1) * comm.scratch_half_bytes();
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  }
+
+  // Thread blocks take turns; each runs until it finishes or must wait (a semaphore or packets not yet there).
+  bool run() {
+    const auto& tbs = plan_.ranks[rank_].threadblocks;
+    std::vector<size_t> pc(tbs.size(), 0);
+    auto backoff = std::chrono::microseconds(2);
+    for (uint64_t spin = 0;;) {
+      bool progressed = false, finished = true;
+      for (size_t t = 0; t < tbs.size(); ++t) {
+        while (pc[t] < tbs[t].size() && ready(tbs[t][pc[t]])) {
+          execute(tbs[t][pc[t]]);
+          ++pc[t];
+          progressed = true;
+        }
+        finished &= pc[t] == tbs[t].size();
+      }
+      if (finished) return true;
+      if (progressed) {
+        spin = 0;
+        continue;
+      }
+      if (++spin < 256) continue;
+      if (Clock::now() > deadline_) return fail(tbs, pc);
+      std::this_thread::sleep_for(backoff);
+      if (backoff < std::chrono::microseconds(200)) backoff *= 2;
+    }
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  HostRankState& state(int rank) { return comm_.group_of_index(group_)->ranks[rank]; }
+  HostPlanInstance::Endpoints& endpoints(int rank) { return inst_.endpoints[group_][rank]; }
+  const PlanChannel& channel(int c) const { return plan_.ranks[rank_].channels[c]; }
+
+  // Element range [start, stop) of chunk `i` of `buffer` (PLAN.md, "Buffer geometry").
+  std::pair<size_t, size_t> span(PlanBuffer buffer, size_t i) const {
+    if (buffer == PlanBuffer::kScratch) return {i * ce_, (i + 1) * ce_};
+    const size_t b = i / plan_.chunks_per_block, j = i % plan_.chunks_per_block;
+    const size_t end = (b + 1) * block_count_, start = std::min(b * block_count_ + j * ce_, end);
+    return {start, std::min(start + ce_, end)};
+  }
+  size_t length(const ChunkRef& ref, size_t t) const {
+    auto [a, b] = span(ref.buffer, ref.index + t);
+    return b - a;
+  }
+  // Address of chunk `ref.index + t` of `rank`'s buffer (scratch: this call's half; inputs and outputs are
+  // only ever the executing rank's).
+  std::byte* address(int rank, const ChunkRef& ref, size_t t) {
+    switch (ref.buffer) {
+      case PlanBuffer::kInput: return const_cast<std::byte*>(static_cast<const std::byte*>(call_.in)) + span(ref.buffer, ref.index + t).first * es_;
+      case PlanBuffer::kOutput: return static_cast<std::byte*>(call_.out) + span(ref.buffer, ref.index + t).first * es_;
+      case PlanBuffer::kScratch:
+        return state(rank).scratch.get() + half_ + (ref.index + t) * scratch_chunk_bytes_;
+      case PlanBuffer::kNone: break;
+    }
+    return nullptr;
+  }
+
+  // Every packet of scratch chunk `ref.index + t` of `rank` carries this call's flag.
+  bool packets_arrived(int rank, const ChunkRef& ref, size_t t) {
+    const auto* words = reinterpret_cast<uint64_t*>(address(rank, ref, t));
+    for (size_t k = 0, n = packets_for(ce_ * es_); k < n; ++k)
+      if (uint32_t(std::atomic_ref<uint64_t>(const_cast<uint64_t&>(words[k])).load(std::memory_order_acquire) >> 32) != flag_)
+        return false;
+    return true;
+  }
+  void write_packets(int rank, const ChunkRef& ref, size_t t, const std::byte* data, size_t bytes) {
+    auto* words = reinterpret_cast<uint64_t*>(address(rank, ref, t));
+    for (size_t k = 0, n = packets_for(ce_ * es_); k < n; ++k) {
+      uint32_t payload = 0;
+      if (k * kPacketData < bytes) std::memcpy(&payload, data + k * kPacketData, std::min(kPacketData, bytes - k * kPacketData));
+      std::atomic_ref<uint64_t>(words[k]).store((uint64_t(flag_) << 32) | payload, std::memory_order_release);
+    }
+  }
+  void read_packets(const ChunkRef& ref, size_t t, std::byte* out, size_t bytes) {
+    const auto* words = reinterpret_cast<uint64_t*>(address(rank_, ref, t));
+    for (size_t k = 0; k * kPacketData < bytes; ++k) {
+      uint32_t payload = uint32_t(std::atomic_ref<uint64_t>(const_cast<uint64_t&>(words[k])).load(std::memory_order_acquire));
+      std::memcpy(out + k * kPacketData, &payload, std::min(kPacketData, bytes - k * kPacketData));
+    }
+  }
+
+  bool ready(const PlanOp& op) {
+    if (op.code == PlanOpCode::kWait) {
+      auto& ep = endpoints(rank_);
+      return ep.inbound[op.channel].count.load(std::memory_order_acquire) >= ep.expected[op.channel] + 1;
+    }
+    if (op.code == PlanOpCode::kReadPackets) {
+      for (int t = 0; t < op.src.count; ++t)
+        if (!packets_arrived(rank_, op.src, t)) return false;
+    }
+    if (op.code == PlanOpCode::kReducePackets) {
+      for (const auto& p : op.packet_srcs)
+        for (int t = 0; t < p.chunk.count; ++t)
+          if (!packets_arrived(rank_, p.chunk, t)) return false;
+    }
+    return true;
+  }
+
+  void signal(int c) {
+    const PlanChannel& ch = channel(c);
+    endpoints(ch.peer).inbound[ch.peer_channel].count.fetch_add(1, std::memory_order_release);
+  }
+
+  // result <- sources in order (+) ..., over `len` elements; then stored wherever `store` says.
+  void reduce_into(std::byte* result, const std::vector<const std::byte*>& sources, size_t len) {
+    std::memcpy(result, sources[0], len * es_);
+    for (size_t k = 1; k < sources.size(); ++k) reduce_bytes(call_.dtype, result, sources[k], len, call_.op);
+  }
+
+  void execute(const PlanOp& op) {
+    switch (op.code) {
+      case PlanOpCode::kBarrier:
+      case PlanOpCode::kFlush:  // host puts are synchronous copies: nothing is left in flight
+        return;
+      case PlanOpCode::kSignal:
+        signal(op.channel);
+        return;
+      case PlanOpCode::kWait:
+        ++endpoints(rank_).expected[op.channel];
+        return;
+      case PlanOpCode::kCopy:
+        for (int t = 0; t < op.dst.count; ++t)
+          std::memmove(address(rank_, op.dst, t), address(rank_, op.src, t),
+                       std::min(length(op.dst, t), length(op.src, t)) * es_);
+        return;
+      case PlanOpCode::kPut:
+      case PlanOpCode::kPutWithSignal: {
+        const int peer = channel(op.channel).peer;
+        for (int t = 0; t < op.dst.count; ++t)
+          std::memcpy(address(peer, op.dst, t), address(rank_, op.src, t),
+                      std::min(length(op.dst, t), length(op.src, t)) * es_);
+        if (op.code == PlanOpCode::kPutWithSignal) signal(op.channel);
+        return;
+      }
+      case PlanOpCode::kPutPackets: {
+        const int peer = channel(op.channel).peer;
+        for (int t = 0; t < op.dst.count; ++t)
+          write_packets(peer, op.dst, t, address(rank_, op.src, t), std::min(length(op.dst, t), length(op.src, t)) * es_);
+        return;
+      }
+      case PlanOpCode::kReadPackets:
+        for (int t = 0; t < op.dst.count; ++t)
+          read_packets(op.src, t, address(rank_, op.dst, t), std::min(length(op.dst, t), length(op.src, t)) * es_);
+        return;
+      case PlanOpCode::kReduce:
+      case PlanOpCode::kReducePut:
+      case PlanOpCode::kReducePackets:
+        execute_reduction(op);
+        return;
+      case PlanOpCode::kSwitchReduce: {
+        const auto& members = channel(op.channel).members;
+        for (int t = 0; t < op.dst.count; ++t) {
+          size_t len = std::min(length(op.dst, t), length(op.src, t));
+          std::vector<const std::byte*> sources;
+          for (int m : members) sources.push_back(address(m, op.src, t));
+          scratch_value_.resize(len * es_);
+          reduce_into(scratch_value_.data(), sources, len);
+          std::memcpy(address(rank_, op.dst, t), scratch_value_.data(), len * es_);
+        }
+        return;
+      }
+      case PlanOpCode::kSwitchBroadcast: {
+        for (int t = 0; t < op.dst.count; ++t) {
+          size_t len = std::min(length(op.dst, t), length(op.src, t));
+          for (int m : channel(op.channel).members)
+            std::memmove(address(m, op.dst, t), address(rank_, op.src, t), len * es_);
+        }
+        return;
+      }
+    }
+  }
+
+  void execute_reduction(const PlanOp& op) {
+    for (int t = 0; t < op.dst.count; ++t) {
+      size_t len = length(op.dst, t);
+      for (const auto& s : op.srcs) len = std::min(len, length(s, t));
+      for (const auto& p : op.packet_srcs) len = std::min(len, length(p.chunk, t));
+      for (const auto& r : op.remotes) len = std::min(len, length(r.chunk, t));
+      std::vector<const std::byte*> sources;
+      for (const auto& s : op.srcs) sources.push_back(address(rank_, s, t));
+      unpacked_.resize(op.packet_srcs.size());
+      for (size_t k = 0; k < op.packet_srcs.size(); ++k) {
+        unpacked_[k].resize(len * es_);
+        read_packets(op.packet_srcs[k].chunk, t, unpacked_[k].data(), len * es_);
+        sources.push_back(unpacked_[k].data());
+      }
+      scratch_value_.resize(len * es_);
+      reduce_into(scratch_value_.data(), sources, len);
+      std::memcpy(address(rank_, op.dst, t), scratch_value_.data(), len * es_);
+      for (const auto& r : op.remotes) {
+        const int peer = channel(r.channel).peer;
+        if (op.code == PlanOpCode::kReducePackets)
+          write_packets(peer, r.chunk, t, scratch_value_.data(), len * es_);
+        else
+          std::memcpy(address(peer, r.chunk, t), scratch_value_.data(), len * es_);
+      }
+    }
+  }
+
+  bool fail(const std::vector<std::vector<PlanOp>>& tbs, const std::vector<size_t>& pc) {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << collective_name(call_.collective) << " (plan '"
+        << plan_.name << "', communicator " << comm_.id() << "): rank " << rank_ << " of " << plan_.world_size
+        << " at epoch " << epoch_ << " is blocked:";
+    for (size_t t = 0; t < tbs.size(); ++t) {
+      if (pc[t] >= tbs[t].size()) continue;
+      const PlanOp& op = tbs[t][pc[t]];
+      msg << " thread block " << t << " op " << pc[t] << " (" << op_name(op.code);
+      if (op.code == PlanOpCode::kWait) msg << " for peer " << channel(op.channel).peer;
+      msg << ");";
+    }
+    msg << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
+    error_ = msg.str();
+    comm_.group_of_index(group_)->mark_broken(error_);
+    return false;
+  }
+
+  HostCommunicator& comm_;
+  HostPlanInstance& inst_;
+  const HostPlan& plan_;
+  int group_, rank_;
+  const CollectiveCall& call_;
+  double timeout_s_;
+  size_t es_, block_count_ = 0, ce_ = 0, scratch_chunk_bytes_ = 0, half_ = 0;
+  uint64_t epoch_ = 0;
+  uint32_t flag_ = 0;
+  Clock::time_point deadline_;
+  std::string error_;
+  std::vector<std::byte> scratch_value_;
+  std::vector<std::vector<std::byte>> unpacked_;
+};
+
+}  // namespace
+
+std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int partition, const CollectiveCall& call,
+                     double timeout_s) {
+  const HostPlan& plan = *instance.plan;
+  const int group = comm.group_index(partition), rank = comm.rank_index(partition);
+  if (group < 0) return "jax_mscclpp: partition " + std::to_string(partition) + " is not in this communicator";
+  if (plan.world_size != comm.world_size() || plan.collective != call.collective)
+    return "jax_mscclpp: plan '" + plan.name + "' does not fit this call (collective or world size)";
+  if (plan.scratch_bytes(call.block_count, dtype_size(call.dtype)) > comm.scratch_half_bytes())
+    return "jax_mscclpp: plan '" + plan.name + "' needs more scratch than the communicator has";
+  HostGroup* g = comm.group_of_index(group);
+  if (g->broken.load(std::memory_order_acquire))
+    return "jax_mscclpp: communicator " + std::to_string(comm.id()) + " is unusable after an earlier failure: " +
+           g->reason();
+  if (g->ranks[rank].skip_next_calls > 0) {
+    --g->ranks[rank].skip_next_calls;
+    return {};
+  }
+  PlanRun run(comm, instance, group, rank, call, timeout_s);
+  return run.run() ? std::string() : run.error();
+}
+
+}  // namespace jax_mscclpp::host

@@ -1,0 +1,95 @@
+// Execution plans (jax_mscclpp/dsl/PLAN.md) on the host reference backend.
+//
+// Python lowers a DSL program to a plan and encodes it (jax_mscclpp/plans.py) as plain integers: per rank, a
+// list of channel endpoints and, per thread block, a stream of operations. HostPlan decodes and checks that
+// encoding once; HostPlanInstance adds the per-(group, rank) channel semaphores of one communicator; and
+// run_plan() interprets one rank's part of a call with the semantics of PLAN.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collective_types.h"
+#include "host_communicator.h"
+#include "host_semaphore.h"
+
+namespace jax_mscclpp::host {
+
+enum class PlanBuffer : int32_t { kInput = 0, kOutput = 1, kScratch = 2, kNone = -1 };
+enum class PlanChannelType : int32_t { kMemory = 0, kPort = 1, kSwitch = 2 };
+
+// Operation codes of the integer encoding; keep in step with jax_mscclpp/plans.py (OPCODES).
+enum class PlanOpCode : int32_t {
+  kCopy = 0, kReduce = 1, kPut = 2, kPutPackets = 3, kReadPackets = 4, kSignal = 5, kWait = 6, kFlush = 7,
+  kPutWithSignal = 8, kReducePut = 9, kReducePackets = 10, kBarrier = 11, kSwitchReduce = 12,
+  kSwitchBroadcast = 13,
+};
+
+struct ChunkRef {
+  PlanBuffer buffer = PlanBuffer::kNone;
+  int32_t index = 0;
+  int32_t count = 0;
+};
+
+struct ChannelRef {  // a remote chunk or packet slot reached through one of the rank's channels
+  int32_t channel = -1;
+  ChunkRef chunk;
+};
+
+struct PlanOp {
+  PlanOpCode code;
+  int32_t channel = -1;
+  ChunkRef dst, src;
+  std::vector<ChunkRef> srcs;
+  std::vector<ChannelRef> packet_srcs, remotes;
+};
+
+struct PlanChannel {
+  PlanChannelType type;
+  int32_t peer = -1, peer_channel = -1;  // memory / port
+  std::vector<int32_t> members;          // switch: the member ranks, in reduction order
+};
+
+struct PlanRank {
+  std::vector<PlanChannel> channels;
+  std::vector<std::vector<PlanOp>> threadblocks;
+};
+
+struct HostPlan {
+  std::string name;
+  Collective collective;
+  int world_size = 0;
+  int input_blocks = 1, output_blocks = 1, chunks_per_block = 1, scratch_chunks = 0;
+  bool packets = false;
+  std::vector<PlanRank> ranks;
+
+  // Decodes the integer encoding; throws std::invalid_argument naming what is malformed.
+  static std::shared_ptr<const HostPlan> decode(std::string name, int collective, int world_size,
+                                                std::vector<int32_t> geometry,
+                                                std::vector<std::vector<std::vector<int32_t>>> channels,
+                                                std::vector<std::vector<std::vector<int32_t>>> threadblocks);
+
+  // Scratch bytes one call needs for `block_count` elements of `elem_size` bytes per block.
+  size_t scratch_bytes(size_t block_count, size_t elem_size) const;
+};
+
+// A plan bound to one communicator: every (group, rank) gets one inbound semaphore per channel endpoint.
+struct HostPlanInstance {
+  struct Endpoints {
+    std::unique_ptr<HostSemaphore[]> inbound;  // [channels]
+    std::vector<uint64_t> expected;            // [channels]
+  };
+  std::shared_ptr<const HostPlan> plan;
+  std::vector<std::vector<Endpoints>> endpoints;  // [group][rank]
+
+  HostPlanInstance(std::shared_ptr<const HostPlan> plan, int num_groups);
+};
+
+// Runs rank `partition`'s part of `call` with `instance`; "" on success, else an error naming the rank,
+// thread block, operation and epoch.
+std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int partition, const CollectiveCall& call,
+                     double timeout_s);
+
+}  // namespace jax_mscclpp::host
