@@ -52,3 +52,10 @@ def test_transformer_decode(tmp_path):
     for r in report["results"]:
         assert len(r["step_ms"]) == 3 and r["median_step_ms"] > 0 and r["tokens_per_s"] > 0
     assert [c["same_tokens"] for c in report["checks"]] == [True, True]
+
+
+def test_custom_algorithm():
+    out = run_example("custom_algorithm.py", [], 8)
+    assert "verified" in out and "a dropped wait is caught: race" in out, out
+    assert "the psum ran the registered plan: True" in out, out
+    assert out.rstrip().splitlines()[-1] == "PASS", out
