@@ -32,7 +32,7 @@ class Rule:
 
 
 DEFAULT_TABLE = (
-    Rule(Collective.ALL_REDUCE, "cpu", 64 * 1024, "1pa_ll"),
+    Rule(Collective.ALL_REDUCE, "cpu", 16 * 1024, "1pa_ll"),
     Rule(Collective.ALL_REDUCE, "cpu", None, "2pa_hb"),
     Rule(Collective.ALL_GATHER, "cpu", None, "allpairs"),
     Rule(Collective.REDUCE_SCATTER, "cpu", None, "allpairs"),
@@ -41,12 +41,19 @@ DEFAULT_TABLE = (
 
 
 def check_algorithm(collective: Collective, algorithm: str | None, api_name: str) -> None:
-    """Raises ValueError unless ``algorithm`` is None or a name ``collective`` knows."""
-    if algorithm is not None and algorithm not in ALGORITHMS_OF[collective]:
-        raise ValueError(
-            f"{api_name}: unknown algorithm {algorithm!r}; {collective.name.lower()} knows "
-            f"{', '.join(ALGORITHMS_OF[collective])}"
-        )
+    """Raises ValueError unless ``algorithm`` is None, a name ``collective`` knows, or a registered plan."""
+    from . import plans
+
+    if algorithm is None or algorithm in ALGORITHMS_OF[collective]:
+        return
+    entry = plans.registered(algorithm)
+    if entry is not None and entry.collective == collective:
+        return
+    registered = [p.name for p in plans.registered_for(collective, "cpu")]
+    raise ValueError(
+        f"{api_name}: unknown algorithm {algorithm!r}; {collective.name.lower()} knows "
+        f"{', '.join(ALGORITHMS_OF[collective] + tuple(registered))}"
+    )
 
 
 def choose(collective: Collective, platform: str, nbytes: int, requested: str | None) -> str:
@@ -64,21 +71,31 @@ def choose(collective: Collective, platform: str, nbytes: int, requested: str | 
                 f"{collective.name.lower()}; there it runs: {', '.join(supported) or 'none'} (or 'lax')"
             )
         return requested
-    for rule in DEFAULT_TABLE:
+    # Rules measured on this machine (``tuning.py``: JAX_MSCCLPP_TUNING_FILE or the topology's default file) first.
+    for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
         if rule.collective == collective and rule.platform == platform:
             if rule.max_bytes is None or nbytes <= rule.max_bytes:
                 return rule.algorithm
     return "lax"
 
 
+def _tuned_rules(platform: str | None) -> tuple:
+    from . import tuning
+
+    return tuning.rules_for(platform)
+
+
 def table() -> list[dict]:
-    """The selection table, for ``info()``."""
+    """The selection table, for ``info()``: tuned rules (consulted first) and then the defaults."""
+    from . import tuning
+
     return [
         {
             "collective": r.collective.name.lower(),
             "platform": r.platform,
             "max_bytes": r.max_bytes,
             "algorithm": r.algorithm,
+            "source": source,
         }
-        for r in DEFAULT_TABLE
+        for r, source in (*tuning.listed_rules(), *((r, "default") for r in DEFAULT_TABLE))
     ]

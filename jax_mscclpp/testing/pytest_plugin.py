@@ -1,0 +1,118 @@
+"""pytest plugin of jax_mscclpp (entry point ``pytest11``: loaded in every pytest session once the package is
+installed; ``-p jax_mscclpp.testing.pytest_plugin`` loads it by hand, ``-p no:jax_mscclpp`` turns it off).
+
+Fixtures:
+
+- ``jm_mesh`` (session): a 1-D mesh named "x" over every device of JAX's default backend: the GPUs when JAX sees
+  any, else the CPU devices;
+- ``jm_comm`` (session): ``jax_mscclpp.Communicator(jm_mesh, "x")`` (skips where our collectives cannot run);
+- ``collective_benchmark``: ``collective_benchmark(op, nbytes, dtype=..., algorithm=...)`` times ours and the lax
+  collective (``block_until_ready`` on every call), checks that they agree, and returns a record with
+  ``ours_us``, ``lax_us`` and ``speedup``; with pytest-benchmark installed it also feeds the ``benchmark``
+  fixture (ours, one call per dispatch) and puts the figures in its ``extra_info``.
+
+Markers: ``@pytest.mark.gpu`` skips unless jax_mscclpp was built with CUDA and a CUDA device is visible (to JAX;
+or, when the session keeps JAX on the CPU with ``JAX_PLATFORMS=cpu``, to jax_mscclpp's CUDA runtime);
+``@pytest.mark.multigpu(n)`` needs n of them.
+
+CPU devices: JAX fixes the number of CPU devices when it starts, from
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``. If that flag is not set when the session starts and JAX
+has not started yet, this plugin sets N (``--jm-cpu-devices``, or the ini option ``jm_cpu_devices``, default 8).
+Set it yourself when something starts JAX before pytest configures its plugins.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+_MARKERS = (
+    "gpu: needs at least one CUDA GPU and the CUDA build",
+    "multigpu(n): needs at least n CUDA GPUs",
+)
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("jax_mscclpp")
+    group.addoption("--jm-cpu-devices", type=int, default=None, dest="jm_cpu_devices",
+                    help="CPU devices to create when XLA_FLAGS sets no count (default: ini jm_cpu_devices or 8)")
+    group.addoption("--jm-bench-iters", type=int, default=None, dest="jm_bench_iters",
+                    help="timed iterations of collective_benchmark (default: 20 on GPU, 3 on CPU)")
+    parser.addini("jm_cpu_devices", "CPU devices to create when XLA_FLAGS sets no count", default="8")
+
+
+def pytest_configure(config):
+    for line in _MARKERS:
+        config.addinivalue_line("markers", line)
+    from jax_mscclpp.bench import machine
+
+    count = config.getoption("jm_cpu_devices", default=None) or int(config.getini("jm_cpu_devices") or 8)
+    machine.ensure_host_devices(count)
+
+
+_skip_cache: dict = {}
+
+
+def _gpu_skip_reason(count: int) -> str | None:
+    if count not in _skip_cache:
+        from . import fixtures
+
+        _skip_cache[count] = fixtures.gpu_skip_reason(count)
+    return _skip_cache[count]
+
+
+def pytest_runtest_setup(item):
+    needed = 0
+    if item.get_closest_marker("gpu") is not None:
+        needed = 1
+    marker = item.get_closest_marker("multigpu")
+    if marker is not None:
+        n = marker.args[0] if marker.args else marker.kwargs.get("n", 2)
+        needed = max(needed, int(n))
+    if needed:
+        reason = _gpu_skip_reason(needed)
+        if reason:
+            pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def jm_mesh():
+    """A 1-D mesh named "x" over every device of JAX's default backend."""
+    from . import fixtures
+
+    return fixtures.default_mesh()
+
+
+@pytest.fixture(scope="session")
+def jm_comm(jm_mesh):
+    """The Communicator of ``jm_mesh`` over "x"."""
+    import jax_mscclpp as jm
+
+    try:
+        return jm.Communicator(jm_mesh, "x")
+    except NotImplementedError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture
+def collective_benchmark(jm_mesh, request):
+    """``collective_benchmark(op, nbytes, dtype="float32", algorithm=None, **options)`` -> record with
+    ``ours_us``, ``lax_us``, ``speedup`` (see ``jax_mscclpp.testing.fixtures.CollectiveBenchmark``)."""
+    from . import fixtures
+
+    benchmark = None
+    if request.config.pluginmanager.hasplugin("benchmark"):
+        try:
+            benchmark = request.getfixturevalue("benchmark")
+        except pytest.FixtureLookupError:
+            benchmark = None
+    bench = fixtures.CollectiveBenchmark(jm_mesh, iters=request.config.getoption("jm_bench_iters", default=None),
+                                         benchmark=benchmark)
+
+    def run(op, nbytes, dtype="float32", algorithm=None, **options):
+        try:
+            return bench(op, nbytes, dtype=dtype, algorithm=algorithm, **options)
+        except fixtures.Unavailable as e:
+            pytest.skip(f"jax_mscclpp collectives cannot run here: {e}")
+
+    run.records = bench.records
+    return run

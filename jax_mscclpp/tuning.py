@@ -1,0 +1,221 @@
+"""The selection file: algorithm choices measured on this machine, which ``selection.choose`` reads before its
+default table.
+
+Where it is read from:
+
+- ``JAX_MSCCLPP_TUNING_FILE=/path/file.json``: that file (a missing or unreadable file is warned about once and
+  ignored); ``JAX_MSCCLPP_TUNING_FILE=off`` (or ``none``, ``0``, empty): no file at all;
+- otherwise the default file of this topology, if it exists:
+  ``<cache>/tuning/<platform>-<device kind>-<n>dev.json`` where ``<cache>`` is ``JAX_MSCCLPP_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/jax_mscclpp``, else ``~/.cache/jax_mscclpp``.
+
+``python -m jax_mscclpp.tune`` writes it. Format (JSON, ``"format": "jax_mscclpp.tuning/1"``): ``rules`` is an
+ordered list of ``{collective, platform, max_bytes, algorithm}`` (plus ``min_bytes``, ``margin`` and ``runner_up``,
+for people) with selection's meaning: per-rank input bytes, inclusive upper bound, first match wins; ``null``
+max_bytes means no limit. Sizes past the last rule's bound fall through to the default table. Rules naming an
+algorithm this build does not run on that platform are ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import threading
+import warnings
+
+FORMAT = "jax_mscclpp.tuning/1"
+ENV_FILE = "JAX_MSCCLPP_TUNING_FILE"
+ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
+_OFF = ("", "0", "off", "none", "false")
+
+_lock = threading.Lock()
+_loaded: dict = {}  # path -> (stat signature, rules)
+_warned: set = set()
+_topologies: dict = {}
+
+
+def cache_dir() -> str:
+    if os.environ.get(ENV_CACHE_DIR):
+        return os.environ[ENV_CACHE_DIR]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jax_mscclpp")
+
+
+def _jax_devices(platform: str):
+    import jax
+
+    names = {"cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu")}.get(platform, (platform,))
+    for name in names:
+        try:
+            return jax.devices(name)
+        except RuntimeError:
+            continue
+    return []
+
+
+def topology(platform: str) -> str | None:
+    """``<platform>-<device kind>-<n>dev`` (``-<p>proc`` with several processes), or None when JAX has no device
+    of ``platform``."""
+    if platform in _topologies:
+        return _topologies[platform]
+    import jax
+
+    devices = _jax_devices(platform)
+    if not devices:
+        return None
+    kind = re.sub(r"[^A-Za-z0-9]+", "-", devices[0].device_kind).strip("-").lower() or "device"
+    name = f"{platform}-{kind}-{len(devices)}dev"
+    if jax.process_count() > 1:
+        name += f"-{jax.process_count()}proc"
+    _topologies[platform] = name
+    return name
+
+
+def default_path(platform: str) -> str | None:
+    """The default selection file of this machine's ``platform`` topology (None when there is no device)."""
+    name = topology(platform)
+    return None if name is None else os.path.join(cache_dir(), "tuning", name + ".json")
+
+
+def _backends_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def active_path(platform: str | None) -> str | None:
+    """The selection file ``choose`` reads for ``platform``, or None. Without ``JAX_MSCCLPP_TUNING_FILE`` and
+    before JAX has started (or with no platform), there is none: finding the default needs the devices."""
+    env = os.environ.get(ENV_FILE)
+    if env is not None:
+        return None if env.strip().lower() in _OFF else env
+    if platform is None or not _backends_started():
+        return None
+    path = default_path(platform)
+    return path if path and os.path.exists(path) else None
+
+
+def _warn_once(key, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _to_rules(doc: dict, path: str) -> tuple:
+    from ._types import ALGORITHMS_OF, Collective
+    from .selection import PLATFORM_ALGORITHMS, Rule
+
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} file (format={doc.get('format')!r})")
+    rules = []
+    for entry in doc.get("rules", []):
+        collective = Collective[str(entry["collective"]).upper()]
+        platform = str(entry["platform"])
+        algorithm = str(entry["algorithm"])
+        max_bytes = entry.get("max_bytes")
+        max_bytes = None if max_bytes is None else int(max_bytes)
+        runs = PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ())
+        if algorithm not in ALGORITHMS_OF[collective] or (algorithm != "lax" and algorithm not in runs):
+            _warn_once(
+                (path, collective, platform, algorithm),
+                f"jax_mscclpp: {path}: ignoring rule {collective.name.lower()} -> {algorithm!r}: this build does "
+                f"not run it on {platform!r}",
+            )
+            continue
+        rules.append(Rule(collective, platform, max_bytes, algorithm))
+    return tuple(rules)
+
+
+def load_rules(path: str) -> tuple:
+    """The rules of the selection file at ``path`` (cached until the file changes); () when it cannot be read,
+    with a warning once."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        _warn_once((path, "missing"), f"jax_mscclpp: {ENV_FILE}={path} does not exist; using the default table")
+        return ()
+    signature = (st.st_mtime_ns, st.st_size, st.st_ino)
+    with _lock:
+        cached = _loaded.get(path)
+        if cached and cached[0] == signature:
+            return cached[1]
+    try:
+        with open(path) as f:
+            rules = _to_rules(json.load(f), path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        _warn_once((path, signature), f"jax_mscclpp: cannot read the selection file {path}: {e}; using the default table")
+        rules = ()
+    with _lock:
+        _loaded[path] = (signature, rules)
+    return rules
+
+
+def rules_for(platform: str | None) -> tuple:
+    """Tuned rules that apply to ``platform`` (all platforms when None), in file order."""
+    path = active_path(platform)
+    if path is None:
+        return ()
+    rules = load_rules(path)
+    return rules if platform is None else tuple(r for r in rules if r.platform == platform)
+
+
+def listed_rules() -> list:
+    """(rule, file) for every tuned rule in force, for ``selection.table()``: the JAX_MSCCLPP_TUNING_FILE's, or
+    (once JAX has started) each platform's default file's."""
+    from .selection import PLATFORM_ALGORITHMS
+
+    env = os.environ.get(ENV_FILE)
+    if env is not None:
+        path = active_path(None)
+        return [(r, path) for r in load_rules(path)] if path else []
+    out = []
+    for platform in PLATFORM_ALGORITHMS:
+        path = active_path(platform)
+        if path:
+            out.extend((r, path) for r in load_rules(path) if r.platform == platform)
+    return out
+
+
+def read(path: str) -> dict:
+    """The whole document of a selection file."""
+    with open(path) as f:
+        return json.load(f)
+
+
+def write(path: str, doc: dict) -> str:
+    """Writes ``doc`` to ``path`` atomically (a reader never sees half a file)."""
+    doc = {"format": FORMAT, **doc}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def rules_from_winners(collective: str, platform: str, winners) -> list[dict]:
+    """Merges per-size winners ``[(bytes, algorithm, margin, runner_up)]`` (any order) into rules: a run of sizes
+    with one winner becomes one rule up to its largest size; its margin is the smallest in the run."""
+    rules: list[dict] = []
+    for nbytes, algorithm, margin, runner_up in sorted(winners):
+        if rules and rules[-1]["algorithm"] == algorithm:
+            rule = rules[-1]
+            rule["max_bytes"] = nbytes
+            if margin is not None and (rule["margin"] is None or margin < rule["margin"]):
+                rule["margin"], rule["runner_up"] = margin, runner_up
+        else:
+            rules.append({
+                "collective": collective, "platform": platform, "min_bytes": nbytes, "max_bytes": nbytes,
+                "algorithm": algorithm, "margin": margin, "runner_up": runner_up,
+            })
+    return rules
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
