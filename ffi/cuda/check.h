@@ -1,0 +1,40 @@
+// CUDA error checking for the host runtime: failures become exceptions that name the call and the error.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace jax_mscclpp::cuda {
+
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(cudaError_t code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  cudaError_t code() const { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+[[noreturn]] inline void throw_cuda_error(cudaError_t e, const char* expr, const char* file, int line) {
+  throw CudaError(e, std::string("jax_mscclpp: ") + expr + " failed: " + cudaGetErrorName(e) + " (" +
+                         cudaGetErrorString(e) + ") at " + file + ":" + std::to_string(line));
+}
+
+}  // namespace jax_mscclpp::cuda
+
+#define JAX_MSCCLPP_CUDA_CHECK(expr)                                                         \
+  do {                                                                                       \
+    cudaError_t jax_mscclpp_err_ = (expr);                                                   \
+    if (jax_mscclpp_err_ != cudaSuccess)                                                     \
+      ::jax_mscclpp::cuda::throw_cuda_error(jax_mscclpp_err_, #expr, __FILE__, __LINE__);    \
+  } while (0)
+
+// For destructors: a failure (typically a context already poisoned by a trap) is ignored, and the
+// non-sticky last-error state it left is cleared so it does not surface in an unrelated later check.
+#define JAX_MSCCLPP_CUDA_IGNORE(expr) \
+  do {                                \
+    (void)(expr);                     \
+    (void)cudaGetLastError();         \
+  } while (0)

@@ -1,0 +1,33 @@
+// CUDA driver entry points, looked up at run time through the runtime (cudaGetDriverEntryPointByVersion), so
+// the module links only the static CUDA runtime and still imports on a machine without a GPU or driver.
+#pragma once
+
+#include <cuda.h>
+
+namespace jax_mscclpp::cuda {
+
+struct DriverApi {
+  decltype(&::cuGetErrorString) get_error_string = nullptr;
+  decltype(&::cuStreamWriteValue64) stream_write_value64 = nullptr;
+  // Virtual memory management and multicast: only the opt-in NVLS path (nvls.h) uses these.
+  decltype(&::cuMemCreate) mem_create = nullptr;
+  decltype(&::cuMemRelease) mem_release = nullptr;
+  decltype(&::cuMemAddressReserve) mem_address_reserve = nullptr;
+  decltype(&::cuMemAddressFree) mem_address_free = nullptr;
+  decltype(&::cuMemMap) mem_map = nullptr;
+  decltype(&::cuMemUnmap) mem_unmap = nullptr;
+  decltype(&::cuMemSetAccess) mem_set_access = nullptr;
+  decltype(&::cuMulticastGetGranularity) multicast_get_granularity = nullptr;
+  decltype(&::cuMulticastCreate) multicast_create = nullptr;
+  decltype(&::cuMulticastAddDevice) multicast_add_device = nullptr;
+  decltype(&::cuMulticastBindMem) multicast_bind_mem = nullptr;
+  decltype(&::cuMulticastUnbind) multicast_unbind = nullptr;
+};
+
+// Looked up once (thread-safe); entries the driver lacks stay null.
+const DriverApi& driver_api();
+
+// "CUDA_ERROR_..." text for a driver result.
+const char* driver_error_string(CUresult r);
+
+}  // namespace jax_mscclpp::cuda

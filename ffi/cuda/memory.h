@@ -1,0 +1,92 @@
+// Registered memory: device allocations other ranks may map, and the mappings of other ranks' allocations.
+//
+// Transports, chosen when a peer's handle is imported:
+//   same process      : the owner's pointer is used directly (same device), after enabling peer access when
+//                       the devices differ;
+//   another process   : the CUDA IPC handle is opened (cudaIpcOpenMemHandle) and closed when the mapping
+//                       is destroyed.
+// A handle travels as bytes (`MemoryHandle::serialize`), so any channel can carry it: a pipe or file in the
+// tests, JAX's coordination service in the package.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace jax_mscclpp::cuda {
+
+// cudaMalloc'd memory owned by this process, zero-initialized. Move-only.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(int device, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  template <class T = char>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
+
+ private:
+  void reset();
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  int device_ = -1;
+};
+
+// What a peer needs to map one allocation (fixed-size, plain bytes).
+struct MemoryHandle {
+  uint32_t magic;
+  uint32_t version;
+  int64_t pid;
+  uint64_t host_id;
+  int32_t device;
+  int32_t reserved;
+  uint64_t address;  // in the owner's process
+  uint64_t bytes;
+  cudaIpcMemHandle_t ipc;
+
+  static MemoryHandle make(const void* ptr, size_t bytes, int device);
+  std::string serialize() const;
+  static MemoryHandle deserialize(const std::string& bytes);  // throws std::invalid_argument
+  bool same_process() const;
+};
+
+// A peer's allocation mapped into this process. Move-only; unmapped on destruction.
+class MappedMemory {
+ public:
+  MappedMemory() = default;
+  MappedMemory(const MemoryHandle& handle, int local_device);
+  ~MappedMemory();
+  MappedMemory(MappedMemory&& o) noexcept;
+  MappedMemory& operator=(MappedMemory&& o) noexcept;
+  MappedMemory(const MappedMemory&) = delete;
+  MappedMemory& operator=(const MappedMemory&) = delete;
+
+  char* get() const { return static_cast<char*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  bool via_ipc() const { return ipc_; }
+
+ private:
+  void reset();
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  int device_ = -1;
+  bool ipc_ = false;
+};
+
+// Mappings opened through cudaIpcOpenMemHandle and not yet closed (teardown checks).
+int live_ipc_mappings();
+
+// Identifies this machine boot (same-process detection next to the pid).
+uint64_t host_identity();
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,140 @@
+#include "rank_context.h"
+
+#include <cstring>
+#include <stdexcept>
+
+#include "check.h"
+
+namespace jax_mscclpp::cuda {
+namespace {
+
+constexpr uint32_t kEndpointMagic = 0x4A4D4550;  // "JMEP"
+
+struct EndpointHeader {
+  uint32_t magic;
+  int32_t rank;
+  int32_t nranks;
+  int32_t channels_per_peer;
+};
+
+}  // namespace
+
+RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
+  if (opts.nranks < 1 || opts.rank < 0 || opts.rank >= opts.nranks || opts.channels_per_peer < 1)
+    throw std::invalid_argument("jax_mscclpp: bad rank options");
+  config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s);
+  scratch_ = DeviceBuffer(opts.device, opts.scratch_bytes);
+  const size_t words = kFirstSemaphoreWord + static_cast<size_t>(opts.nranks) * opts.channels_per_peer * 2 * 2;
+  pool_ = DeviceBuffer(opts.device, words * sizeof(uint64_t));
+  peer_scratch_.resize(opts.nranks);
+  peer_pool_.resize(opts.nranks);
+}
+
+RankContext::~RankContext() {
+  if (proxy_) {
+    for (uint32_t id : port_channel_ids_) proxy_->remove_channel(id);
+    proxy_.reset();
+  }
+  peer_scratch_.clear();
+  peer_pool_.clear();
+}
+
+size_t RankContext::semaphore_word(int sender, int index, Kind kind) const {
+  return kFirstSemaphoreWord + ((static_cast<size_t>(sender) * opts_.channels_per_peer + index) * 2 + kind) * 2;
+}
+
+std::string RankContext::endpoint() const {
+  EndpointHeader h{kEndpointMagic, opts_.rank, opts_.nranks, opts_.channels_per_peer};
+  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  out += MemoryHandle::make(scratch_.get(), scratch_.bytes(), opts_.device).serialize();
+  out += MemoryHandle::make(pool_.get(), pool_.bytes(), opts_.device).serialize();
+  return out;
+}
+
+void RankContext::connect(int peer, const std::string& remote) {
+  if (peer < 0 || peer >= opts_.nranks || peer == opts_.rank)
+    throw std::invalid_argument("jax_mscclpp: connect: bad peer rank");
+  const size_t hsize = sizeof(MemoryHandle);
+  if (remote.size() != sizeof(EndpointHeader) + 2 * hsize)
+    throw std::invalid_argument("jax_mscclpp: connect: endpoint has the wrong size");
+  EndpointHeader h;
+  std::memcpy(&h, remote.data(), sizeof(h));
+  if (h.magic != kEndpointMagic) throw std::invalid_argument("jax_mscclpp: connect: not an endpoint");
+  if (h.rank != peer || h.nranks != opts_.nranks || h.channels_per_peer != opts_.channels_per_peer)
+    throw std::invalid_argument("jax_mscclpp: connect: endpoint of rank " + std::to_string(h.rank) + "/" +
+                                std::to_string(h.nranks) + " does not match peer " + std::to_string(peer) + "/" +
+                                std::to_string(opts_.nranks));
+  MemoryHandle scratch = MemoryHandle::deserialize(remote.substr(sizeof(h), hsize));
+  MemoryHandle pool = MemoryHandle::deserialize(remote.substr(sizeof(h) + hsize, hsize));
+  peer_scratch_[peer] = MappedMemory(scratch, opts_.device);
+  peer_pool_[peer] = MappedMemory(pool, opts_.device);
+}
+
+bool RankContext::connected(int peer) const {
+  return peer == opts_.rank || (peer >= 0 && peer < opts_.nranks && peer_pool_[peer].get() != nullptr);
+}
+
+char* RankContext::peer_scratch(int peer) const {
+  if (peer == opts_.rank) return scratch_.get();
+  check_peer(peer, 0);
+  return peer_scratch_[peer].get();
+}
+
+void RankContext::check_peer(int peer, int index) const {
+  if (peer < 0 || peer >= opts_.nranks || peer == opts_.rank || !connected(peer))
+    throw std::invalid_argument("jax_mscclpp: peer " + std::to_string(peer) + " is not connected to rank " +
+                                std::to_string(opts_.rank));
+  if (index < 0 || index >= opts_.channels_per_peer)
+    throw std::invalid_argument("jax_mscclpp: channel index out of range");
+}
+
+MemoryChannelDeviceHandle RankContext::memory_channel(int peer, int index, char* local) const {
+  check_peer(peer, index);
+  MemoryChannelDeviceHandle h;
+  uint64_t* mine = pool_.get<uint64_t>();
+  uint64_t* theirs = reinterpret_cast<uint64_t*>(peer_pool_[peer].get());
+  h.semaphore.inbound = mine + semaphore_word(peer, index, kMemory);
+  h.semaphore.expected = h.semaphore.inbound + 1;
+  h.semaphore.remote_inbound = theirs + semaphore_word(opts_.rank, index, kMemory);
+  h.semaphore.site = site(peer);
+  h.remote = peer_scratch_[peer].get();
+  h.local = local;
+  h.packets = scratch_.get();
+  return h;
+}
+
+PortChannelDeviceHandle RankContext::port_channel(int peer, int index, const char* local, size_t local_bytes) {
+  check_peer(peer, index);
+  if (!proxy_) proxy_ = ProxyService::shared(opts_.device);
+  uint64_t* mine = pool_.get<uint64_t>();
+  uint64_t* theirs = reinterpret_cast<uint64_t*>(peer_pool_[peer].get());
+  const uint32_t id = proxy_->add_channel(peer_scratch_[peer].get(), peer_scratch_[peer].bytes(), local, local_bytes,
+                                          theirs + semaphore_word(opts_.rank, index, kPort));
+  port_channel_ids_.push_back(id);
+  PortChannelDeviceHandle h;
+  h.fifo = proxy_->fifo_handle(site(-1));
+  h.semaphore.inbound = mine + semaphore_word(peer, index, kPort);
+  h.semaphore.expected = h.semaphore.inbound + 1;
+  h.semaphore.site = site(peer);
+  h.channel_id = id;
+  return h;
+}
+
+SwitchChannelDeviceHandle RankContext::switch_channel_emulated() {
+  if (opts_.nranks > kMaxSwitchMembers) throw std::invalid_argument("jax_mscclpp: SwitchChannel has at most 8 members");
+  std::vector<char*> members(opts_.nranks);
+  for (int r = 0; r < opts_.nranks; ++r) members[r] = peer_scratch(r);
+  if (switch_members_.get() == nullptr) switch_members_ = DeviceBuffer(opts_.device, members.size() * sizeof(char*));
+  JAX_MSCCLPP_CUDA_CHECK(
+      cudaMemcpy(switch_members_.get(), members.data(), members.size() * sizeof(char*), cudaMemcpyHostToDevice));
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));  // visible to kernels on any stream
+  SwitchChannelDeviceHandle h;
+  h.multicast = nullptr;
+  h.members = switch_members_.get<char*>();
+  h.local = scratch_.get();
+  h.nranks = opts_.nranks;
+  h.rank = opts_.rank;
+  return h;
+}
+
+}  // namespace jax_mscclpp::cuda

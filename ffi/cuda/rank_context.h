@@ -1,0 +1,93 @@
+// One rank's runtime on one device: registered scratch, the semaphore pool, the device epoch, the pinned
+// RuntimeConfig, the mappings of its peers' memory, and the channels built from them.
+//
+// Setup, for every pair of ranks (any transport):
+//   a = RankContext(...); b = RankContext(...);
+//   a.connect(b.rank, b.endpoint()); b.connect(a.rank, a.endpoint());   // bytes: any carrier
+//   a.memory_channel(b.rank, i, src) ... copy the handles to the GPU.
+// Semaphore words sit at fixed places in every rank's pool (a function of sender rank, channel index and
+// kind), so endpoints carry only the two memory handles.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jax_mscclpp/memory_channel.cuh"
+#include "jax_mscclpp/port_channel.cuh"
+#include "jax_mscclpp/switch_channel.cuh"
+#include "memory.h"
+#include "proxy.h"
+#include "runtime_config.h"
+
+namespace jax_mscclpp::cuda {
+
+struct RankOptions {
+  int device = 0;
+  int rank = 0;
+  int nranks = 1;
+  size_t scratch_bytes = 1 << 20;
+  int channels_per_peer = 1;  // semaphores per peer and kind: one channel per thread block, typically
+  double timeout_s = 0;       // <= 0: JAX_MSCCLPP_TIMEOUT_S or 300
+};
+
+class RankContext {
+ public:
+  explicit RankContext(const RankOptions& opts);
+  ~RankContext();
+  RankContext(const RankContext&) = delete;
+  RankContext& operator=(const RankContext&) = delete;
+
+  int rank() const { return opts_.rank; }
+  int nranks() const { return opts_.nranks; }
+  int device() const { return opts_.device; }
+  int channels_per_peer() const { return opts_.channels_per_peer; }
+
+  char* scratch() const { return scratch_.get(); }
+  size_t scratch_bytes() const { return scratch_.bytes(); }
+  // This call's epoch counter (device memory; kernels read it, use epoch + 1, and bump it at their end).
+  uint64_t* epoch() const { return pool_.get<uint64_t>() + kEpochWord; }
+  // Block-completion counter for "the last block bumps the epoch" (device memory, kept at 0 between calls).
+  uint64_t* blocks_done() const { return pool_.get<uint64_t>() + kBlocksDoneWord; }
+  RuntimeConfigHost& config() { return *config_; }
+  WaitSite site(int peer) const { return config_->site(peer); }
+
+  // Bytes a peer passes to connect(): this rank's scratch and semaphore pool handles.
+  std::string endpoint() const;
+  void connect(int peer, const std::string& remote_endpoint);
+  bool connected(int peer) const;
+  // The peer's scratch mapped here (the rank's own scratch for peer == rank).
+  char* peer_scratch(int peer) const;
+
+  // Channel `index` to `peer`. `local` is this rank's buffer that offset-based puts read from.
+  MemoryChannelDeviceHandle memory_channel(int peer, int index, char* local) const;
+  // Registers the channel with the process's proxy service (started on first use).
+  PortChannelDeviceHandle port_channel(int peer, int index, const char* local, size_t local_bytes);
+  // Emulated SwitchChannel over every rank's scratch (all peers connected). The member table lives in a
+  // device buffer owned by this context.
+  SwitchChannelDeviceHandle switch_channel_emulated();
+
+ private:
+  static constexpr size_t kEpochWord = 0;
+  static constexpr size_t kBlocksDoneWord = 8;
+  static constexpr size_t kFirstSemaphoreWord = 16;
+  enum Kind { kMemory = 0, kPort = 1 };
+  // Index of the inbound word, on the receiving rank, of semaphore (sender, index, kind); the word after it
+  // is the receiver's `expected` count.
+  size_t semaphore_word(int sender, int index, Kind kind) const;
+  void check_peer(int peer, int index) const;
+
+  RankOptions opts_;
+  std::unique_ptr<RuntimeConfigHost> config_;
+  DeviceBuffer scratch_;
+  DeviceBuffer pool_;
+  std::vector<MappedMemory> peer_scratch_;
+  std::vector<MappedMemory> peer_pool_;
+  std::shared_ptr<ProxyService> proxy_;
+  std::vector<uint32_t> port_channel_ids_;
+  DeviceBuffer switch_members_;
+};
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,44 @@
+// Host owner of one rank's RuntimeConfig (kernels/include/jax_mscclpp/error_record.cuh): the device-visible
+// timeout and the error record a timed-out kernel fills before it traps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "jax_mscclpp/error_record.cuh"
+
+namespace jax_mscclpp::cuda {
+
+// JAX_MSCCLPP_TIMEOUT_S when set to a positive number, else 300.
+double default_timeout_seconds();
+
+// One line naming rank, peer, operation, epoch and the values seen. Empty if the record is not valid.
+std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns);
+
+class RuntimeConfigHost {
+ public:
+  // Pinned, mapped host memory; `timeout_s` <= 0 means default_timeout_seconds().
+  RuntimeConfigHost(int rank, double timeout_s);
+  ~RuntimeConfigHost();
+  RuntimeConfigHost(const RuntimeConfigHost&) = delete;
+  RuntimeConfigHost& operator=(const RuntimeConfigHost&) = delete;
+
+  RuntimeConfig* device() const { return device_; }
+  int rank() const { return rank_; }
+  WaitSite site(int peer) const { return WaitSite{device_, rank_, peer}; }
+
+  double timeout_seconds() const;
+  // Takes effect for waits that start after the store is visible (kernels launched afterwards).
+  void set_timeout_seconds(double s);
+
+  bool has_error() const;
+  std::string error_message() const;
+  void clear_error();
+
+ private:
+  int rank_;
+  RuntimeConfig* host_ = nullptr;
+  RuntimeConfig* device_ = nullptr;
+};
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,201 @@
+"""Virtual ranks: N ranks on one GPU, each with its own context, buffers and stream, joined by channels.
+
+Each rank is a native ``HarnessRank`` (ffi/cuda/harness_rank.h): a RankContext (registered scratch, semaphores,
+device epoch, timeout record), an input and an output buffer, a stream, and device tables of MemoryChannels
+(``channels_per_peer`` per peer, one per thread block), PortChannels (optional, one per peer, served by the
+process's proxy thread) and an emulated SwitchChannel over every rank's scratch. Ranks exchange endpoints as
+bytes, exactly as separate processes would; in one process the transport uses the owner's pointers instead of
+CUDA IPC.
+
+An operation (``HARNESS_OPS`` in the native module; see ffi/cuda/harness.h for what each does) is launched on
+every rank's stream before any is synchronized, so ranks that wait for each other run concurrently. Kernels
+count what they found wrong in per-rank counters (slot 0: mismatches).
+
+Typical use::
+
+    with VirtualRanks(4, buffer_bytes=1 << 20, scratch_bytes=8 << 20) as vr:
+        for r in range(4):
+            vr.upload(r, INPUT, data[r])
+        vr.run("hb_exchange", bytes=n, slot_stride=slot, blocks=4)
+        got = vr.download(1, OUTPUT, n, offset=0 * slot)
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+INPUT, OUTPUT, SCRATCH = 0, 1, 2
+
+# Integer codes of ffi/collective_types.h and kernels/include/jax_mscclpp/reduce.cuh.
+DTYPE_CODES = {
+    "float32": 0,
+    "bfloat16": 1,
+    "float16": 2,
+    "float64": 3,
+    "int8": 4,
+    "uint8": 5,
+    "int16": 6,
+    "uint16": 7,
+    "int32": 8,
+    "uint32": 9,
+    "int64": 10,
+    "uint64": 11,
+}
+REDUCE_CODES = {"sum": 0, "max": 1, "min": 2}
+
+
+class VirtualRanksError(RuntimeError):
+    """A rank's kernel failed; the message carries every rank's timeout record."""
+
+
+def native_cuda():
+    """The native CUDA submodule, or None when the module was built without CUDA (or is not built)."""
+    try:
+        from jax_mscclpp import _jax_mscclpp as native
+    except ImportError:
+        return None
+    return getattr(native, "cuda", None)
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def connect_all(ranks: Sequence) -> None:
+    """Exchanges endpoints between every pair of ``ranks`` (native HarnessRank objects) and builds them."""
+    endpoints = [r.endpoint() for r in ranks]
+    for r in ranks:
+        for p, ep in enumerate(endpoints):
+            if p != r.rank:
+                r.connect(p, ep)
+    for r in ranks:
+        r.build()
+
+
+def make_params(cuda, op: str, **kw):
+    """A native HarnessParams for ``op``; ``dtype`` and ``reduce_op`` may be names."""
+    p = cuda.HarnessParams()
+    p.op = cuda.HARNESS_OPS[op]
+    for key, value in kw.items():
+        if key == "dtype" and isinstance(value, str):
+            value = DTYPE_CODES[value]
+        elif key == "reduce_op" and isinstance(value, str):
+            value = REDUCE_CODES[value]
+        if not hasattr(p, key):
+            raise TypeError(f"unknown harness parameter {key!r}")
+        setattr(p, key, int(value))
+    return p
+
+
+class VirtualRanks:
+    def __init__(
+        self,
+        nranks: int,
+        *,
+        device: int = 0,
+        buffer_bytes: int = 1 << 20,
+        scratch_bytes: int = 1 << 20,
+        channels_per_peer: int = 4,
+        timeout_s: float | None = None,
+        port_channels: bool = False,
+    ):
+        cuda = native_cuda()
+        if cuda is None:
+            raise RuntimeError("jax_mscclpp was built without CUDA")
+        self.cuda = cuda
+        self.nranks = nranks
+        self.ranks = []
+        try:
+            for r in range(nranks):
+                self.ranks.append(
+                    cuda.HarnessRank(
+                        r, nranks, device, buffer_bytes, scratch_bytes, channels_per_peer, timeout_s or 0.0, port_channels
+                    )
+                )
+            connect_all(self.ranks)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- data ------------------------------------------------------------------------------------------------------
+
+    def upload(self, rank: int, buffer: int, data, offset: int = 0) -> None:
+        self.ranks[rank].upload(buffer, offset, np.ascontiguousarray(data).tobytes())
+
+    def download(self, rank: int, buffer: int, nbytes: int, offset: int = 0, dtype="uint8") -> np.ndarray:
+        raw = self.ranks[rank].download(buffer, offset, nbytes)
+        return np.frombuffer(raw, dtype=numpy_dtype(dtype) if isinstance(dtype, str) else dtype).copy()
+
+    def fill(self, rank: int, buffer: int, byte_value: int) -> None:
+        self.ranks[rank].fill(buffer, byte_value)
+
+    def epoch(self, rank: int) -> int:
+        return self.ranks[rank].epoch()
+
+    # -- running ---------------------------------------------------------------------------------------------------
+
+    def launch(self, op: str, ranks: Iterable[int] | None = None, **params) -> list[int]:
+        """Launches ``op`` on ``ranks`` (default: all), asynchronously. Returns the ranks launched."""
+        ranks = list(range(self.nranks)) if ranks is None else list(ranks)
+        p = make_params(self.cuda, op, **params)
+        for r in ranks:
+            self.ranks[r].launch(p)
+        return ranks
+
+    def synchronize(self, ranks: Iterable[int] | None = None) -> None:
+        ranks = list(range(self.nranks)) if ranks is None else list(ranks)
+        failures = []
+        for r in ranks:
+            try:
+                self.ranks[r].synchronize()
+            except RuntimeError as e:  # a trap poisons the shared context: every later rank fails too
+                failures.append(str(e))
+                break
+        if failures:
+            records = [m for m in (rk.error_message() for rk in self.ranks) if m]
+            text = failures[0]
+            for m in records:
+                if m not in text:
+                    text += "\n" + m
+            raise VirtualRanksError(text)
+
+    def run(self, op: str, ranks: Iterable[int] | None = None, **params) -> list[np.ndarray]:
+        """Launches on every rank in ``ranks``, synchronizes them, returns each rank's counters."""
+        launched = self.launch(op, ranks, **params)
+        self.synchronize(launched)
+        return [np.asarray(self.ranks[r].counters(), dtype=np.uint64) for r in launched]
+
+    # -- timing ----------------------------------------------------------------------------------------------------
+
+    def timed(self, op: str, ranks: Iterable[int] | None = None, repeats: int = 1, **params) -> float:
+        """Milliseconds per launch of ``op``, from events on the first rank's stream around ``repeats`` launches
+        on every rank (the first rank must be the last to finish, as in a ping-pong it starts)."""
+        ranks = list(range(self.nranks)) if ranks is None else list(ranks)
+        p = make_params(self.cuda, op, **params)
+        first = self.ranks[ranks[0]]
+        first.record_start()
+        for _ in range(repeats):
+            for r in ranks:
+                self.ranks[r].launch(p)
+        first.record_stop()
+        self.synchronize(ranks)
+        return first.elapsed_ms() / repeats
+
+    # -- teardown --------------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for r in self.ranks:
+            r.close()
+        self.ranks = []
+
+    def __enter__(self) -> "VirtualRanks":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,77 @@
+// Cooperative byte copy for "HB" (high bandwidth) transfers: many threads, 16-byte accesses, several
+// loads in flight per thread. Handles any size and any alignment: the widest access width that both
+// pointers share (16, 8, 4 or 1 bytes) is used for the body, with byte-wise head and tail.
+//
+// Ordering: plain weak stores. Publishing the data to a peer is the caller's job (a semaphore signal after
+// a barrier over the copying threads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "atomics.cuh"
+
+namespace jax_mscclpp {
+
+#if defined(__CUDACC__)
+namespace detail {
+
+// Copies n elements of V with threads [tid, nthreads): each thread keeps kInFlight loads outstanding.
+template <class V, int kInFlight = 4>
+JAX_MSCCLPP_DEVICE_INLINE void copy_elements(V* __restrict__ dst, const V* __restrict__ src, size_t n, uint32_t tid,
+                                             uint32_t nthreads) {
+  const size_t stride = nthreads;
+  size_t i = tid;
+  for (; i + (kInFlight - 1) * stride < n; i += kInFlight * stride) {
+    V v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) v[u] = src[i + u * stride];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) dst[i + u * stride] = v[u];
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
+JAX_MSCCLPP_DEVICE_INLINE void copy_bytewise(unsigned char* dst, const unsigned char* src, size_t n, uint32_t tid,
+                                             uint32_t nthreads) {
+  for (size_t i = tid; i < n; i += nthreads) dst[i] = src[i];
+}
+
+}  // namespace detail
+
+// Copies `bytes` from src to dst using threads [tid, nthreads) (any split: one warp, a block, a grid).
+// The ranges must not overlap.
+JAX_MSCCLPP_DEVICE_INLINE void copy_bytes(void* dst, const void* src, size_t bytes, uint32_t tid, uint32_t nthreads) {
+  unsigned char* d = static_cast<unsigned char*>(dst);
+  const unsigned char* s = static_cast<const unsigned char*>(src);
+  const uintptr_t rel = reinterpret_cast<uintptr_t>(d) ^ reinterpret_cast<uintptr_t>(s);
+  const uint32_t width = (rel & 15) == 0 ? 16 : (rel & 7) == 0 ? 8 : (rel & 3) == 0 ? 4 : 1;
+  if (width == 1) {
+    detail::copy_bytewise(d, s, bytes, tid, nthreads);
+    return;
+  }
+  size_t head = (width - (reinterpret_cast<uintptr_t>(d) & (width - 1))) & (width - 1);
+  if (head > bytes) head = bytes;
+  const size_t n = (bytes - head) / width;
+  const size_t body = n * width;
+  detail::copy_bytewise(d, s, head, tid, nthreads);
+  switch (width) {
+    case 16:
+      detail::copy_elements(reinterpret_cast<uint4*>(d + head), reinterpret_cast<const uint4*>(s + head), n, tid,
+                            nthreads);
+      break;
+    case 8:
+      detail::copy_elements(reinterpret_cast<uint2*>(d + head), reinterpret_cast<const uint2*>(s + head), n, tid,
+                            nthreads);
+      break;
+    default:
+      detail::copy_elements(reinterpret_cast<uint32_t*>(d + head), reinterpret_cast<const uint32_t*>(s + head), n,
+                            tid, nthreads);
+      break;
+  }
+  detail::copy_bytewise(d + head + body, s + head + body, bytes - head - body, tid, nthreads);
+}
+
+#endif  // __CUDACC__
+
+}  // namespace jax_mscclpp

@@ -1,0 +1,112 @@
+// Bounded waits and the timeout error record.
+//
+// Every spin on the device is bounded. Each rank owns one RuntimeConfig in pinned, mapped host memory:
+// the host writes the timeout there (JAX_MSCCLPP_TIMEOUT_S, default 300 s) and may change it between
+// launches; the device reads it only after a wait has already spun for a while. When a wait expires, the
+// first expiring thread of that rank fills `error` (rank, peer, op, epoch, ...), publishes it with a
+// system fence and `valid = 1`, and traps. The trap poisons the CUDA context; the host then reads the
+// record through its own pointer and reports it as a readable message (ffi/cuda/runtime_config.h).
+#pragma once
+
+#include <cstdint>
+
+#include "atomics.cuh"
+
+namespace jax_mscclpp {
+
+// What a timed-out thread was waiting for.
+enum class WaitOp : uint32_t {
+  kNone = 0,
+  kSemaphoreWait = 1,         // MemoryChannel::wait (device-to-device semaphore, acquire)
+  kRelaxedSemaphoreWait = 2,  // MemoryChannel::relaxed_wait
+  kHostSemaphoreWait = 3,     // PortChannel::wait (semaphore written by the peer's proxy)
+  kPacketRead = 4,            // LL packet flag
+  kFifoPush = 5,              // proxy FIFO full (backpressure)
+  kFifoSync = 6,              // PortChannel::flush, or waiting for the proxy to consume a trigger
+  kUser = 7,                  // any other bounded spin (kernels in kernels/collectives)
+};
+
+constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;
+
+struct ErrorRecord {
+  uint32_t claimed;  // 0 -> 1 by the first thread that times out (atomicCAS)
+  uint32_t valid;    // written 1 last, after the fields below
+  int32_t rank;
+  int32_t peer;      // -1 when not tied to one peer
+  uint32_t op;       // WaitOp
+  int32_t block;
+  int32_t thread;
+  int32_t reserved;
+  uint64_t epoch;     // the value waited for: expected semaphore value, packet flag or FIFO position
+  uint64_t observed;  // the last value read
+  uint64_t waited_ns;
+};
+
+// One per rank, in pinned mapped host memory (cudaHostAlloc(..., cudaHostAllocMapped)).
+struct RuntimeConfig {
+  uint64_t timeout_ns;  // 0 means kDefaultTimeoutNs
+  ErrorRecord error;
+};
+
+// Identifies a waiter in error records. Plain data, copied inside every device handle.
+struct WaitSite {
+  RuntimeConfig* config;  // device pointer to the rank's RuntimeConfig; null: default timeout, no record
+  int32_t rank;
+  int32_t peer;
+};
+
+#if defined(__CUDACC__)
+
+// Fills the rank's error record (first caller only) and traps. Never returns.
+__device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
+                                                 uint64_t observed, uint64_t waited_ns) {
+  if (site.config != nullptr) {
+    ErrorRecord* rec = &site.config->error;
+    if (atomicCAS(&rec->claimed, 0u, 1u) == 0u) {
+      volatile ErrorRecord* v = rec;
+      v->rank = site.rank;
+      v->peer = site.peer;
+      v->op = static_cast<uint32_t>(op);
+      v->block = static_cast<int32_t>(blockIdx.x);
+      v->thread = static_cast<int32_t>(threadIdx.x);
+      v->epoch = epoch;
+      v->observed = observed;
+      v->waited_ns = waited_ns;
+      __threadfence_system();
+      v->valid = 1u;
+      __threadfence_system();
+    }
+  }
+  __trap();
+}
+
+// Spin bound. The clock is read once every 1024 polls and the timeout (host memory) only after the
+// first clock read, so a wait that succeeds quickly never touches either.
+class SpinBound {
+ public:
+  JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(site) {}
+
+  // Call once per failed poll; traps (never returns) when the wait has lasted longer than the timeout.
+  JAX_MSCCLPP_DEVICE_INLINE void tick(WaitOp op, uint64_t epoch, uint64_t observed) {
+    if ((++spins_ & 1023u) != 0u) return;
+    const uint64_t now = global_timer_ns();
+    if (start_ns_ == 0) {
+      start_ns_ = now;
+      uint64_t t = 0;
+      if (site_.config != nullptr) t = *reinterpret_cast<volatile uint64_t*>(&site_.config->timeout_ns);
+      timeout_ns_ = t == 0 ? kDefaultTimeoutNs : t;
+      return;
+    }
+    if (now - start_ns_ > timeout_ns_) timeout_trap(site_, op, epoch, observed, now - start_ns_);
+  }
+
+ private:
+  WaitSite site_;
+  uint32_t spins_ = 0;
+  uint64_t start_ns_ = 0;
+  uint64_t timeout_ns_ = 0;
+};
+
+#endif  // __CUDACC__
+
+}  // namespace jax_mscclpp
