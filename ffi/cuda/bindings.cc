@@ -198,6 +198,8 @@ void register_bindings(nb::module_& m) {
             return d;
           },
           nb::arg("ntriggers"), nb::arg("pushers") = 1, nb::arg("sleep_every") = 0, nb::arg("sleep_us") = 0);
+  register_communicator_bindings(m);
+  register_executor_bindings(m);
 }
 
 }  // namespace jax_mscclpp::cuda

@@ -5,4 +5,8 @@
 
 namespace jax_mscclpp::cuda {
 void register_bindings(nanobind::module_& m);
+// Communicators of the JAX integration (communicator_bindings.cc).
+void register_communicator_bindings(nanobind::module_& m);
+// The plan executor and its virtual-ranks entry points (executor_bindings.cc).
+void register_executor_bindings(nanobind::module_& m);
 }
