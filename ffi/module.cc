@@ -36,6 +36,9 @@ NB_MODULE(_jax_mscclpp, m) {
       [] {
         nb::dict platforms;
         platforms["cpu"] = handler_dict(cpu_handlers());
+#ifdef JAX_MSCCLPP_WITH_CUDA
+        platforms["CUDA"] = handler_dict(cuda_handlers());
+#endif
         return platforms;
       },
       "FFI targets by platform: {platform: {target name: capsule}}. Only targets that work are listed.");

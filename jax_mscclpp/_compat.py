@@ -70,8 +70,30 @@ def typeof(x: Any) -> Any:
     return _core.typeof(x)
 
 
+def coordination_client():
+    """JAX's coordination-service client of a multi-process run (``jax.distributed.initialize``), or None."""
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def kv_set_bytes(key: str, value: bytes, replace: bool = False) -> None:
+    """Publishes ``value`` under ``key``; ``replace`` overwrites what an earlier, failed attempt left there."""
+    client = coordination_client()
+    if replace:
+        client.key_value_delete(key)
+    client.key_value_set_bytes(key, value)
+
+
+def kv_get_bytes(key: str, timeout_s: float) -> bytes:
+    return coordination_client().blocking_key_value_get_bytes(key, int(timeout_s * 1000))
+
+
 __all__ = [
     "bound_axis_sizes",
+    "coordination_client",
+    "kv_get_bytes",
+    "kv_set_bytes",
     "check_vma_enabled",
     "lowering_mesh",
     "make_varying",

@@ -19,7 +19,9 @@ import numpy as np
 
 from ._native import native
 
-_DEFAULT_SCRATCH_BYTES = {"cpu": 4 << 20}
+_DEFAULT_SCRATCH_BYTES = {"cpu": 4 << 20, "gpu": 128 << 20}
+# Channels (thread blocks) per peer on GPUs: the HB, ring and NVLS kernels run one block per channel index.
+_CHANNELS_PER_PEER = 8
 
 
 def _normalize_axes(axis_names) -> tuple:
@@ -54,14 +56,14 @@ class Communicator:
     _lock = threading.Lock()
     _ids = itertools.count(1)
 
-    def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None):
+    def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None, port_channels: bool = False):
         axes = _normalize_axes(axis_names)
         key = cls._key(mesh, axes)
         with cls._lock:
             comm = cls._cache.get(key)
             if comm is None:
                 comm = super().__new__(cls)
-                comm._setup(mesh, axes, scratch_bytes)
+                comm._setup(mesh, axes, scratch_bytes, port_channels)
                 cls._cache[key] = comm
             elif scratch_bytes is not None and scratch_bytes != comm.scratch_bytes:
                 raise ValueError(
@@ -76,7 +78,7 @@ class Communicator:
         device_ids = tuple(int(d.id) for d in np.asarray(devices).flat) if devices is not None else None
         return (device_ids, tuple(mesh.axis_names), tuple(mesh.axis_sizes), axes)
 
-    def _setup(self, mesh, axes: tuple, scratch_bytes: int | None) -> None:
+    def _setup(self, mesh, axes: tuple, scratch_bytes: int | None, port_channels: bool) -> None:
         unknown = [a for a in axes if a not in mesh.axis_names]
         if unknown:
             raise NameError(f"axis {unknown[0]!r} is not an axis of the mesh (axes: {tuple(mesh.axis_names)})")
@@ -97,17 +99,98 @@ class Communicator:
         self.scratch_bytes = int(scratch_bytes)
         self.id = next(self._ids)
         self.alive = False
+        self.port_channels = bool(port_channels)
+        self.fallback_reason: str | None = None  # set when this communicator cannot run here: lax is emitted
         self._plans: set = set()
+        self.cache_key = self._key(mesh, axes)
         if self.platform == "cpu":
             native.create_host_communicator(
                 self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_bytes
             )
             self.alive = True
+        elif self.platform == "gpu" and hasattr(native, "cuda"):
+            self._setup_gpu()
         else:
             raise NotImplementedError(
-                f"jax_mscclpp: collectives on platform {self.platform!r} are not available yet in this build; "
-                "the CPU backend runs everything today (use jax.lax collectives on GPUs)"
+                f"jax_mscclpp: no backend for platform {self.platform!r} in this build (CUDA built: "
+                f"{hasattr(native, 'cuda')}); use the jax.lax collective there"
             )
+
+    def _setup_gpu(self) -> None:
+        """One rank per local device of the mesh: registered scratch and semaphores, mapped by every peer of its
+        group (peer access within this process, CUDA IPC across processes, whose endpoints travel through JAX's
+        coordination service), then channels."""
+        import jax
+
+        cuda = native.cuda
+        me = jax.process_index()
+        local = {p: d for p, d in enumerate(self.devices) if d.process_index == me}
+        if not local:
+            raise ValueError("this process holds no device of the communicator's mesh")
+        members = {}  # partition -> partitions of its group
+        for p in range(len(self.devices)):
+            members.setdefault(self.group_of_partition[p], []).append(p)
+        if jax.process_count() == 1:
+            ordinals = {p: d.local_hardware_id for p, d in local.items()}
+            missing = [(a, b) for a in ordinals.values() for b in ordinals.values()
+                       if a != b and not cuda.can_access_peer(a, b)]
+            if missing:
+                self.fallback_reason = f"no peer access between GPUs {missing[0][0]} and {missing[0][1]}"
+                import warnings
+
+                warnings.warn(f"jax_mscclpp: {self.fallback_reason}; collectives over {self.axis_names} use lax",
+                              RuntimeWarning, stacklevel=3)
+                return
+        try:
+            self._connect_gpu_ranks(local, members)
+        except BaseException:
+            cuda.comm_destroy(self.id)
+            self.alive = False
+            raise
+
+    def _connect_gpu_ranks(self, local: dict, members: dict) -> None:
+        import jax
+
+        from . import _compat
+
+        cuda = native.cuda
+        endpoints = {}
+        for p, d in local.items():
+            endpoints[p] = cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p],
+                                                 self.world_size, self.scratch_bytes, _CHANNELS_PER_PEER,
+                                                 self.port_channels)
+        self.alive = True
+        if jax.process_count() > 1:
+            # Every process lowers the same programs, so the key is the same everywhere (ids need not be).
+            device_ids, _, _, axes = self.cache_key
+            prefix = "jax_mscclpp/" + "/".join(map(str, device_ids)) + "/" + "/".join(map(str, axes))
+            for p, endpoint in endpoints.items():
+                _compat.kv_set_bytes(f"{prefix}/{p}", bytes(endpoint), replace=True)
+            timeout = float(native.timeout_seconds())
+            for p in local:
+                for q in members[self.group_of_partition[p]]:
+                    if q in endpoints:
+                        continue
+                    try:
+                        endpoints[q] = _compat.kv_get_bytes(f"{prefix}/{q}", timeout)
+                    except Exception as error:
+                        raise TimeoutError(
+                            f"jax_mscclpp: setting up collectives over {self.axis_names}: rank "
+                            f"{self.rank_of_partition[q]} (process {self.devices[q].process_index}) did not "
+                            f"publish its endpoint within {timeout:g} s (JAX_MSCCLPP_TIMEOUT_S)") from error
+        for p, d in local.items():
+            for q in members[self.group_of_partition[p]]:
+                if q != p:
+                    cuda.comm_connect(self.id, d.local_hardware_id, self.rank_of_partition[q], endpoints[q])
+        for p, d in local.items():
+            cuda.comm_finalize(self.id, d.local_hardware_id)
+
+    def errors(self) -> list[str]:
+        """Timeout records written by this communicator's GPU kernels (rank, peer, operation, epoch): what a
+        kernel that trapped on a lost peer left behind (it is also printed on stderr when it happens)."""
+        if self.platform == "gpu" and hasattr(native, "cuda"):
+            return list(native.cuda.comm_errors(self.id))
+        return []
 
     def bind_plan(self, plan_id: int, plan: dict, name: str) -> None:
         """Makes an execution plan, registered as algorithm ``name``, runnable on this communicator (once)."""
@@ -142,7 +225,10 @@ class Communicator:
                 if comm is self:
                     del self._cache[key]
             if self.alive:
-                native.destroy_communicator(self.id)
+                if self.platform == "cpu":
+                    native.destroy_communicator(self.id)
+                else:
+                    native.cuda.comm_destroy(self.id)
                 self.alive = False
 
     def __repr__(self) -> str:

@@ -24,7 +24,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, plans, selection
+from . import _compat, _native, plans, selection
 from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -74,7 +74,10 @@ def _hierarchical_all_reduce(mesh, axes, op):
     return run
 
 
-def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
+def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
+    """Lowers one collective for ``platform`` ("cpu" or "gpu"): a registered plan, one of our algorithms as a
+    custom call, 2PH as a composition, or the lax collective (forced, outside every rule, or when the
+    communicator cannot run here)."""
     mesh = _compat.lowering_mesh(ctx)
     if mesh is None:
         raise NotImplementedError(
@@ -86,7 +89,7 @@ def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
     count = int(np.prod(aval_in.shape, dtype=int))
     nbytes = count * itemsize
     requested = algorithm if algorithm is not None else os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
-    if plans.registered(requested) or (requested is None and plans.registered_for(collective, "cpu")):
+    if platform == "cpu" and (plans.registered(requested) or (requested is None and plans.registered_for(collective, "cpu"))):
         comm = Communicator(mesh, axes)
         blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
         picked = plans.pick(collective, "cpu", requested, nbytes, world, count // blocks, itemsize,
@@ -95,12 +98,18 @@ def _lower_cpu(ctx, x, *, collective, axes, world, op, algorithm):
             entry, plan = picked
             comm.bind_plan(entry.id, plan, entry.name)
             return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id)
-    chosen = selection.choose(collective, "cpu", nbytes, algorithm)
-    if chosen == "lax":
-        return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
+    chosen = selection.choose(collective, platform, nbytes, algorithm)
     if chosen == "2ph":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
-    return _custom_call(ctx, x, collective, Communicator(mesh, axes), op, ALGORITHMS[chosen], -1)
+    comm = Communicator(mesh, axes) if chosen != "lax" else None
+    if comm is not None and comm.fallback_reason is not None:
+        chosen = "lax"
+    if chosen == "lax":
+        return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
+    if chosen == "2pr" and platform == "gpu" and not comm.port_channels:
+        raise ValueError("jax_mscclpp: algorithm '2pr' needs port channels: create the communicator with "
+                         f"Communicator(mesh, {axes}, port_channels=True) before the first call")
+    return _custom_call(ctx, x, collective, comm, op, ALGORITHMS[chosen], -1)
 
 
 def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id):
@@ -122,8 +131,8 @@ def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id):
 def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm):
     platforms = ", ".join(ctx.module_context.platforms)
     raise NotImplementedError(
-        f"jax_mscclpp: {collective.name.lower()} has no backend for platform {platforms} in this version "
-        "(GPU collectives are not available yet): use the jax.lax collective there"
+        f"jax_mscclpp: {collective.name.lower()} has no backend for platform {platforms} in this build "
+        f"(CUDA built: {_native.CUDA_BUILT}): use the jax.lax collective there"
     )
 
 
@@ -136,7 +145,11 @@ def _make_primitive(collective: Collective) -> Primitive:
     prim.def_impl(impl)
     prim.def_abstract_eval(lambda x, **params: _out_aval(x, collective=collective, **params))
     mlir.register_lowering(prim, lambda ctx, x, **p: _lower_unsupported(ctx, x, collective=collective, **p))
-    mlir.register_lowering(prim, lambda ctx, x, **p: _lower_cpu(ctx, x, collective=collective, **p), platform="cpu")
+    mlir.register_lowering(prim, lambda ctx, x, **p: _lower("cpu", ctx, x, collective=collective, **p),
+                           platform="cpu")
+    if _native.CUDA_BUILT:
+        mlir.register_lowering(prim, lambda ctx, x, **p: _lower("gpu", ctx, x, collective=collective, **p),
+                               platform="cuda")
     return prim
 
 

@@ -20,6 +20,12 @@ PLATFORM_ALGORITHMS = {
         Collective.REDUCE_SCATTER: ("allpairs",),
         Collective.ALL_TO_ALL: ("allpairs",),
     },
+    "gpu": {
+        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls", "2ph"),
+        Collective.ALL_GATHER: ("allpairs",),
+        Collective.REDUCE_SCATTER: ("allpairs",),
+        Collective.ALL_TO_ALL: ("allpairs",),
+    },
 }
 
 
@@ -37,6 +43,13 @@ DEFAULT_TABLE = (
     Rule(Collective.ALL_GATHER, "cpu", None, "allpairs"),
     Rule(Collective.REDUCE_SCATTER, "cpu", None, "allpairs"),
     Rule(Collective.ALL_TO_ALL, "cpu", None, "allpairs"),
+    # GPU: one LL hop for the latency-bound sizes, two LL phases up to 1 MiB, then bandwidth (HB).
+    Rule(Collective.ALL_REDUCE, "gpu", 32 * 1024, "1pa_ll"),
+    Rule(Collective.ALL_REDUCE, "gpu", 1 << 20, "2pa_ll"),
+    Rule(Collective.ALL_REDUCE, "gpu", None, "2pa_hb"),
+    Rule(Collective.ALL_GATHER, "gpu", None, "allpairs"),
+    Rule(Collective.REDUCE_SCATTER, "gpu", None, "allpairs"),
+    Rule(Collective.ALL_TO_ALL, "gpu", None, "allpairs"),
 )
 
 

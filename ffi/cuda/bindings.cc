@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "collectives/all_reduce_1pa_ll.h"
+#include "collectives/collective.h"
 #include "harness_rank.h"
 #include "memory.h"
 #include "nvls.h"
@@ -99,6 +100,11 @@ void register_bindings(nb::module_& m) {
       nb::arg("devices"), nb::arg("bytes"),
       "Creates and frees an NVLink multicast buffer (opt-in: JAX_MSCCLPP_NVLS=1, refused when NCCL_NVLS_ENABLE=0).");
   m.def("all_reduce_1pa_ll_scratch_bytes", &all_reduce_1pa_ll_scratch_bytes, nb::arg("bytes"), nb::arg("nranks"));
+  m.def("collective_supported", &collective_supported, nb::arg("collective"), nb::arg("algorithm"), nb::arg("dtype"),
+        nb::arg("op"), "Whether launch_collective implements (collective, algorithm) for this dtype/op code.");
+  m.def("collective_launch_count", &collective_launch_count, nb::arg("collective"), nb::arg("algorithm"),
+        nb::arg("block_count"), nb::arg("dtype"), nb::arg("nranks"), nb::arg("scratch_bytes"),
+        "Launches (epochs) one call takes; 0 when it launches nothing or cannot run.");
 
   m.attr("HARNESS_COUNTERS") = kHarnessCounters;
   nb::dict ops;
@@ -117,6 +123,7 @@ void register_bindings(nb::module_& m) {
   ops["ping_pong"] = static_cast<int>(HarnessOp::kPingPong);
   ops["port_latency"] = static_cast<int>(HarnessOp::kPortLatency);
   ops["all_reduce_1pa_ll"] = static_cast<int>(HarnessOp::kAllReduce1paLL);
+  ops["collective"] = static_cast<int>(HarnessOp::kCollective);
   m.attr("HARNESS_OPS") = ops;
 
   nb::class_<HarnessParams>(m, "HarnessParams")
@@ -135,13 +142,15 @@ void register_bindings(nb::module_& m) {
       .def_rw("count", &HarnessParams::count)
       .def_rw("src_off", &HarnessParams::src_off)
       .def_rw("dst_off", &HarnessParams::dst_off)
-      .def_rw("slot_stride", &HarnessParams::slot_stride);
+      .def_rw("slot_stride", &HarnessParams::slot_stride)
+      .def_rw("collective", &HarnessParams::collective)
+      .def_rw("algorithm", &HarnessParams::algorithm);
 
   nb::class_<HarnessRank>(m, "HarnessRank")
       .def(
           "__init__",
           [](HarnessRank* self, int rank, int nranks, int device, size_t buffer_bytes, size_t scratch_bytes,
-             int channels_per_peer, double timeout_s, bool port_channels) {
+             int channels_per_peer, double timeout_s, bool port_channels, bool collective_ports) {
             RankOptions o;
             o.device = device;
             o.rank = rank;
@@ -149,11 +158,11 @@ void register_bindings(nb::module_& m) {
             o.scratch_bytes = scratch_bytes;
             o.channels_per_peer = channels_per_peer;
             o.timeout_s = timeout_s;
-            new (self) HarnessRank(o, buffer_bytes, port_channels);
+            new (self) HarnessRank(o, buffer_bytes, port_channels, collective_ports);
           },
           nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("buffer_bytes") = 1 << 20,
           nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1, nb::arg("timeout_s") = 0.0,
-          nb::arg("port_channels") = false)
+          nb::arg("port_channels") = false, nb::arg("collective_ports") = false)
       .def_prop_ro("rank", &HarnessRank::rank)
       .def_prop_ro("nranks", &HarnessRank::nranks)
       .def("endpoint", [](const HarnessRank& r) { return to_bytes(r.endpoint()); })
@@ -168,6 +177,8 @@ void register_bindings(nb::module_& m) {
       .def("synchronize", &HarnessRank::synchronize, nb::call_guard<nb::gil_scoped_release>())
       .def("counters", &HarnessRank::counters)
       .def("epoch", &HarnessRank::epoch)
+      .def("capture", &HarnessRank::capture, nb::call_guard<nb::gil_scoped_release>())
+      .def("replay", &HarnessRank::replay, nb::call_guard<nb::gil_scoped_release>())
       .def("record_start", &HarnessRank::record_start)
       .def("record_stop", &HarnessRank::record_stop)
       .def("elapsed_ms", &HarnessRank::elapsed_ms, nb::call_guard<nb::gil_scoped_release>())

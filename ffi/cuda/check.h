@@ -38,3 +38,20 @@ class CudaError : public std::runtime_error {
     (void)(expr);                     \
     (void)cudaGetLastError();         \
   } while (0)
+
+namespace jax_mscclpp::cuda {
+
+// Makes `device` current for the guard's lifetime (host runtime calls act on the current device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (device != previous_) JAX_MSCCLPP_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(previous_)); }
+
+ private:
+  int previous_ = 0;
+};
+
+}  // namespace jax_mscclpp::cuda

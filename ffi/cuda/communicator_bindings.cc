@@ -1,7 +1,70 @@
+// Bindings of the GPU communicators (communicator.h): jax_mscclpp._jax_mscclpp.cuda.comm_*.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
 #include "bindings.h"
+#include "communicator.h"
+
+namespace nb = nanobind;
 
 namespace jax_mscclpp::cuda {
+namespace {
 
-void register_communicator_bindings(nanobind::module_& m) { (void)m; }
+GpuRank& rank_of(int64_t comm_id, int device) {
+  auto comm = find_gpu_communicator(comm_id);
+  GpuRank* rank = comm ? comm->rank(device) : nullptr;
+  if (!rank) throw nb::value_error("no such communicator rank");
+  return *rank;
+}
+
+}  // namespace
+
+void register_communicator_bindings(nb::module_& m) {
+  m.def(
+      "comm_create_rank",
+      [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
+         bool port_channels) {
+        RankOptions options;
+        options.device = device;
+        options.rank = rank;
+        options.nranks = nranks;
+        options.scratch_bytes = scratch_bytes;
+        options.channels_per_peer = channels_per_peer;
+        std::string endpoint = create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
+        return nb::bytes(endpoint.data(), endpoint.size());
+      },
+      nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),
+      nb::arg("channels_per_peer"), nb::arg("port_channels"),
+      "Allocates one rank's registered scratch and semaphores on `device`; returns its endpoint bytes.");
+  m.def(
+      "comm_connect",
+      [](int64_t comm_id, int device, int peer, nb::bytes endpoint) {
+        rank_of(comm_id, device).connect(peer, std::string(static_cast<const char*>(endpoint.data()), endpoint.size()));
+      },
+      nb::arg("comm_id"), nb::arg("device"), nb::arg("peer"), nb::arg("endpoint"),
+      "Maps a peer's scratch and semaphores (peer access in one process, CUDA IPC across processes).");
+  m.def(
+      "comm_finalize", [](int64_t comm_id, int device) { rank_of(comm_id, device).finalize(); },
+      nb::arg("comm_id"), nb::arg("device"), "Builds the channels and uploads their device handles.");
+  m.def("comm_destroy", &destroy_gpu_communicator, nb::arg("comm_id"));
+  m.def(
+      "comm_errors",
+      [](int64_t comm_id) {
+        auto comm = find_gpu_communicator(comm_id);
+        return comm ? comm->errors() : std::vector<std::string>{};
+      },
+      nb::arg("comm_id"), "Timeout records of this communicator's ranks (rank, peer, operation, epoch).");
+  m.def(
+      "can_access_peer",
+      [](int device, int peer) {
+        int ok = 0;
+        if (cudaDeviceCanAccessPeer(&ok, device, peer) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return false;
+        }
+        return ok != 0;
+      },
+      nb::arg("device"), nb::arg("peer"));
+}
 
 }  // namespace jax_mscclpp::cuda

@@ -1,7 +1,146 @@
+// Python bindings of the plan executor and its virtual ranks (jax_mscclpp/testing/plan_ranks.py).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "bindings.h"
+#include "executor_plan.h"
+#include "executor_ranks.h"
+#include "host_plan.h"
+
+namespace nb = nanobind;
 
 namespace jax_mscclpp::cuda {
+namespace {
 
-void register_executor_bindings(nanobind::module_& m) { (void)m; }
+// A decoded plan (jax_mscclpp.plans.encode_plan), shared by every rank it is bound to.
+struct ExecutorPlanSpec {
+  std::shared_ptr<const host::HostPlan> plan;
+};
+
+nb::bytes to_bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
+std::string from_bytes(const nb::bytes& b) { return std::string(static_cast<const char*>(b.data()), b.size()); }
+
+}  // namespace
+
+void register_executor_bindings(nb::module_& m) {
+  nb::class_<ExecutorPlanSpec>(m, "ExecutorPlanSpec")
+      .def(
+          "__init__",
+          [](ExecutorPlanSpec* self, std::string name, int collective, int world_size, std::vector<int32_t> geometry,
+             std::vector<std::vector<std::vector<int32_t>>> channels,
+             std::vector<std::vector<std::vector<int32_t>>> threadblocks) {
+            new (self) ExecutorPlanSpec{host::HostPlan::decode(std::move(name), collective, world_size,
+                                                               std::move(geometry), std::move(channels),
+                                                               std::move(threadblocks))};
+            plan_channel_indices(*self->plan);  // endpoints pair up, or a clear error now
+          },
+          nb::arg("name"), nb::arg("collective"), nb::arg("world_size"), nb::arg("geometry"), nb::arg("channels"),
+          nb::arg("threadblocks"), "Decodes an encoded plan (jax_mscclpp.plans.encode_plan) for the GPU executor.")
+      .def_prop_ro("name", [](const ExecutorPlanSpec& s) { return s.plan->name; })
+      .def_prop_ro("world_size", [](const ExecutorPlanSpec& s) { return s.plan->world_size; })
+      .def_prop_ro("channels_per_peer", [](const ExecutorPlanSpec& s) { return ExecutorPlan::channels_per_peer(*s.plan); })
+      .def_prop_ro("uses_port_channels",
+                   [](const ExecutorPlanSpec& s) { return ExecutorPlan::uses_port_channels(*s.plan); })
+      .def_prop_ro("staging_chunks", [](const ExecutorPlanSpec& s) { return ExecutorPlan::staging_chunks(*s.plan); })
+      .def_prop_ro("input_blocks", [](const ExecutorPlanSpec& s) { return s.plan->input_blocks; })
+      .def_prop_ro("output_blocks", [](const ExecutorPlanSpec& s) { return s.plan->output_blocks; })
+      .def(
+          "scratch_bytes",
+          [](const ExecutorPlanSpec& s, uint64_t block_count, int32_t dtype) {
+            return ExecutorPlan::scratch_bytes_for(*s.plan, block_count, dtype);
+          },
+          nb::arg("block_count"), nb::arg("dtype"),
+          "The smallest registered scratch with which one call of block_count elements per block runs in one launch.")
+      .def(
+          "channel_indices", [](const ExecutorPlanSpec& s) { return plan_channel_indices(*s.plan); },
+          "The RankContext channel index of every channel endpoint, [rank][channel] (-1: switch or self).");
+
+  nb::class_<ExecutorRank>(m, "ExecutorRank")
+      .def(
+          "__init__",
+          [](ExecutorRank* self, int rank, int nranks, int device, size_t input_bytes, size_t output_bytes,
+             size_t scratch_bytes, int channels_per_peer, double timeout_s, bool port_channels) {
+            RankOptions o;
+            o.device = device;
+            o.rank = rank;
+            o.nranks = nranks;
+            o.scratch_bytes = scratch_bytes;
+            o.channels_per_peer = channels_per_peer;
+            o.timeout_s = timeout_s;
+            new (self) ExecutorRank(o, input_bytes, output_bytes, port_channels);
+          },
+          nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("input_bytes") = 1 << 20,
+          nb::arg("output_bytes") = 1 << 20, nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1,
+          nb::arg("timeout_s") = 0.0, nb::arg("port_channels") = false)
+      .def_prop_ro("rank", &ExecutorRank::rank)
+      .def_prop_ro("nranks", &ExecutorRank::nranks)
+      .def_prop_ro("scratch_bytes", &ExecutorRank::scratch_bytes)
+      .def("endpoint", [](const ExecutorRank& r) { return to_bytes(r.endpoint()); })
+      .def("connect", [](ExecutorRank& r, int peer, nb::bytes ep) { r.connect(peer, from_bytes(ep)); })
+      .def("build", &ExecutorRank::build)
+      .def(
+          "set_plan", [](ExecutorRank& r, const ExecutorPlanSpec& s, int threads) { r.set_plan(s.plan, threads); },
+          nb::arg("plan"), nb::arg("threads") = 0)
+      .def("plan_info",
+           [](const ExecutorRank& r) {
+             nb::dict d;
+             const ExecutorPlan* p = r.plan();
+             if (p == nullptr) return d;
+             const DevicePlan& dp = p->device_plan();
+             d["threadblocks"] = dp.n_threadblocks;
+             d["threads"] = dp.threads;
+             d["smem_bytes"] = dp.smem_bytes;
+             d["scratch_chunks"] = dp.scratch_chunks;
+             d["staging_chunks"] = dp.staging_chunks;
+             d["packets"] = dp.packets != 0;
+             d["port_channels"] = dp.port_channels;
+             d["switch_channels"] = dp.switch_channels;
+             return d;
+           })
+      .def(
+          "launch_count",
+          [](const ExecutorRank& r, uint64_t block_count, int32_t dtype) {
+            if (r.plan() == nullptr) throw std::runtime_error("jax_mscclpp: no plan bound");
+            return plan_launch_count(r.plan()->device_plan(), r.scratch_bytes(), block_count, dtype);
+          },
+          nb::arg("block_count"), nb::arg("dtype"))
+      .def("upload", [](ExecutorRank& r, int which, size_t offset,
+                        nb::bytes data) { r.upload(which, offset, from_bytes(data)); })
+      .def("download", [](ExecutorRank& r, int which, size_t offset,
+                          size_t n) { return to_bytes(r.download(which, offset, n)); })
+      .def("fill", &ExecutorRank::fill)
+      .def("launch_plan", &ExecutorRank::launch_plan, nb::arg("block_count"), nb::arg("dtype"), nb::arg("op"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("launch_collective", &ExecutorRank::launch_collective, nb::arg("collective"), nb::arg("algorithm"),
+           nb::arg("block_count"), nb::arg("dtype"), nb::arg("op"), nb::call_guard<nb::gil_scoped_release>())
+      .def("synchronize", &ExecutorRank::synchronize, nb::call_guard<nb::gil_scoped_release>())
+      .def("epoch", &ExecutorRank::epoch)
+      .def_prop_rw("timeout_seconds", &ExecutorRank::timeout_seconds, &ExecutorRank::set_timeout_seconds)
+      .def("error_message", &ExecutorRank::error_message)
+      .def("close", &ExecutorRank::close, nb::call_guard<nb::gil_scoped_release>());
+
+  m.def(
+      "time_calls",
+      [](std::vector<ExecutorRank*> ranks, int kind, int collective, int algorithm, uint64_t block_count,
+         int32_t dtype, int32_t op, int repeats, int samples) {
+        TimedCall c;
+        c.kind = kind;
+        c.collective = collective;
+        c.algorithm = algorithm;
+        c.block_count = block_count;
+        c.dtype = dtype;
+        c.op = op;
+        nb::gil_scoped_release release;
+        return time_calls(ranks, c, repeats, samples);
+      },
+      nb::arg("ranks"), nb::arg("kind"), nb::arg("collective"), nb::arg("algorithm"), nb::arg("block_count"),
+      nb::arg("dtype"), nb::arg("op"), nb::arg("repeats"), nb::arg("samples"),
+      "Milliseconds per call (one per sample) of `repeats` back-to-back calls on every rank, released together "
+      "from launch gates. kind 0: the bound plan; 1: launch_collective(collective, algorithm).");
+}
 
 }  // namespace jax_mscclpp::cuda

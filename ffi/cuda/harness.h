@@ -35,6 +35,9 @@ enum class HarnessOp : int32_t {
   kPortLatency = 13,     // mode 0: iters put_with_signal_and_flush (rank 0), latencies (ns) to output;
                          // 1: signal/wait ping-pong through the proxy, round trips (ns) to output
   kAllReduce1paLL = 14,  // kernels/collectives/all_reduce_1pa_ll.cu on input -> output (dtype, op, count)
+  kCollective = 15,      // launch_collective (kernels/collectives/collective.h): `collective`, `algorithm`, dtype,
+                         // reduce_op, count (elements per block) on input + src_off -> output + dst_off, iters
+                         // calls in a row; the context is built from RankArgs (port channels: collective_port)
 };
 
 constexpr int kHarnessCounters = 8;
@@ -53,6 +56,9 @@ struct RankArgs {
   uint64_t scratch_bytes;
   const MemoryChannelDeviceHandle* mem;  // [nranks * channels_per_peer], entry p * channels_per_peer + c
   const PortChannelDeviceHandle* port;   // [nranks] (index 0 per peer), null without port channels
+  // [nranks * channels_per_peer] with this rank's scratch as local buffer (what the collectives need), null
+  // unless the rank was built with collective ports (which excludes `port`: both would own index 0's semaphores).
+  const PortChannelDeviceHandle* collective_port;
   SwitchChannelDeviceHandle sw;          // emulated, members = every rank's scratch
   uint64_t* epoch;
   uint64_t* blocks_done;
@@ -76,12 +82,14 @@ struct HarnessParams {
   uint64_t src_off = 0;
   uint64_t dst_off = 0;
   uint64_t slot_stride = 0;
+  int32_t collective = 0;  // kCollective: Collective code (ffi/collective_types.h)
+  int32_t algorithm = 0;   // kCollective: Algorithm code
 };
 
 // Launches `p.op` for one rank on `stream` (asynchronous). Returns the launch error, or
 // cudaErrorInvalidValue for an unknown op / dtype.
 cudaError_t launch_harness(const RankArgs& a, const HarnessParams& p, cudaStream_t stream);
-// The dtype/op specialized part (kReducePut, kSwitchAllReduce, kReduceLocal, kAllReduce1paLL).
+// The dtype/op specialized part (kReducePut, kSwitchAllReduce, kReduceLocal, kAllReduce1paLL, kCollective).
 cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cudaStream_t stream);
 
 // FIFO probe: `pushers` threads push `ntriggers` custom triggers (handler id 1) in total, each payload

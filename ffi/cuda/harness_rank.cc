@@ -6,28 +6,15 @@
 #include <unordered_set>
 
 #include "check.h"
+#include "collective_types.h"
 
 namespace jax_mscclpp::cuda {
-namespace {
-
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) JAX_MSCCLPP_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(previous_)); }
-
- private:
-  int previous_ = 0;
-};
-
-}  // namespace
-
 // ---------------------------------------------------------------------------------------- HarnessRank
 
-HarnessRank::HarnessRank(const RankOptions& opts, size_t buffer_bytes, bool port_channels)
-    : opts_(opts), port_(port_channels) {
+HarnessRank::HarnessRank(const RankOptions& opts, size_t buffer_bytes, bool port_channels, bool collective_ports)
+    : opts_(opts), port_(port_channels), collective_ports_(collective_ports) {
+  if (port_channels && collective_ports)
+    throw std::invalid_argument("jax_mscclpp: port_channels and collective_ports exclude each other");
   DeviceGuard g(opts.device);
   ctx_ = std::make_unique<RankContext>(opts);
   input_ = DeviceBuffer(opts.device, buffer_bytes);
@@ -50,11 +37,14 @@ void HarnessRank::close() {
     JAX_MSCCLPP_CUDA_IGNORE(cudaStreamDestroy(stream_));
     stream_ = nullptr;
   }
+  if (graph_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaGraphExecDestroy(graph_));
+  graph_ = nullptr;
   if (start_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(start_));
   if (stop_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(stop_));
   start_ = stop_ = nullptr;
   mem_table_ = DeviceBuffer();
   port_table_ = DeviceBuffer();
+  collective_port_table_ = DeviceBuffer();
   counters_ = DeviceBuffer();
   input_ = DeviceBuffer();
   output_ = DeviceBuffer();
@@ -94,6 +84,17 @@ void HarnessRank::build() {
     }
     port_table_ = DeviceBuffer(opts_.device, port.size() * sizeof(PortChannelDeviceHandle));
     JAX_MSCCLPP_CUDA_CHECK(cudaMemcpyAsync(port_table_.get(), port.data(),
+                                           port.size() * sizeof(PortChannelDeviceHandle), cudaMemcpyHostToDevice,
+                                           stream_));
+  }
+  if (collective_ports_) {
+    std::vector<PortChannelDeviceHandle> port(static_cast<size_t>(n) * c);
+    for (int p = 0; p < n; ++p) {
+      if (p == opts_.rank) continue;
+      for (int i = 0; i < c; ++i) port[p * c + i] = ctx_->port_channel(p, i, ctx_->scratch(), ctx_->scratch_bytes());
+    }
+    collective_port_table_ = DeviceBuffer(opts_.device, port.size() * sizeof(PortChannelDeviceHandle));
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpyAsync(collective_port_table_.get(), port.data(),
                                            port.size() * sizeof(PortChannelDeviceHandle), cudaMemcpyHostToDevice,
                                            stream_));
   }
@@ -155,6 +156,7 @@ RankArgs HarnessRank::args() const {
   a.scratch_bytes = ctx_->scratch_bytes();
   a.mem = mem_table_.get<MemoryChannelDeviceHandle>();
   a.port = port_ ? port_table_.get<PortChannelDeviceHandle>() : nullptr;
+  a.collective_port = collective_ports_ ? collective_port_table_.get<PortChannelDeviceHandle>() : nullptr;
   a.sw = sw_;
   a.epoch = ctx_->epoch();
   a.blocks_done = ctx_->blocks_done();
@@ -175,15 +177,66 @@ void HarnessRank::launch(const HarnessParams& p) {
                                   op == HarnessOp::kSwitchAllReduce;
   if (per_block_channels && p.blocks > opts_.channels_per_peer)
     throw std::invalid_argument("jax_mscclpp: more blocks than channels per peer");
-  const int min_blocks = op == HarnessOp::kAllReduce1paLL ? 0 : 1;  // 0: the collective picks its grid
-  if (p.blocks < min_blocks || p.threads < 1 || p.threads > 1024)
-    throw std::invalid_argument("jax_mscclpp: bad launch shape");
+  if (op == HarnessOp::kCollective) {
+    check_collective(p);
+  } else {
+    const int min_blocks = op == HarnessOp::kAllReduce1paLL ? 0 : 1;  // 0: the collective picks its grid
+    if (p.blocks < min_blocks || p.threads < 1 || p.threads > 1024)
+      throw std::invalid_argument("jax_mscclpp: bad launch shape");
+  }
   DeviceGuard g(opts_.device);
   JAX_MSCCLPP_CUDA_CHECK(
       cudaMemsetAsync(counters_.get(), 0, kHarnessCounters * sizeof(unsigned long long), stream_));
-  const cudaError_t e = launch_harness(args(), p, stream_);
-  if (e == cudaErrorInvalidValue) throw std::invalid_argument("jax_mscclpp: unknown harness op, dtype or size");
+  raise_launch_error(launch_harness(args(), p, stream_));
+}
+
+void HarnessRank::check_collective(const HarnessParams& p) const {
+  const size_t esize = dtype_size(static_cast<DType>(p.dtype));
+  if (esize == 0) throw std::invalid_argument("jax_mscclpp: unknown dtype code");
+  const size_t block = p.count * esize, n = static_cast<size_t>(opts_.nranks);
+  const auto c = static_cast<Collective>(p.collective);
+  const size_t in_bytes = block * (c == Collective::kReduceScatter || c == Collective::kAllToAll ? n : 1);
+  const size_t out_bytes = block * (c == Collective::kAllGather || c == Collective::kAllToAll ? n : 1);
+  if (p.src_off + in_bytes > input_.bytes() || p.dst_off + out_bytes > output_.bytes())
+    throw std::out_of_range("jax_mscclpp: collective input or output outside the rank's buffers");
+}
+
+void HarnessRank::raise_launch_error(cudaError_t e) const {
+  if (e == cudaErrorInvalidValue)
+    throw std::invalid_argument("jax_mscclpp: unknown harness op, collective, algorithm or dtype, or scratch too small");
+  if (e == cudaErrorNotReady)
+    throw std::invalid_argument("jax_mscclpp: the rank lacks what the algorithm needs (collective ports, SwitchChannel)");
   JAX_MSCCLPP_CUDA_CHECK(e);
+}
+
+void HarnessRank::capture(const HarnessParams& p) {
+  if (!built_) throw std::runtime_error("jax_mscclpp: build() the rank before capturing");
+  if (static_cast<HarnessOp>(p.op) != HarnessOp::kCollective)
+    throw std::invalid_argument("jax_mscclpp: only collective launches are captured");
+  check_collective(p);
+  DeviceGuard g(opts_.device);
+  if (graph_ != nullptr) {
+    JAX_MSCCLPP_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+    graph_ = nullptr;
+  }
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t launched = launch_harness(args(), p, stream_);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  if (launched != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    raise_launch_error(launched);
+  }
+  JAX_MSCCLPP_CUDA_CHECK(ended);
+  const cudaError_t inst = cudaGraphInstantiate(&graph_, graph, 0);
+  cudaGraphDestroy(graph);
+  JAX_MSCCLPP_CUDA_CHECK(inst);
+}
+
+void HarnessRank::replay(int times) {
+  if (graph_ == nullptr) throw std::runtime_error("jax_mscclpp: nothing captured");
+  DeviceGuard g(opts_.device);
+  for (int i = 0; i < times; ++i) JAX_MSCCLPP_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
 }
 
 void HarnessRank::synchronize() {

@@ -23,7 +23,10 @@ class HarnessRank {
  public:
   enum Buffer { kInput = 0, kOutput = 1, kScratch = 2 };
 
-  HarnessRank(const RankOptions& opts, size_t buffer_bytes, bool port_channels);
+  // port_channels: one PortChannel per peer reading from the input buffer (RankArgs::port, primitive tests);
+  // collective_ports: channels_per_peer PortChannels per peer reading from the scratch (RankArgs::collective_port,
+  // what launch_collective's ring needs). At most one of the two (they would share semaphore words).
+  HarnessRank(const RankOptions& opts, size_t buffer_bytes, bool port_channels, bool collective_ports = false);
   ~HarnessRank();
   HarnessRank(const HarnessRank&) = delete;
   HarnessRank& operator=(const HarnessRank&) = delete;
@@ -47,6 +50,11 @@ class HarnessRank {
   std::vector<uint64_t> counters();
   uint64_t epoch();
 
+  // Captures `p` (with p.iters calls inside, as launch() runs it) into a CUDA graph on this rank's stream, and
+  // replays that graph `times` times (asynchronous): XLA command buffers replay launches the same way.
+  void capture(const HarnessParams& p);
+  void replay(int times);
+
   void record_start();
   void record_stop();
   float elapsed_ms();
@@ -61,17 +69,22 @@ class HarnessRank {
 
  private:
   char* buffer(int which, size_t offset, size_t n) const;
+  void check_collective(const HarnessParams& p) const;
+  void raise_launch_error(cudaError_t e) const;
   RankArgs args() const;
 
   RankOptions opts_;
   bool port_;
+  bool collective_ports_;
   std::unique_ptr<RankContext> ctx_;
   DeviceBuffer input_;
   DeviceBuffer output_;
   DeviceBuffer counters_;
   DeviceBuffer mem_table_;
   DeviceBuffer port_table_;
+  DeviceBuffer collective_port_table_;
   SwitchChannelDeviceHandle sw_{};
+  cudaGraphExec_t graph_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;

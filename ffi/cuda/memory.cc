@@ -18,17 +18,6 @@ constexpr uint32_t kMagic = 0x4A4D4D48;  // "JMMH"
 constexpr uint32_t kVersion = 1;
 std::atomic<int> g_ipc_mappings{0};
 
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) JAX_MSCCLPP_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(previous_)); }
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace
 

@@ -20,17 +20,6 @@ inline void cpu_relax() {
 #endif
 }
 
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) JAX_MSCCLPP_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceGuard() { JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(previous_)); }
-
- private:
-  int previous_ = 0;
-};
 
 constexpr size_t kTailBytes = 64;  // the tail sits alone in its cache line, before the slots
 

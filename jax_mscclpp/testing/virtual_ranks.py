@@ -44,6 +44,19 @@ DTYPE_CODES = {
     "uint64": 11,
 }
 REDUCE_CODES = {"sum": 0, "max": 1, "min": 2}
+# Collective and Algorithm codes of ffi/collective_types.h ("allpairs_ll" / "allpairs_hb": kAllPairs with the
+# protocol forced; the GPU kernels choose by size under plain "allpairs").
+COLLECTIVE_CODES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3}
+ALGORITHM_CODES = {
+    "1pa_ll": 0,
+    "2pa_ll": 1,
+    "2pa_hb": 2,
+    "2pr": 3,
+    "2pa_nvls": 4,
+    "allpairs": 5,
+    "allpairs_ll": 7,
+    "allpairs_hb": 8,
+}
 
 
 class VirtualRanksError(RuntimeError):
@@ -87,6 +100,10 @@ def make_params(cuda, op: str, **kw):
             value = DTYPE_CODES[value]
         elif key == "reduce_op" and isinstance(value, str):
             value = REDUCE_CODES[value]
+        elif key == "collective" and isinstance(value, str):
+            value = COLLECTIVE_CODES[value]
+        elif key == "algorithm" and isinstance(value, str):
+            value = ALGORITHM_CODES[value]
         if not hasattr(p, key):
             raise TypeError(f"unknown harness parameter {key!r}")
         setattr(p, key, int(value))
@@ -104,18 +121,30 @@ class VirtualRanks:
         channels_per_peer: int = 4,
         timeout_s: float | None = None,
         port_channels: bool = False,
+        collective_ports: bool = False,
     ):
         cuda = native_cuda()
         if cuda is None:
             raise RuntimeError("jax_mscclpp was built without CUDA")
         self.cuda = cuda
         self.nranks = nranks
+        self.buffer_bytes = buffer_bytes
+        self.scratch_bytes = scratch_bytes
+        self.channels_per_peer = channels_per_peer
         self.ranks = []
         try:
             for r in range(nranks):
                 self.ranks.append(
                     cuda.HarnessRank(
-                        r, nranks, device, buffer_bytes, scratch_bytes, channels_per_peer, timeout_s or 0.0, port_channels
+                        r,
+                        nranks,
+                        device,
+                        buffer_bytes,
+                        scratch_bytes,
+                        channels_per_peer,
+                        timeout_s or 0.0,
+                        port_channels,
+                        collective_ports,
                     )
                 )
             connect_all(self.ranks)
@@ -186,6 +215,32 @@ class VirtualRanks:
         first.record_stop()
         self.synchronize(ranks)
         return first.elapsed_ms() / repeats
+
+    def collective(self, collective: str, algorithm: str, ranks: Iterable[int] | None = None, **params) -> None:
+        """One launch_collective call on every rank (``count`` elements per block, ``dtype``, ``reduce_op``,
+        ``src_off`` / ``dst_off`` into the input / output buffers, ``iters`` calls in a row), synchronized."""
+        self.run("collective", ranks, collective=collective, algorithm=algorithm, **params)
+
+    def timed_graph(self, op: str, repeats: int, replays: int = 3, **params) -> float:
+        """Milliseconds per call of ``op``: every rank captures ``repeats`` calls into a CUDA graph (``iters``),
+        replays it once to warm up, then ``replays`` times between events on rank 0's stream (rank 0 cannot
+        finish before its peers, whose graphs are launched right after its own). The median replay is returned."""
+        p = make_params(self.cuda, op, iters=repeats, **params)
+        for rk in self.ranks:
+            rk.capture(p)
+        for rk in self.ranks:
+            rk.replay(1)
+        self.synchronize()
+        times = []
+        first = self.ranks[0]
+        for _ in range(replays):
+            first.record_start()
+            for rk in self.ranks:
+                rk.replay(1)
+            first.record_stop()
+            self.synchronize()
+            times.append(first.elapsed_ms() / repeats)
+        return float(np.median(times))
 
     # -- teardown --------------------------------------------------------------------------------------------------
 

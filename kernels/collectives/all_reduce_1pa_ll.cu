@@ -1,5 +1,7 @@
 #include "collectives/all_reduce_1pa_ll.h"
 
+#include "collectives/collective_common.cuh"
+
 #include "jax_mscclpp/packet.cuh"
 #include "jax_mscclpp/reduce.cuh"
 
@@ -19,7 +21,7 @@ __global__ void __launch_bounds__(1024)
   const uint64_t e = *reinterpret_cast<volatile uint64_t*>(a.epoch) + 1;
   const uint32_t flag = static_cast<uint32_t>(e);
   const uint64_t slot = slot_bytes(bytes);
-  const uint64_t half = (e & 1) * n * slot;
+  const uint64_t half = (e & 1) * (a.half_bytes != 0 ? a.half_bytes : n * slot);
 
   // This block's part of the message, in whole 16-byte units (two packets), the same split on every rank.
   uint64_t chunk = (bytes + gridDim.x - 1) / gridDim.x;
@@ -111,7 +113,10 @@ cudaError_t launch_all_reduce_1pa_ll(const AllReduce1paLLArgs& args, const void*
   const size_t esize = dtype_bytes(dtype);
   if (esize == 0) return cudaErrorInvalidValue;
   const size_t bytes = count * esize;
-  if (all_reduce_1pa_ll_scratch_bytes(bytes, args.nranks) > args.scratch_bytes) return cudaErrorInvalidValue;
+  const size_t need = all_reduce_1pa_ll_scratch_bytes(bytes, args.nranks);
+  if (args.half_bytes != 0 ? (need / 2 > args.half_bytes || 2 * args.half_bytes > args.scratch_bytes)
+                           : need > args.scratch_bytes)
+    return cudaErrorInvalidValue;
   if (threads <= 0) threads = 256;
   if (blocks <= 0) {
     // About 8 KiB of message per block, a few blocks at most: the kernel is latency-bound.
@@ -120,7 +125,7 @@ cudaError_t launch_all_reduce_1pa_ll(const AllReduce1paLLArgs& args, const void*
     if (blocks > 16) blocks = 16;
   }
   cudaError_t result = cudaSuccess;
-  const bool known = dispatch_dtype_op(dtype, op, [&](auto t, auto o) {
+  const bool known = collectives::dispatch_reduction(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
     using Op = decltype(o);
     all_reduce_1pa_ll_kernel<T, Op><<<blocks, threads, 0, stream>>>(args, static_cast<const char*>(in),

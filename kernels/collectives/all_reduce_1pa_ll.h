@@ -27,9 +27,12 @@ struct AllReduce1paLLArgs {
   uint64_t scratch_bytes;  // at least all_reduce_1pa_ll_scratch_bytes(count * dtype size, nranks)
   uint64_t* epoch;         // this rank's device epoch counter
   uint64_t* blocks_done;   // device word, 0 between calls
+  uint64_t half_bytes = 0;  // distance of the two halves; 0: packed (n slots each, from the scratch's start)
 };
 
-// Scratch bytes the algorithm needs for an input of `bytes` on `nranks` ranks (both halves).
+// Scratch bytes the algorithm needs for an input of `bytes` on `nranks` ranks (both halves, packed). With
+// half_bytes set, each half needs all_reduce_1pa_ll_scratch_bytes / 2 <= half_bytes, and the scratch 2 * half_bytes
+// (launch_collective places the halves of every LL algorithm alike: collectives/collective_common.cuh).
 size_t all_reduce_1pa_ll_scratch_bytes(size_t bytes, int nranks);
 
 // out[i] = in_0[i] (op) ... (op) in_{n-1}[i] for i < count, on `stream`. dtype / op: codes of

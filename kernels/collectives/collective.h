@@ -39,11 +39,31 @@ struct CollectiveContext {
 // Collective and algorithm codes: ffi/collective_types.h (Collective, Algorithm). dtype / op codes:
 // jax_mscclpp/reduce.cuh (codes::DTypeCode, codes::ReduceCode).
 
-// True when `algorithm` implements `collective` for this dtype/op on this build.
+// What the algorithms need from the context (kernels/README.md, "Collective kernels", has the table):
+//   - mem: every entry p * cpp + c with p != rank (LL algorithms use c = 0 only; HB, NVLS and ring algorithms
+//     run one block per channel index, so their grids have at most channels_per_peer blocks).
+//   - port (2PR only): the same indexing, and every port channel's local buffer is this rank's scratch (the ring
+//     stages its input there; the proxy copies between registered buffers only). Scratch below 4 GiB.
+//   - sw (2PA-NVLS only): emulated (members = every rank's scratch, nranks <= 8) or hardware multicast over the
+//     scratches (opt-in only; then 16-byte multiples and a (dtype, op) that multimem has).
+//   - scratch: the same size on every rank. It is cut into [LL half 0 | LL half 1 | HB half 0 | HB half 1]
+//     (LL halves a quarter of it each, at most 4 MiB); a launch of epoch e uses half e & 1 of its protocol's
+//     region. All ranks must issue the same sequence of calls (collective, algorithm, sizes).
+// in == out is allowed for all_reduce and all_to_all. block_count == 0 launches nothing. With nranks == 1 a call
+// is a device copy (no kernel, no epoch).
+
+// True when `algorithm` implements `collective` for this dtype/op on this build. (The op is ignored by
+// all_gather and all_to_all.)
 bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, int32_t op);
 
-// Launches one call on `stream`. cudaErrorInvalidValue for an unsupported combination; cudaErrorNotReady
-// when the context lacks what the algorithm needs (e.g. port channels).
+// Launches (epochs) one call takes for these sizes: a function of the sizes alone. 0 when the call launches
+// nothing (block_count 0, one rank) or cannot run (unsupported, or a scratch too small for even one piece).
+uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype,
+                                 int32_t nranks, uint64_t scratch_bytes);
+
+// Launches one call on `stream`. cudaErrorInvalidValue for an unsupported combination or a scratch too small for
+// one piece; cudaErrorNotReady when the context lacks what the algorithm needs (e.g. port channels, an emulated
+// or usable SwitchChannel).
 cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
                               void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream);
 

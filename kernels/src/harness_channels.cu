@@ -387,7 +387,8 @@ cudaError_t launch_harness(const RankArgs& a, const HarnessParams& p, cudaStream
     case HarnessOp::kReducePut:
     case HarnessOp::kSwitchAllReduce:
     case HarnessOp::kReduceLocal:
-    case HarnessOp::kAllReduce1paLL: return launch_harness_typed(a, p, stream);
+    case HarnessOp::kAllReduce1paLL:
+    case HarnessOp::kCollective: return launch_harness_typed(a, p, stream);
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -3,6 +3,7 @@
 // reduce.cuh.
 #include "harness_common.cuh"
 #include "collectives/all_reduce_1pa_ll.h"
+#include "collectives/collective.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
@@ -97,6 +98,25 @@ cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cuda
     c.epoch = a.epoch;
     c.blocks_done = a.blocks_done;
     return launch_all_reduce_1pa_ll(c, a.input, a.output, p.count, p.dtype, p.reduce_op, p.blocks, p.threads, stream);
+  }
+  if (op == HarnessOp::kCollective) {
+    CollectiveContext c{};
+    c.rank = a.rank;
+    c.nranks = a.nranks;
+    c.channels_per_peer = a.channels_per_peer;
+    c.scratch = a.scratch;
+    c.scratch_bytes = a.scratch_bytes;
+    c.mem = a.mem;
+    c.port = a.collective_port;
+    c.sw = a.sw;
+    c.epoch = a.epoch;
+    c.blocks_done = a.blocks_done;
+    for (int i = 0; i < (p.iters > 1 ? p.iters : 1); ++i) {
+      const cudaError_t e = launch_collective(c, p.collective, p.algorithm, a.input + p.src_off, a.output + p.dst_off,
+                                              p.count, p.dtype, p.reduce_op, stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
   }
   cudaError_t result = cudaSuccess;
   const bool known = dispatch_dtype_op(p.dtype, p.reduce_op, [&](auto t, auto o) {

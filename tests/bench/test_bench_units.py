@@ -145,7 +145,8 @@ def test_modes():
 def test_unavailable_reasons():
     assert sweep.ours_unavailable_reason("cpu", 1) is None
     assert "one process" in sweep.ours_unavailable_reason("cpu", 2)
-    assert "no jax_mscclpp backend" in sweep.ours_unavailable_reason("gpu", 1)
+    assert sweep.ours_unavailable_reason("gpu", 2) is None  # GPUs: one process or one per GPU
+    assert "no jax_mscclpp backend" in sweep.ours_unavailable_reason("rocm", 1)
 
 
 def test_launcher_environment_keeps_nvls_off():

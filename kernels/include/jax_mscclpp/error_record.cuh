@@ -75,6 +75,13 @@ __device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op
       __threadfence_system();
       v->valid = 1u;
       __threadfence_system();
+    } else {
+      // Another thread is writing the record: trapping now could abort the kernel before it is published,
+      // leaving the host an anonymous launch failure. Give the writer a bounded moment (10 ms).
+      volatile uint32_t* valid = &rec->valid;
+      const uint64_t until = global_timer_ns() + 10000000ull;
+      while (*valid == 0u && global_timer_ns() < until) {
+      }
     }
   }
   __trap();

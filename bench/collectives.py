@@ -1,0 +1,154 @@
+"""Kernel time of every collective algorithm of kernels/collectives on virtual ranks (N ranks on ONE GPU), written as
+JSON under bench/results/.
+
+    python bench/collectives.py [--nranks 8] [--out bench/results/collectives-<date>.json] [--quick]
+
+(with the package installed, e.g. `pip install -e .`, or PYTHONPATH=. next to a built module.)
+
+Every rank captures `repeats` calls of launch_collective into a CUDA graph on its own stream (as XLA command
+buffers record a custom call); the graphs are replayed, and the time between events on rank 0's stream around
+one replay of every rank's graph, divided by `repeats`, is the time per call (median of 3 replays after a
+warm-up replay).
+
+What this measures: all N ranks share one GPU's SMs, HBM and (for 2PR) one proxy thread, and "peer" traffic is
+device-local memory traffic, not NVLink. So these are kernel-efficiency and latency-floor numbers (how long the
+kernels take to move and reduce the bytes through the memory system with every rank resident at once), not
+NVLink bandwidth or multi-GPU speed: algbw/busbw follow the nccl-tests conventions only to make sizes comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import sys
+import time
+
+os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ.pop("JAX_MSCCLPP_NVLS", None)
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import numpy as np  # noqa: E402
+
+from jax_mscclpp.testing.virtual_ranks import (  # noqa: E402
+    ALGORITHM_CODES,
+    COLLECTIVE_CODES,
+    DTYPE_CODES,
+    INPUT,
+    VirtualRanks,
+    native_cuda,
+)
+
+KiB, MiB = 1 << 10, 1 << 20
+COMBOS = [("all_reduce", a) for a in ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls")] + [
+    (c, a) for c in ("all_gather", "reduce_scatter", "all_to_all") for a in ("allpairs_ll", "allpairs_hb", "allpairs")
+]
+
+
+def bus_factor(collective: str, n: int) -> float:
+    return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nranks", type=int, default=8)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="fewer sizes")
+    ap.add_argument("--budget-s", type=float, default=150.0, help="stop adding sizes after this many seconds")
+    args = ap.parse_args()
+
+    cuda = native_cuda()
+    if cuda is None or cuda.device_count() < 1:
+        sys.exit("needs the CUDA build and a GPU")
+    n = args.nranks
+    sizes = [KiB, 16 * KiB, 256 * KiB, 4 * MiB, 32 * MiB] if not args.quick else [KiB, 256 * KiB, 4 * MiB]
+    scratch, cpp = 64 * MiB, 8
+    buffer = max(sizes) + 4 * KiB
+    dtype = "float32"
+
+    try:
+        import jax
+
+        jax_version = jax.__version__
+    except Exception:  # pragma: no cover
+        jax_version = None
+    result = {
+        "benchmark": "collectives",
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "host": socket.gethostname(),
+            "gpu": cuda.device_name(0),
+            "gpu_count": cuda.device_count(),
+            "cuda_runtime": cuda.runtime_version(),
+            "cuda_driver": cuda.driver_version(),
+            "python": platform.python_version(),
+            "jax": jax_version,
+            "numpy": np.__version__,
+        },
+        "setup": {"nranks": n, "ranks_per_gpu": n, "scratch_bytes": scratch, "channels_per_peer": cpp,
+                  "dtype": dtype, "op": "sum", "timing": "CUDA graph of `repeats` calls per rank, events on rank 0, "
+                  "median of 3 replays"},
+        "notes": "N virtual ranks on ONE GPU: every rank's kernel shares the SMs, HBM and one proxy thread; peer "
+                 "traffic is local memory traffic, not NVLink. Kernel efficiency and latency floors only, not "
+                 "multi-GPU bandwidth. bytes: all_reduce the vector, all_gather the output, reduce_scatter and "
+                 "all_to_all the input (per rank).",
+        "rows": [],
+    }
+
+    t_start = time.monotonic()
+    with VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp,
+                      collective_ports=True) as vr:
+        rng = np.random.default_rng(0)
+        for r in range(n):
+            vr.upload(r, INPUT, rng.standard_normal(buffer // 4).astype(np.float32))
+        memcpy_ms = vr.ranks[0].time_memcpy(32 * MiB, 20)
+        result["memcpy_32MiB"] = {"ms": memcpy_ms, "GBps_read_plus_write": 2 * 32 * MiB / (memcpy_ms * 1e-3) / 1e9}
+        for nbytes in sizes:
+            if time.monotonic() - t_start > args.budget_s:
+                print(f"time budget spent: skipping {nbytes} B and above", flush=True)
+                break
+            for collective, algorithm in COMBOS:
+                blocks = n if collective != "all_reduce" else 1
+                count = max(1, nbytes // 4 // blocks)
+                launches = cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm],
+                                                        count, DTYPE_CODES[dtype], n, scratch)
+                params = dict(collective=collective, algorithm=algorithm, dtype=dtype, reduce_op="sum", count=count)
+                first = vr.timed("collective", repeats=1, **params)  # warm-up and a coarse time
+                repeats = int(min(200, max(3, 10.0 / max(first, 1e-3))))
+                ms = vr.timed_graph("collective", repeats=repeats, **params)
+                moved = count * blocks * 4
+                algbw = moved / (ms * 1e-3) / 1e9
+                row = {"collective": collective, "algorithm": algorithm, "bytes": moved, "count": count,
+                       "launches": launches, "repeats": repeats, "time_us": ms * 1e3, "algbw_GBps": algbw,
+                       "busbw_GBps": algbw * bus_factor(collective, n)}
+                result["rows"].append(row)
+                print(f"{collective:15s} {algorithm:12s} {moved:>10d} B  {ms * 1e3:10.2f} us  launches {launches:4d}"
+                      f"  algbw {algbw:8.2f} GB/s", flush=True)
+        result["proxy"] = dict(cuda.proxy_status(0))
+
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"collectives-{dt.date.today().isoformat()}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print("wrote", out)
+
+    # Short table last: time per call (us) by size, one line per algorithm.
+    print(f"\nus per call, {n} ranks on one GPU, f32 sum")
+    print(f"{'':28s}" + "".join(f"{s:>11d}" for s in sizes))
+    for collective, algorithm in COMBOS:
+        cells = {r["bytes"]: r["time_us"] for r in result["rows"]
+                 if r["collective"] == collective and r["algorithm"] == algorithm}
+        line = f"{collective + '/' + algorithm:28s}"
+        for s in sizes:
+            hit = [v for b, v in cells.items() if abs(b - s) <= 4 * n]
+            line += f"{hit[0]:11.1f}" if hit else f"{'-':>11s}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+#include "communicator.h"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "check.h"
+
+namespace jax_mscclpp::cuda {
+
+GpuRank::GpuRank(const RankOptions& options, bool port_channels)
+    : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels) {}
+
+void GpuRank::finalize() {
+  const int n = ctx_->nranks(), cpp = ctx_->channels_per_peer(), me = ctx_->rank();
+  std::vector<MemoryChannelDeviceHandle> mem(size_t(n) * cpp);
+  std::vector<PortChannelDeviceHandle> port(port_channels_ ? size_t(n) * cpp : 0);
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    for (int c = 0; c < cpp; ++c) {
+      mem[size_t(p) * cpp + c] = ctx_->memory_channel(p, c, ctx_->scratch());
+      if (port_channels_) port[size_t(p) * cpp + c] = ctx_->port_channel(p, c, ctx_->scratch(), ctx_->scratch_bytes());
+    }
+  }
+  DeviceGuard guard(ctx_->device());
+  memory_channels_ = DeviceBuffer(ctx_->device(), mem.size() * sizeof(mem[0]) + 1);
+  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(memory_channels_.get(), mem.data(), mem.size() * sizeof(mem[0]),
+                                    cudaMemcpyHostToDevice));
+  if (port_channels_) {
+    port_channel_handles_ = DeviceBuffer(ctx_->device(), port.size() * sizeof(port[0]) + 1);
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(port_channel_handles_.get(), port.data(), port.size() * sizeof(port[0]),
+                                      cudaMemcpyHostToDevice));
+  }
+  device_.rank = me;
+  device_.nranks = n;
+  device_.channels_per_peer = cpp;
+  device_.scratch = ctx_->scratch();
+  device_.scratch_bytes = ctx_->scratch_bytes();
+  device_.mem = memory_channels_.get<MemoryChannelDeviceHandle>();
+  device_.port = port_channels_ ? port_channel_handles_.get<PortChannelDeviceHandle>() : nullptr;
+  device_.sw = ctx_->switch_channel_emulated();
+  device_.epoch = ctx_->epoch();
+  device_.blocks_done = ctx_->blocks_done();
+  ready_ = true;
+}
+
+GpuCommunicator::GpuCommunicator(int64_t id) : id_(id), watchdog_([this] { watch(); }) {}
+
+GpuCommunicator::~GpuCommunicator() {
+  stop_.store(true);
+  if (watchdog_.joinable()) watchdog_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [device, rank] : ranks_) {
+    // No kernel of ours may still touch what is freed next.
+    JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(device));
+    JAX_MSCCLPP_CUDA_IGNORE(cudaDeviceSynchronize());
+  }
+  ranks_.clear();
+}
+
+std::string GpuCommunicator::create_rank(int device, const RankOptions& options, bool port_channels) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (ranks_.count(device)) throw std::invalid_argument("jax_mscclpp: this communicator already has a rank on that device");
+  auto rank = std::make_unique<GpuRank>(options, port_channels);
+  std::string endpoint = rank->endpoint();
+  ranks_[device] = std::move(rank);
+  return endpoint;
+}
+
+GpuRank* GpuCommunicator::rank(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = ranks_.find(device);
+  return it == ranks_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> GpuCommunicator::errors() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  for (auto& [device, rank] : ranks_) {
+    std::string msg = rank->rank_context().config().error_message();
+    if (!msg.empty()) out.push_back("jax_mscclpp: communicator " + std::to_string(id_) + ": " + msg);
+  }
+  return out;
+}
+
+void GpuCommunicator::watch() {
+  bool reported = false;
+  while (!stop_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (reported) continue;
+    for (const std::string& msg : errors()) {
+      std::fprintf(stderr, "%s\n", msg.c_str());
+      reported = true;
+    }
+  }
+}
+
+namespace {
+std::mutex registry_mutex;
+std::map<int64_t, std::shared_ptr<GpuCommunicator>> registry;
+}  // namespace
+
+std::shared_ptr<GpuCommunicator> create_gpu_communicator(int64_t id) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto& slot = registry[id];
+  if (!slot) slot = std::make_shared<GpuCommunicator>(id);
+  return slot;
+}
+
+std::shared_ptr<GpuCommunicator> find_gpu_communicator(int64_t id) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto it = registry.find(id);
+  return it == registry.end() ? nullptr : it->second;
+}
+
+bool destroy_gpu_communicator(int64_t id) {
+  std::shared_ptr<GpuCommunicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry.find(id);
+    if (it == registry.end()) return false;
+    comm = std::move(it->second);
+    registry.erase(it);
+  }
+  return true;  // freed here, outside the lock, once no handler holds it
+}
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,383 @@
+#include "executor_plan.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "check.h"
+
+namespace jax_mscclpp::cuda {
+namespace {
+
+using host::ChunkRef;
+using host::HostPlan;
+using host::PlanBuffer;
+using host::PlanChannel;
+using host::PlanChannelType;
+using host::PlanOp;
+using host::PlanOpCode;
+
+constexpr size_t kMaxSharedBytes = 48 * 1024;  // without opting in to more per kernel
+constexpr int kDefaultThreads = 512;
+
+const char* op_name(PlanOpCode code) {
+  static const char* names[] = {"copy", "reduce", "put", "put_packets", "read_packets", "signal", "wait", "flush",
+                                "put_with_signal", "reduce_put", "reduce_packets", "barrier", "switch_reduce",
+                                "switch_broadcast"};
+  return names[static_cast<int>(code)];
+}
+
+int chunk_total(const HostPlan& plan, PlanBuffer buffer) {
+  switch (buffer) {
+    case PlanBuffer::kInput: return plan.input_blocks * plan.chunks_per_block;
+    case PlanBuffer::kOutput: return plan.output_blocks * plan.chunks_per_block;
+    case PlanBuffer::kScratch: return plan.scratch_chunks;
+    default: return 0;
+  }
+}
+
+// Scratch chunk renumbering: chunks no operation of any rank names take no space (fused-away temporaries).
+// Monotone, so a range of named chunks stays a range.
+std::vector<int32_t> scratch_renumbering(const HostPlan& plan) {
+  std::vector<char> used(static_cast<size_t>(std::max(plan.scratch_chunks, 0)), 0);
+  auto mark = [&](const ChunkRef& c) {
+    if (c.buffer != PlanBuffer::kScratch) return;
+    for (int t = 0; t < c.count; ++t) {
+      const int i = c.index + t;
+      if (i >= 0 && i < plan.scratch_chunks) used[i] = 1;
+    }
+  };
+  for (const auto& rank : plan.ranks)
+    for (const auto& tb : rank.threadblocks)
+      for (const PlanOp& op : tb) {
+        mark(op.dst);
+        mark(op.src);
+        for (const auto& s : op.srcs) mark(s);
+        for (const auto& s : op.packet_srcs) mark(s.chunk);
+        for (const auto& s : op.remotes) mark(s.chunk);
+      }
+  std::vector<int32_t> renumber(used.size() + 1, 0);
+  for (size_t i = 0; i < used.size(); ++i) renumber[i + 1] = renumber[i] + used[i];
+  return renumber;  // renumber[i]: new index of chunk i; renumber.back(): chunks kept
+}
+
+bool is_port_put(const PlanOp& op, const host::PlanRank& rank) {
+  return (op.code == PlanOpCode::kPut || op.code == PlanOpCode::kPutWithSignal) && op.channel >= 0 &&
+         op.channel < static_cast<int>(rank.channels.size()) &&
+         rank.channels[op.channel].type == PlanChannelType::kPort;
+}
+
+int staging_of(const host::PlanRank& rank) {
+  int n = 0;
+  for (const auto& tb : rank.threadblocks)
+    for (const PlanOp& op : tb)
+      if (is_port_put(op, rank) && op.src.buffer != PlanBuffer::kScratch) n += std::max(op.src.count, 0);
+  return n;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> plan_channel_indices(const HostPlan& plan) {
+  const int n = plan.world_size;
+  std::vector<std::vector<int>> index(n);
+  for (int r = 0; r < n; ++r) {
+    const auto& chans = plan.ranks[r].channels;
+    index[r].assign(chans.size(), -1);
+    for (size_t c = 0; c < chans.size(); ++c) {
+      const PlanChannel& ch = chans[c];
+      if (ch.type == PlanChannelType::kSwitch) continue;
+      const int p = ch.peer, q = ch.peer_channel;
+      const std::string where = "rank " + std::to_string(r) + " channel " + std::to_string(c);
+      if (p < 0 || p >= n || q < 0 || q >= static_cast<int>(plan.ranks[p].channels.size()))
+        throw std::invalid_argument(where + ": peer endpoint out of range");
+      const PlanChannel& other = plan.ranks[p].channels[q];
+      if (other.type != ch.type || other.peer != r || other.peer_channel != static_cast<int>(c))
+        throw std::invalid_argument(where + ": the peer endpoint does not name it back");
+      if (p == r) continue;  // a self channel: semaphores of its own
+      const int lo = std::min(r, p), hi = std::max(r, p);
+      const int lo_index = r < p ? static_cast<int>(c) : q;
+      int k = 0;
+      const auto& lo_chans = plan.ranks[lo].channels;
+      for (int i = 0; i < lo_index; ++i)
+        if (lo_chans[i].type == ch.type && lo_chans[i].peer == hi) ++k;
+      index[r][c] = k;
+    }
+  }
+  return index;
+}
+
+int ExecutorPlan::channels_per_peer(const HostPlan& plan) {
+  int most = 0;
+  for (const auto& ranks : plan_channel_indices(plan))
+    for (int k : ranks) most = std::max(most, k + 1);
+  return std::max(most, 1);
+}
+
+bool ExecutorPlan::uses_port_channels(const HostPlan& plan) {
+  for (const auto& rank : plan.ranks)
+    for (const auto& ch : rank.channels)
+      if (ch.type == PlanChannelType::kPort) return true;
+  return false;
+}
+
+int ExecutorPlan::staging_chunks(const HostPlan& plan) {
+  int most = 0;
+  for (const auto& rank : plan.ranks) most = std::max(most, staging_of(rank));
+  return most;
+}
+
+uint64_t ExecutorPlan::scratch_bytes_for(const HostPlan& plan, uint64_t block_count, int32_t dtype) {
+  DevicePlan d{};
+  d.chunks_per_block = plan.chunks_per_block;
+  d.scratch_chunks = scratch_renumbering(plan).back();
+  d.staging_chunks = staging_chunks(plan);
+  d.packets = plan.packets ? 1 : 0;
+  return plan_scratch_bytes_for(d, block_count, dtype);
+}
+
+ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankContext& ctx, int threads)
+    : plan_(std::move(plan)) {
+  const HostPlan& P = *plan_;
+  const int me = ctx.rank();
+  if (P.world_size != ctx.nranks())
+    throw std::invalid_argument("jax_mscclpp: plan '" + P.name + "' is for " + std::to_string(P.world_size) +
+                                " ranks, the context has " + std::to_string(ctx.nranks()));
+  if (threads <= 0) threads = kDefaultThreads;
+  if (threads > 512 || threads % 32 != 0)
+    throw std::invalid_argument("jax_mscclpp: executor threads per block must be a multiple of 32, at most 512");
+  const int cpp = ctx.channels_per_peer();
+  const int need = channels_per_peer(P);
+  if (need > cpp)
+    throw std::invalid_argument("jax_mscclpp: plan '" + P.name + "' needs " + std::to_string(need) +
+                                " channels per peer, the context has " + std::to_string(cpp));
+  const auto indices = plan_channel_indices(P);
+  const host::PlanRank& R = P.ranks[me];
+  const std::vector<int32_t> renumber = scratch_renumbering(P);
+
+  // Self channels: one pair of semaphore words (inbound, expected) per endpoint, owned here.
+  std::vector<int> self_slot(R.channels.size(), -1);
+  int n_self = 0;
+  for (size_t c = 0; c < R.channels.size(); ++c) {
+    const PlanChannel& ch = R.channels[c];
+    if (ch.type == PlanChannelType::kSwitch || ch.peer != me) continue;
+    if (ch.type == PlanChannelType::kPort)
+      throw std::invalid_argument("jax_mscclpp: plan '" + P.name + "': rank " + std::to_string(me) + " channel " +
+                                  std::to_string(c) +
+                                  " is a port channel to itself; the GPU executor supports memory channels only "
+                                  "between thread blocks of one rank");
+    self_slot[c] = n_self++;
+  }
+  std::vector<MemoryChannelDeviceHandle> self_handles(n_self);
+  self_semaphores_ = DeviceBuffer(ctx.device(), std::max(n_self, 1) * 2 * sizeof(uint64_t));
+  uint64_t* words = self_semaphores_.get<uint64_t>();
+  for (size_t c = 0; c < R.channels.size(); ++c) {
+    if (self_slot[c] < 0) continue;
+    MemoryChannelDeviceHandle& h = self_handles[self_slot[c]];
+    h = MemoryChannelDeviceHandle{};
+    h.semaphore.inbound = words + 2 * self_slot[c];
+    h.semaphore.expected = h.semaphore.inbound + 1;
+    h.semaphore.remote_inbound = words + 2 * self_slot[R.channels[c].peer_channel];
+    h.semaphore.site = ctx.site(me);
+    h.remote = ctx.scratch();
+    h.local = ctx.scratch();
+    h.packets = ctx.scratch();
+  }
+
+  std::vector<PlanThreadBlock> tbs;
+  std::vector<jax_mscclpp::PlanOp> ops;
+  std::vector<PlanRef> refs;
+  std::vector<jax_mscclpp::PlanChannel> chans;
+  std::vector<int32_t> members;
+  std::vector<char> port_used(R.channels.size(), 0), switch_used(R.channels.size(), 0);
+  int staging = 0;
+  size_t smem = 0;
+  const int n_tbs = static_cast<int>(R.threadblocks.size());
+
+  for (int t = 0; t < std::max(n_tbs, 1); ++t) {
+    PlanThreadBlock tb{static_cast<int32_t>(ops.size()), 0, static_cast<int32_t>(refs.size()), 0,
+                       static_cast<int32_t>(chans.size()), 0};
+    std::map<int, int> local;  // rank channel -> thread block channel
+    auto bind = [&](int c) -> int {
+      auto it = local.find(c);
+      if (it != local.end()) return it->second;
+      const PlanChannel& ch = R.channels[c];
+      jax_mscclpp::PlanChannel d{};
+      if (ch.type == PlanChannelType::kSwitch) {
+        d.kind = plan_codes::kSwitch;
+        d.slot = -1;
+        d.first_member = static_cast<int32_t>(members.size());
+        d.n_members = static_cast<int32_t>(ch.members.size());
+        members.insert(members.end(), ch.members.begin(), ch.members.end());
+        switch_used[c] = 1;
+      } else if (ch.peer == me) {
+        d.kind = plan_codes::kSelfMemory;
+        d.slot = self_slot[c];
+      } else {
+        d.kind = ch.type == PlanChannelType::kPort ? plan_codes::kPort : plan_codes::kMemory;
+        d.slot = ch.peer * cpp + indices[me][c];
+        if (ch.type == PlanChannelType::kPort) port_used[c] = 1;
+      }
+      const int id = static_cast<int>(chans.size()) - tb.channels;
+      chans.push_back(d);
+      local[c] = id;
+      return id;
+    };
+    const std::vector<PlanOp> empty;
+    const std::vector<PlanOp>& list = t < n_tbs ? R.threadblocks[t] : empty;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const PlanOp& op = list[i];
+      const std::string where = "jax_mscclpp: plan '" + P.name + "': rank " + std::to_string(me) +
+                                " thread block " + std::to_string(t) + " operation " + std::to_string(i) + " (" +
+                                op_name(op.code) + "): ";
+      auto fail = [&](const std::string& what) { throw std::invalid_argument(where + what); };
+      auto kind_of = [&](int c) {
+        if (c < 0 || c >= static_cast<int>(R.channels.size())) fail("channel out of range");
+        const PlanChannel& ch = R.channels[c];
+        if (ch.type == PlanChannelType::kSwitch) return plan_codes::kSwitch;
+        if (ch.type == PlanChannelType::kPort) return plan_codes::kPort;
+        return ch.peer == me ? plan_codes::kSelfMemory : plan_codes::kMemory;
+      };
+      auto is_memory = [&](int c) {
+        const int k = kind_of(c);
+        return k == plan_codes::kMemory || k == plan_codes::kSelfMemory;
+      };
+      const PlanOpCode code = op.code;
+      const bool needs_dst = code != PlanOpCode::kSignal && code != PlanOpCode::kWait &&
+                             code != PlanOpCode::kFlush && code != PlanOpCode::kBarrier;
+      const bool needs_src = code == PlanOpCode::kCopy || code == PlanOpCode::kPut ||
+                             code == PlanOpCode::kPutWithSignal || code == PlanOpCode::kPutPackets ||
+                             code == PlanOpCode::kReadPackets || code == PlanOpCode::kSwitchReduce ||
+                             code == PlanOpCode::kSwitchBroadcast;
+      const bool remote_dst = code == PlanOpCode::kPut || code == PlanOpCode::kPutWithSignal ||
+                              code == PlanOpCode::kPutPackets || code == PlanOpCode::kSwitchBroadcast;
+      // Channel kind per operation.
+      switch (code) {
+        case PlanOpCode::kPut:
+        case PlanOpCode::kPutWithSignal:
+        case PlanOpCode::kSignal:
+        case PlanOpCode::kWait:
+        case PlanOpCode::kFlush:
+          if (kind_of(op.channel) == plan_codes::kSwitch) fail("needs a memory or port channel");
+          break;
+        case PlanOpCode::kPutPackets:
+        case PlanOpCode::kReadPackets:
+          if (!is_memory(op.channel)) fail("needs a memory channel");
+          break;
+        case PlanOpCode::kSwitchReduce:
+        case PlanOpCode::kSwitchBroadcast:
+          if (kind_of(op.channel) != plan_codes::kSwitch) fail("needs a switch channel");
+          if (R.channels[op.channel].members.size() > static_cast<size_t>(kPlanMaxOperands))
+            fail("more switch members than the executor takes");
+          break;
+        default: break;
+      }
+      for (const auto& ref : op.packet_srcs)
+        if (!is_memory(ref.channel)) fail("a packet source needs a memory channel");
+      for (const auto& ref : op.remotes)
+        if (!is_memory(ref.channel)) fail("a remote destination needs a memory channel");
+      if ((code == PlanOpCode::kReduce || code == PlanOpCode::kReducePut || code == PlanOpCode::kReducePackets) &&
+          op.srcs.size() + op.packet_srcs.size() < 1)
+        fail("a reduction needs sources");
+      if (code != PlanOpCode::kReducePackets && !op.packet_srcs.empty()) fail("unexpected packet sources");
+      if (code != PlanOpCode::kReducePut && code != PlanOpCode::kReducePackets && !op.remotes.empty())
+        fail("unexpected remote destinations");
+      if (op.srcs.size() > static_cast<size_t>(kPlanMaxOperands) ||
+          op.packet_srcs.size() > static_cast<size_t>(kPlanMaxOperands) ||
+          op.srcs.size() + op.packet_srcs.size() > static_cast<size_t>(kPlanMaxOperands) ||
+          op.remotes.size() > static_cast<size_t>(kPlanMaxOperands))
+        fail("more operands than the executor takes (" + std::to_string(kPlanMaxOperands) + " of each kind)");
+
+      // References: presence, buffers, ranges, one count.
+      int count = -1;
+      auto check = [&](const ChunkRef& c, bool present, bool scratch_only, bool writes, const char* what) {
+        if (!present) return;
+        if (c.buffer == PlanBuffer::kNone) fail(std::string("missing ") + what);
+        if (scratch_only && c.buffer != PlanBuffer::kScratch) fail(std::string(what) + " must be in scratch");
+        if (writes && c.buffer == PlanBuffer::kInput) fail(std::string(what) + " writes the input");
+        if (c.count < 0 || c.index < 0 || c.index + c.count > chunk_total(P, c.buffer))
+          fail(std::string(what) + " is out of range");
+        if (count >= 0 && c.count != count) fail("references of different chunk counts");
+        count = c.count;
+      };
+      const bool packet_src = code == PlanOpCode::kReadPackets;
+      check(op.dst, needs_dst, remote_dst, true, "dst");
+      check(op.src, needs_src, packet_src || code == PlanOpCode::kSwitchReduce, false, "src");
+      for (const auto& s : op.srcs) check(s, true, false, false, "source");
+      for (const auto& s : op.packet_srcs) check(s.chunk, true, true, false, "packet source");
+      for (const auto& s : op.remotes) check(s.chunk, true, true, true, "remote destination");
+      if (count < 0) count = 0;
+
+      auto encode = [&](const ChunkRef& c, int channel) {
+        PlanRef ref{static_cast<int16_t>(c.buffer), static_cast<int16_t>(channel), c.index};
+        if (c.buffer == PlanBuffer::kScratch) ref.index = renumber[c.index];
+        refs.push_back(ref);
+      };
+      jax_mscclpp::PlanOp d{};
+      d.code = static_cast<uint8_t>(code);
+      d.n_srcs = static_cast<uint8_t>(op.srcs.size());
+      d.n_packet_srcs = static_cast<uint8_t>(op.packet_srcs.size());
+      d.n_remotes = static_cast<uint8_t>(op.remotes.size());
+      const bool has_channel = code != PlanOpCode::kCopy && code != PlanOpCode::kReduce &&
+                               code != PlanOpCode::kReducePut && code != PlanOpCode::kReducePackets &&
+                               code != PlanOpCode::kBarrier;
+      d.channel = has_channel ? bind(op.channel) : -1;
+      d.count = count;
+      d.ref = static_cast<int32_t>(refs.size()) - tb.refs;
+      d.staging = -1;
+      if (is_port_put(op, R) && op.src.buffer != PlanBuffer::kScratch) {
+        d.staging = staging;  // relative for now: the scratch chunk count is added below
+        staging += count;
+      }
+      encode(op.dst, -1);
+      encode(op.src, -1);
+      for (const auto& s : op.srcs) encode(s, -1);
+      for (const auto& s : op.packet_srcs) encode(s.chunk, bind(s.channel));
+      for (const auto& s : op.remotes) encode(s.chunk, bind(s.channel));
+      ops.push_back(d);
+    }
+    tb.n_ops = static_cast<int32_t>(ops.size()) - tb.ops;
+    tb.n_refs = static_cast<int32_t>(refs.size()) - tb.refs;
+    tb.n_channels = static_cast<int32_t>(chans.size()) - tb.channels;
+    const size_t bytes = tb.n_channels * sizeof(PlanSmemChannel) + tb.n_ops * sizeof(jax_mscclpp::PlanOp) +
+                         tb.n_refs * sizeof(PlanRef);
+    if (bytes > kMaxSharedBytes)
+      throw std::invalid_argument("jax_mscclpp: plan '" + P.name + "': rank " + std::to_string(me) +
+                                  " thread block " + std::to_string(t) + " needs " + std::to_string(bytes) +
+                                  " bytes of shared memory for its operations and channels (the executor takes " +
+                                  std::to_string(kMaxSharedBytes) + ")");
+    smem = std::max(smem, bytes);
+    tbs.push_back(tb);
+  }
+  const int32_t kept = renumber.back();
+  for (auto& op : ops)
+    if (op.staging >= 0) op.staging += kept;
+
+  auto upload = [&](DeviceBuffer& buf, const void* data, size_t bytes) -> const void* {
+    buf = DeviceBuffer(ctx.device(), std::max<size_t>(bytes, 16));
+    if (bytes != 0) JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(buf.get(), data, bytes, cudaMemcpyHostToDevice));
+    return buf.get();
+  };
+  device_.rank = me;
+  device_.nranks = P.world_size;
+  device_.n_threadblocks = static_cast<int32_t>(tbs.size());
+  device_.threads = threads;
+  device_.input_blocks = P.input_blocks;
+  device_.output_blocks = P.output_blocks;
+  device_.chunks_per_block = P.chunks_per_block;
+  device_.scratch_chunks = kept;
+  device_.staging_chunks = staging;
+  device_.packets = P.packets ? 1 : 0;
+  device_.smem_bytes = static_cast<uint32_t>(smem);
+  device_.port_channels = static_cast<int32_t>(std::count(port_used.begin(), port_used.end(), 1));
+  device_.switch_channels = static_cast<int32_t>(std::count(switch_used.begin(), switch_used.end(), 1));
+  device_.threadblocks = static_cast<const PlanThreadBlock*>(upload(threadblocks_, tbs.data(), tbs.size() * sizeof(tbs[0])));
+  device_.ops = static_cast<const jax_mscclpp::PlanOp*>(upload(ops_, ops.data(), ops.size() * sizeof(ops[0])));
+  device_.refs = static_cast<const PlanRef*>(upload(refs_, refs.data(), refs.size() * sizeof(refs[0])));
+  device_.channels =
+      static_cast<const jax_mscclpp::PlanChannel*>(upload(channels_, chans.data(), chans.size() * sizeof(chans[0])));
+  device_.members = static_cast<const int32_t*>(upload(members_, members.data(), members.size() * sizeof(int32_t)));
+  device_.self_channels = static_cast<const MemoryChannelDeviceHandle*>(
+      upload(self_channels_, self_handles.data(), self_handles.size() * sizeof(MemoryChannelDeviceHandle)));
+}
+
+}  // namespace jax_mscclpp::cuda

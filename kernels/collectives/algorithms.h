@@ -1,0 +1,86 @@
+// The collective algorithms behind launch_collective (collective.h), each a kernel plus a raw-pointer launcher
+// that issues ONE launch (one epoch) over one Piece of the call; collective.cu cuts a call into pieces that fit
+// the scratch and picks the launcher. Sizes and grids depend only on (sizes, nranks, scratch size, channels per
+// peer), the same on every rank, so every rank issues the same launches with the same grids.
+//
+//   launcher                      collectives                         protocol
+//   launch_all_pairs_reduce_ll    all_reduce (2PA-LL), reduce_scatter  LL16 packets, no semaphores
+//   launch_all_pairs_reduce_hb    all_reduce (2PA-HB), reduce_scatter  puts + one channel per block
+//   launch_all_pairs_copy_ll      all_gather, all_to_all               LL16 packets
+//   launch_all_pairs_copy_hb      all_gather, all_to_all               puts + one channel per block
+//   launch_all_reduce_ring        all_reduce (2PR)                     PortChannel DMA, one ring per block
+//   launch_all_reduce_switch      all_reduce (2PA-NVLS)                SwitchChannel reduce/broadcast + barriers
+// 1PA-LL has its own header (all_reduce_1pa_ll.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "collectives/collective.h"
+#include "collectives/collective_common.cuh"
+
+namespace jax_mscclpp::collectives {
+
+constexpr int kLLThreads = 256;
+constexpr int kLLMaxBlocks = 16;
+constexpr int kHBThreads = 512;
+constexpr int kHBMaxBlocks = 32;
+constexpr int kRingMaxBlocks = 8;
+
+// Element size of a dtype code of reduce.cuh, 0 for an unknown code.
+inline uint64_t dtype_bytes(int32_t dtype) {
+  switch (dtype) {
+    case codes::kS8:
+    case codes::kU8: return 1;
+    case codes::kBF16:
+    case codes::kF16:
+    case codes::kS16:
+    case codes::kU16: return 2;
+    case codes::kF32:
+    case codes::kS32:
+    case codes::kU32: return 4;
+    case codes::kF64:
+    case codes::kS64:
+    case codes::kU64: return 8;
+    default: return 0;
+  }
+}
+
+// Blocks for `work` bytes handled per rank at `per_block` bytes each, between 1 and `cap`.
+inline int blocks_for(uint64_t work, uint64_t per_block, int cap) {
+  uint64_t b = ceil_div(work, per_block);
+  if (b < 1) b = 1;
+  return static_cast<int>(b < static_cast<uint64_t>(cap) ? b : cap);
+}
+
+// Largest piece (bytes of one block per launch) each algorithm fits into the scratch; 0 when none fits.
+uint64_t piece_cap_1pa_ll(int nranks, const ScratchLayout& s);
+uint64_t piece_cap_reduce_ll(int32_t collective, int nranks, const ScratchLayout& s);
+uint64_t piece_cap_reduce_hb(int32_t collective, int nranks, const ScratchLayout& s);
+uint64_t piece_cap_copy_ll(int nranks, const ScratchLayout& s);
+uint64_t piece_cap_copy_hb(int nranks, const ScratchLayout& s);
+uint64_t piece_cap_ring(int nranks, const ScratchLayout& s);
+uint64_t piece_cap_switch(int nranks, const ScratchLayout& s);
+
+// `collective` is a Collective code (ffi/collective_types.h); dtype/op codes of reduce.cuh.
+cudaError_t launch_all_pairs_reduce_ll(const CollectiveContext& c, const Piece& p, int32_t collective, int32_t dtype,
+                                       int32_t op, cudaStream_t stream);
+cudaError_t launch_all_pairs_reduce_hb(const CollectiveContext& c, const Piece& p, int32_t collective, int32_t dtype,
+                                       int32_t op, cudaStream_t stream);
+cudaError_t launch_all_pairs_copy_ll(const CollectiveContext& c, const Piece& p, int32_t collective,
+                                     cudaStream_t stream);
+cudaError_t launch_all_pairs_copy_hb(const CollectiveContext& c, const Piece& p, int32_t collective,
+                                     cudaStream_t stream);
+cudaError_t launch_all_reduce_ring(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
+                                   cudaStream_t stream);
+cudaError_t launch_all_reduce_switch(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
+                                     cudaStream_t stream);
+
+// Collective codes as used by the kernels (the values of ffi/collective_types.h's Collective).
+constexpr int32_t kAllReduceCode = 0;
+constexpr int32_t kAllGatherCode = 1;
+constexpr int32_t kReduceScatterCode = 2;
+constexpr int32_t kAllToAllCode = 3;
+
+}  // namespace jax_mscclpp::collectives

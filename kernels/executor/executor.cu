@@ -1,0 +1,639 @@
+// The plan executor kernel (see executor.h for the plan format and the scratch layout).
+//
+// Every thread of a block interprets the same operation stream (from shared memory), so control flow is
+// uniform; data operations split their chunks over the block's threads. Barrier points of PLAN.md map to
+// __syncthreads():
+//   signal            : __syncthreads, then thread 0 signals (memory: system fence + add on the peer's word;
+//                       port: FIFO push, which fences first). Nothing after a signal depends on it, so the other
+//                       threads go on.
+//   wait              : thread 0 waits (acquire), then __syncthreads: every thread reads after the acquire.
+//   flush             : thread 0 flushes (port), then __syncthreads: no thread reuses a source before.
+//   put_with_signal   : the put, __syncthreads, then thread 0 signals.
+//   barrier           : __syncthreads.
+// Port puts are pushed by thread 0, always in program order, so a signal follows the puts of its channel in
+// the proxy FIFO. LL packet operations need no barrier: each packet carries the call's flag.
+#include "executor/executor.h"
+
+#include "collectives/collective_common.cuh"
+#include "jax_mscclpp/copy.cuh"
+#include "jax_mscclpp/packet.cuh"
+#include "jax_mscclpp/reduce.cuh"
+
+namespace jax_mscclpp {
+namespace {
+
+namespace pc = plan_codes;
+
+static_assert(sizeof(MemoryChannelDeviceHandle) <= kPlanChannelHandleBytes, "memory channel handle too large");
+static_assert(sizeof(PortChannelDeviceHandle) <= kPlanChannelHandleBytes, "port channel handle too large");
+static_assert(sizeof(PlanSmemChannel) % 8 == 0 && sizeof(PlanOp) % 4 == 0 && sizeof(PlanRef) % 4 == 0,
+              "tables are copied in words");
+
+constexpr int kMaxThreads = 512;
+
+// multimem_supported() is a host constexpr function: evaluated here, at namespace scope.
+template <class T, class Op>
+constexpr bool kMultimem = multimem_supported<T, Op>();
+
+// This launch's geometry (PLAN.md, "Buffer geometry", for one piece of every block; executor.h, scratch layout).
+struct Geometry {
+  const char* in;   // the piece's first element of input block 0
+  char* out;        // and of output block 0
+  char* scratch;    // this launch's half of this rank's scratch
+  uint64_t half;    // byte offset of that half in every rank's scratch
+  uint64_t block_count;   // elements of the piece in each block
+  uint64_t block_stride;  // elements between two blocks of input or output
+  uint64_t ce;
+  uint64_t stride;
+  uint32_t es;
+  uint32_t cpb;
+
+  // Address of chunk i of a local buffer, and its valid length in elements.
+  __device__ __forceinline__ char* local(int buffer, uint32_t i, uint64_t& len) const {
+    if (buffer == pc::kScratch) {
+      len = ce;
+      return scratch + i * stride;
+    }
+    const uint32_t b = i / cpb, j = i % cpb;
+    uint64_t start = j * ce;
+    if (start > block_count) start = block_count;
+    const uint64_t stop = start + ce < block_count ? start + ce : block_count;
+    len = stop - start;
+    return (buffer == pc::kInput ? const_cast<char*>(in) : out) + (b * block_stride + start) * es;
+  }
+  // Byte offset of scratch chunk i in any rank's scratch (peers use the same half: same epoch).
+  __device__ __forceinline__ uint64_t scratch_offset(uint32_t i) const { return half + i * stride; }
+};
+
+__device__ __forceinline__ uint64_t min64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+// 8 bytes (n <= 8 valid, the rest zero) from any alignment.
+__device__ __forceinline__ uint2 load8(const char* p, uint32_t n) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (n == 8) {
+    if ((a & 7) == 0) return *reinterpret_cast<const uint2*>(p);
+    if ((a & 3) == 0) {
+      const uint32_t* q = reinterpret_cast<const uint32_t*>(p);
+      return make_uint2(q[0], q[1]);
+    }
+    if ((a & 1) == 0) {
+      const uint16_t* q = reinterpret_cast<const uint16_t*>(p);
+      return make_uint2(q[0] | (static_cast<uint32_t>(q[1]) << 16), q[2] | (static_cast<uint32_t>(q[3]) << 16));
+    }
+  }
+  uint64_t x = 0;
+  for (uint32_t i = 0; i < n; ++i) x |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return make_uint2(static_cast<uint32_t>(x), static_cast<uint32_t>(x >> 32));
+}
+
+// Stores the first n (<= 8) bytes of v at any alignment.
+__device__ __forceinline__ void store8(char* p, uint32_t n, uint2 v) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (n == 8) {
+    if ((a & 7) == 0) {
+      *reinterpret_cast<uint2*>(p) = v;
+      return;
+    }
+    if ((a & 3) == 0) {
+      uint32_t* q = reinterpret_cast<uint32_t*>(p);
+      q[0] = v.x;
+      q[1] = v.y;
+      return;
+    }
+    if ((a & 1) == 0) {
+      uint16_t* q = reinterpret_cast<uint16_t*>(p);
+      q[0] = static_cast<uint16_t>(v.x);
+      q[1] = static_cast<uint16_t>(v.x >> 16);
+      q[2] = static_cast<uint16_t>(v.y);
+      q[3] = static_cast<uint16_t>(v.y >> 16);
+      return;
+    }
+  }
+  const uint64_t x = v.x | (static_cast<uint64_t>(v.y) << 32);
+  for (uint32_t i = 0; i < n; ++i) p[i] = static_cast<char>(x >> (8 * i));
+}
+
+// dsts[d][i] = srcs[0][i] (op) ... (op) srcs[nsrc-1][i], i < n, for every d: the result is stored from
+// registers into each destination (reduce_put). 16-byte vectors when every pointer allows.
+template <class T, class Op>
+__device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* const* srcs, int nsrc, uint64_t n,
+                                             uint32_t tid, uint32_t nt) {
+  constexpr int kBatch = 8;
+  constexpr uint64_t L = 16 / sizeof(T);
+  uintptr_t mis = 0;
+  for (int d = 0; d < ndst; ++d) mis |= reinterpret_cast<uintptr_t>(dsts[d]);
+  for (int s = 0; s < nsrc; ++s) mis |= reinterpret_cast<uintptr_t>(srcs[s]);
+  uint64_t done = 0;
+  if ((mis & 15) == 0) {
+    const uint64_t nvec = n / L;
+    const uint4* sp[kBatch];
+#pragma unroll
+    for (int s = 0; s < kBatch; ++s) sp[s] = reinterpret_cast<const uint4*>(srcs[s < nsrc ? s : 0]);
+    for (uint64_t i = tid; i < nvec; i += nt) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int s = 0; s < kBatch; ++s) {
+        if (s < nsrc) v[s] = sp[s][i];
+      }
+      VecAccumulator<T, Op> acc;
+      acc.init(v[0]);
+#pragma unroll
+      for (int s = 1; s < kBatch; ++s) {
+        if (s < nsrc) acc.add(v[s]);
+      }
+      for (int s = kBatch; s < nsrc; ++s) acc.add(reinterpret_cast<const uint4*>(srcs[s])[i]);
+      const uint4 r = acc.result();
+      for (int d = 0; d < ndst; ++d) reinterpret_cast<uint4*>(dsts[d])[i] = r;
+    }
+    done = nvec * L;
+  }
+  for (uint64_t i = done + tid; i < n; i += nt) {
+    T r = srcs[0][i];
+    for (int s = 1; s < nsrc; ++s) r = reduce_scalar<T, Op>(r, srcs[s][i]);
+    for (int d = 0; d < ndst; ++d) dsts[d][i] = r;
+  }
+}
+
+// One thread block's view of its plan during a call.
+struct Block {
+  Geometry g;
+  const PlanSmemChannel* ch;
+  const int32_t* members;
+  uint32_t flag;
+  uint32_t tid;
+  uint32_t nt;
+
+  __device__ __forceinline__ const MemoryChannelDeviceHandle& mem(int c) const {
+    return *reinterpret_cast<const MemoryChannelDeviceHandle*>(ch[c].handle);
+  }
+  __device__ __forceinline__ const PortChannelDeviceHandle& port(int c) const {
+    return *reinterpret_cast<const PortChannelDeviceHandle*>(ch[c].handle);
+  }
+  __device__ __forceinline__ bool is_port(int c) const { return ch[c].kind == pc::kPort; }
+  // A peer's scratch chunk i reached through memory channel c (the rank's own for a self channel).
+  __device__ __forceinline__ char* remote(int c, uint32_t i) const { return mem(c).remote + g.scratch_offset(i); }
+  __device__ __forceinline__ const LL16Packet* packets(uint32_t i) const {
+    return reinterpret_cast<const LL16Packet*>(g.scratch + i * g.stride);
+  }
+
+  // ---- synchronization ----
+  __device__ __forceinline__ void signal(int c) const {
+    __syncthreads();
+    if (tid == 0) {
+      if (is_port(c)) {
+        port(c).signal();
+      } else {
+        mem(c).signal();
+      }
+    }
+  }
+  __device__ __forceinline__ void wait(int c) const {
+    if (tid == 0) {
+      if (is_port(c)) {
+        port(c).wait();
+      } else {
+        mem(c).wait();
+      }
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ void flush(int c) const {
+    if (tid == 0 && is_port(c)) port(c).flush();
+    __syncthreads();
+  }
+
+  // ---- data movement ----
+  __device__ __forceinline__ void copy(const PlanOp& op, const PlanRef* r) const {
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t ld, ls;
+      char* d = g.local(r[0].buffer, r[0].index + t, ld);
+      const char* s = g.local(r[1].buffer, r[1].index + t, ls);
+      const uint64_t n = min64(ld, ls);
+      if (n != 0 && d != s) copy_bytes(d, s, n * g.es, tid, nt);
+    }
+  }
+
+  // put / put_with_signal. Memory: thread stores into the peer's scratch. Port: DMA requests pushed by
+  // thread 0; a source outside scratch is first copied to this operation's staging chunks.
+  __device__ __forceinline__ void put(const PlanOp& op, const PlanRef* r, bool with_signal) const {
+    const int c = op.channel;
+    if (!is_port(c)) {
+      for (int t = 0; t < op.count; ++t) {
+        uint64_t ls;
+        const char* s = g.local(r[1].buffer, r[1].index + t, ls);
+        const uint64_t n = min64(ls, g.ce);
+        if (n != 0) copy_bytes(remote(c, r[0].index + t), s, n * g.es, tid, nt);
+      }
+      if (with_signal) signal(c);
+      return;
+    }
+    const bool staged = r[1].buffer != pc::kScratch;
+    if (staged) {
+      for (int t = 0; t < op.count; ++t) {
+        uint64_t ls;
+        const char* s = g.local(r[1].buffer, r[1].index + t, ls);
+        const uint64_t n = min64(ls, g.ce);
+        if (n != 0) copy_bytes(g.scratch + (op.staging + t) * g.stride, s, n * g.es, tid, nt);
+      }
+    }
+    if (staged || with_signal) __syncthreads();  // the staged data (and, for a signal, every write) first
+    if (tid == 0) {
+      const PortChannelDeviceHandle& h = port(c);
+      for (int t = 0; t < op.count; ++t) {
+        uint64_t ls;
+        g.local(r[1].buffer, r[1].index + t, ls);
+        const uint64_t n = min64(ls, g.ce);
+        const uint32_t src = staged ? op.staging + t : r[1].index + t;
+        if (n != 0) h.put(g.scratch_offset(r[0].index + t), g.scratch_offset(src), n * g.es);
+      }
+      if (with_signal) h.signal();
+    }
+  }
+
+  // Every packet of the peer's chunk is written; past the valid bytes they are padding.
+  __device__ __forceinline__ void put_packets(const PlanOp& op, const PlanRef* r) const {
+    const uint64_t npk = (g.ce * g.es + 7) / 8;
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t ls;
+      const char* s = g.local(r[1].buffer, r[1].index + t, ls);
+      const uint64_t nb = min64(ls, g.ce) * g.es;
+      LL16Packet* d = reinterpret_cast<LL16Packet*>(remote(op.channel, r[0].index + t));
+      for (uint64_t u = tid; u < npk; u += nt) {
+        const uint64_t at = 8 * u;
+        const uint2 v = at < nb ? load8(s + at, static_cast<uint32_t>(min64(8, nb - at))) : make_uint2(0, 0);
+        d[u].write(v, flag);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void read_packets(const PlanOp& op, const PlanRef* r) const {
+    const WaitSite& site = mem(op.channel).semaphore.site;
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t ld;
+      char* d = g.local(r[0].buffer, r[0].index + t, ld);
+      const uint64_t nb = min64(ld, g.ce) * g.es;
+      const LL16Packet* s = packets(r[1].index + t);
+      for (uint64_t u = tid; 8 * u < nb; u += nt) {
+        const uint64_t at = 8 * u;
+        store8(d + at, static_cast<uint32_t>(min64(8, nb - at)), s[u].read(flag, site));
+      }
+    }
+  }
+
+  // reduce, and reduce_put: the result goes to the local dst and, from the same registers, to every remote dst
+  // (memory HB channels).
+  template <class T, class Op>
+  __device__ __noinline__ void reduce_put(const PlanOp& op, const PlanRef* r) const {
+    const PlanRef* srcs = r + 2;
+    const PlanRef* remotes = srcs + op.n_srcs + op.n_packet_srcs;
+    const T* sp[kPlanMaxOperands];
+    T* dp[kPlanMaxOperands + 1];
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t n;
+      dp[0] = reinterpret_cast<T*>(g.local(r[0].buffer, r[0].index + t, n));
+      for (int k = 0; k < op.n_srcs; ++k) {
+        uint64_t l;
+        sp[k] = reinterpret_cast<const T*>(g.local(srcs[k].buffer, srcs[k].index + t, l));
+        n = min64(n, l);
+      }
+      if (op.n_remotes != 0) n = min64(n, g.ce);
+      for (int k = 0; k < op.n_remotes; ++k)
+        dp[1 + k] = reinterpret_cast<T*>(remote(remotes[k].channel, remotes[k].index + t));
+      if (n != 0) reduce_store<T, Op>(dp, 1 + op.n_remotes, sp, op.n_srcs, n, tid, nt);
+    }
+  }
+
+  // dst <- plain sources (+) unpacked packet sources, in that order, 8 bytes (one LL16 packet) per step;
+  // the result also goes, as packets with this call's flag, to every remote dst (padding included).
+  template <class T, class Op>
+  __device__ __noinline__ void reduce_packets(const PlanOp& op, const PlanRef* r) const {
+    const PlanRef* srcs = r + 2;
+    const PlanRef* psrcs = srcs + op.n_srcs;
+    const PlanRef* remotes = psrcs + op.n_packet_srcs;
+    const char* sp[kPlanMaxOperands];
+    const LL16Packet* pp[kPlanMaxOperands];
+    const WaitSite* sites[kPlanMaxOperands];
+    LL16Packet* rp[kPlanMaxOperands];
+    const int ns = op.n_srcs, np = op.n_packet_srcs, nr = op.n_remotes;
+    for (int k = 0; k < np; ++k) sites[k] = &mem(psrcs[k].channel).semaphore.site;
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t n;
+      char* d = g.local(r[0].buffer, r[0].index + t, n);
+      for (int k = 0; k < ns; ++k) {
+        uint64_t l;
+        sp[k] = g.local(srcs[k].buffer, srcs[k].index + t, l);
+        n = min64(n, l);
+      }
+      if (np + nr != 0) n = min64(n, g.ce);
+      for (int k = 0; k < np; ++k) pp[k] = packets(psrcs[k].index + t);
+      for (int k = 0; k < nr; ++k)
+        rp[k] = reinterpret_cast<LL16Packet*>(remote(remotes[k].channel, remotes[k].index + t));
+      const uint64_t nb = n * g.es;
+      const uint64_t units = (nb + 7) / 8;
+      const uint64_t end = nr != 0 ? (g.ce * g.es + 7) / 8 : units;
+      for (uint64_t u = tid; u < end; u += nt) {
+        uint2 res = make_uint2(0, 0);
+        if (u < units) {
+          const uint64_t at = 8 * u;
+          const uint32_t valid = static_cast<uint32_t>(min64(8, nb - at));
+          VecAccumulator<T, Op> acc;
+          for (int k = 0; k < ns + np; ++k) {
+            const uint2 v = k < ns ? load8(sp[k] + at, valid) : pp[k - ns][u].read(flag, *sites[k - ns]);
+            const uint4 w = make_uint4(v.x, v.y, 0, 0);  // the upper 8 bytes ride along unused
+            if (k == 0) {
+              acc.init(w);
+            } else {
+              acc.add(w);
+            }
+          }
+          const uint4 sum = acc.result();
+          res = make_uint2(sum.x, sum.y);
+          store8(d + at, valid, res);
+        }
+        for (int k = 0; k < nr; ++k) rp[k][u].write(res, flag);
+      }
+    }
+  }
+
+  // dst <- reduction over the members, in member order, of their scratch chunk src.
+  template <class T, class Op>
+  __device__ __noinline__ void switch_reduce(const PlanOp& op, const PlanRef* r,
+                                                const SwitchChannelDeviceHandle& sw) const {
+    const PlanSmemChannel& c = ch[op.channel];
+    const T* sp[kPlanMaxOperands];
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t n;
+      T* d = reinterpret_cast<T*>(g.local(r[0].buffer, r[0].index + t, n));
+      n = min64(n, g.ce);
+      if (n == 0) continue;
+      const uint64_t off = g.scratch_offset(r[1].index + t);
+      if (sw.multicast != nullptr && c.n_members == sw.nranks) {
+        if constexpr (kMultimem<T, Op>) {
+          sw.reduce<T, Op>(d, off, n, tid, nt);
+        } else {
+          __trap();  // no multimem form for this dtype/op: the host builds an emulated channel instead
+        }
+        continue;
+      }
+      if (sw.members == nullptr) __trap();
+      for (int m = 0; m < c.n_members; ++m)
+        sp[m] = reinterpret_cast<const T*>(sw.members[members[c.first_member + m]] + off);
+      reduce_store<T, Op>(&d, 1, sp, c.n_members, n, tid, nt);
+    }
+  }
+
+  // Scratch chunk dst of every member <- local src.
+  __device__ __forceinline__ void switch_broadcast(const PlanOp& op, const PlanRef* r,
+                                                   const SwitchChannelDeviceHandle& sw) const {
+    const PlanSmemChannel& c = ch[op.channel];
+    for (int t = 0; t < op.count; ++t) {
+      uint64_t n;
+      const char* s = g.local(r[1].buffer, r[1].index + t, n);
+      n = min64(n, g.ce);
+      if (n == 0) continue;
+      const uint64_t off = g.scratch_offset(r[0].index + t);
+      if (sw.multicast != nullptr && c.n_members == sw.nranks) {
+        sw.broadcast<unsigned char>(off, reinterpret_cast<const unsigned char*>(s), n * g.es, tid, nt);
+        continue;
+      }
+      if (sw.members == nullptr) __trap();
+      for (int m = 0; m < c.n_members; ++m)
+        copy_bytes(sw.members[members[c.first_member + m]] + off, s, n * g.es, tid, nt);
+    }
+  }
+};
+
+// The operations that do not depend on the element type: compiled once, called by every instantiation of
+// the kernel (keeps its 36 dtype/op instantiations small).
+__device__ __noinline__ void run_untyped(const Block& b, const PlanOp& op, const PlanRef* r,
+                                         const SwitchChannelDeviceHandle& sw) {
+  switch (op.code) {
+    case pc::kCopy: b.copy(op, r); break;
+    case pc::kPut: b.put(op, r, false); break;
+    case pc::kPutWithSignal: b.put(op, r, true); break;
+    case pc::kPutPackets: b.put_packets(op, r); break;
+    case pc::kReadPackets: b.read_packets(op, r); break;
+    case pc::kSignal: b.signal(op.channel); break;
+    case pc::kWait: b.wait(op.channel); break;
+    case pc::kFlush: b.flush(op.channel); break;
+    case pc::kBarrier: __syncthreads(); break;
+    case pc::kSwitchBroadcast: b.switch_broadcast(op, r, sw); break;
+    default: __trap();  // the host validated every code
+  }
+}
+
+// Copies `words` 4-byte words with the block's threads.
+__device__ __forceinline__ void copy_words(uint32_t* dst, const uint32_t* src, uint32_t words, uint32_t tid,
+                                           uint32_t nt) {
+  for (uint32_t i = tid; i < words; i += nt) dst[i] = src[i];
+}
+
+// Copies this thread block's channels (handles from the context's tables), operations and references into
+// shared memory. The caller synchronizes the block afterwards.
+__device__ __noinline__ void stage_tables(const CollectiveContext& ctx, const DevicePlan& plan,
+                                          const PlanThreadBlock& tb, PlanSmemChannel* s_ch, PlanOp* s_ops,
+                                          PlanRef* s_refs) {
+  const uint32_t tid = threadIdx.x, nt = blockDim.x;
+  constexpr uint32_t kChannelWords = sizeof(PlanSmemChannel) / 8;
+  for (uint32_t i = tid; i < tb.n_channels * kChannelWords; i += nt) {
+    const uint32_t c = i / kChannelWords, w = i % kChannelWords;
+    const PlanChannel d = plan.channels[tb.channels + c];
+    uint64_t v = 0;
+    if (w == 0) {
+      v = static_cast<uint32_t>(d.kind) | (static_cast<uint64_t>(static_cast<uint32_t>(d.first_member)) << 32);
+    } else if (w == 1) {
+      v = static_cast<uint32_t>(d.n_members);
+    } else {
+      const uint32_t k = w - 2;
+      const uint64_t* src = nullptr;
+      uint32_t n = 0;
+      if (d.kind == pc::kMemory) {
+        src = reinterpret_cast<const uint64_t*>(ctx.mem + d.slot);
+        n = sizeof(MemoryChannelDeviceHandle) / 8;
+      } else if (d.kind == pc::kSelfMemory) {
+        src = reinterpret_cast<const uint64_t*>(plan.self_channels + d.slot);
+        n = sizeof(MemoryChannelDeviceHandle) / 8;
+      } else if (d.kind == pc::kPort) {
+        src = reinterpret_cast<const uint64_t*>(ctx.port + d.slot);
+        n = sizeof(PortChannelDeviceHandle) / 8;
+      }
+      if (k < n) v = src[k];
+    }
+    reinterpret_cast<uint64_t*>(s_ch)[i] = v;
+  }
+  copy_words(reinterpret_cast<uint32_t*>(s_ops), reinterpret_cast<const uint32_t*>(plan.ops + tb.ops),
+             tb.n_ops * (sizeof(PlanOp) / 4), tid, nt);
+  copy_words(reinterpret_cast<uint32_t*>(s_refs), reinterpret_cast<const uint32_t*>(plan.refs + tb.refs),
+             tb.n_refs * (sizeof(PlanRef) / 4), tid, nt);
+}
+
+// One launch: one piece of `block_count` elements of every block (blocks `block_stride` elements apart).
+// half0 / half1: byte offsets of the plan's two scratch halves; epoch parity picks one.
+template <class T, class Op>
+__global__ void __launch_bounds__(kMaxThreads)
+    plan_kernel(CollectiveContext ctx, DevicePlan plan, const char* in, char* out, uint64_t block_count,
+                uint64_t block_stride, uint64_t half0, uint64_t half1) {
+  extern __shared__ uint4 smem[];
+  const uint32_t tid = threadIdx.x, nt = blockDim.x;
+  const uint64_t e = *reinterpret_cast<volatile uint64_t*>(ctx.epoch) + 1;
+  const PlanThreadBlock tb = plan.threadblocks[blockIdx.x];
+
+  PlanSmemChannel* s_ch = reinterpret_cast<PlanSmemChannel*>(smem);
+  PlanOp* s_ops = reinterpret_cast<PlanOp*>(s_ch + tb.n_channels);
+  PlanRef* s_refs = reinterpret_cast<PlanRef*>(s_ops + tb.n_ops);
+  stage_tables(ctx, plan, tb, s_ch, s_ops, s_refs);
+
+  Block b;
+  b.g.in = in;
+  b.g.out = out;
+  b.g.half = (e & 1) ? half1 : half0;
+  b.g.scratch = ctx.scratch + b.g.half;
+  b.g.block_count = block_count;
+  b.g.block_stride = block_stride;
+  b.g.cpb = static_cast<uint32_t>(plan.chunks_per_block);
+  b.g.ce = plan_chunk_elements(block_count, plan.chunks_per_block);
+  b.g.es = sizeof(T);
+  b.g.stride = plan_chunk_stride(b.g.ce, sizeof(T), plan.packets != 0);
+  b.ch = s_ch;
+  b.members = plan.members;
+  b.flag = static_cast<uint32_t>(e);
+  b.tid = tid;
+  b.nt = nt;
+  __syncthreads();
+
+  for (int i = 0; i < tb.n_ops; ++i) {
+    const PlanOp op = s_ops[i];
+    const PlanRef* r = s_refs + op.ref;
+    switch (op.code) {
+      case pc::kReduce:
+      case pc::kReducePut: b.reduce_put<T, Op>(op, r); break;
+      case pc::kReducePackets: b.reduce_packets<T, Op>(op, r); break;
+      case pc::kSwitchReduce: b.switch_reduce<T, Op>(op, r, ctx.sw); break;
+      default: run_untyped(b, op, r, ctx.sw); break;
+    }
+  }
+
+  // The last block to finish publishes the next epoch.
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(ctx.blocks_done), 1ull);
+    if (prev == gridDim.x - 1) {
+      *reinterpret_cast<volatile uint64_t*>(ctx.blocks_done) = 0;
+      *reinterpret_cast<volatile uint64_t*>(ctx.epoch) = e;
+      __threadfence();
+    }
+  }
+}
+
+}  // namespace
+
+uint32_t plan_dtype_bytes(int32_t dtype) {
+  switch (dtype) {
+    case codes::kS8:
+    case codes::kU8: return 1;
+    case codes::kBF16:
+    case codes::kF16:
+    case codes::kS16:
+    case codes::kU16: return 2;
+    case codes::kF32:
+    case codes::kS32:
+    case codes::kU32: return 4;
+    case codes::kF64:
+    case codes::kS64:
+    case codes::kU64: return 8;
+    default: return 0;
+  }
+}
+
+namespace {
+
+struct Region {
+  uint64_t half0, half1, half_bytes;
+};
+
+Region region_of(const DevicePlan& plan, uint64_t scratch_bytes) {
+  const collectives::ScratchLayout s = collectives::ScratchLayout::of(scratch_bytes);
+  if (plan.packets != 0) return Region{s.ll(0), s.ll(1), s.ll_half};
+  return Region{s.hb(0), s.hb(1), s.hb_half};
+}
+
+uint64_t chunks_per_half(const DevicePlan& plan) {
+  return static_cast<uint64_t>(plan.scratch_chunks) + static_cast<uint64_t>(plan.staging_chunks);
+}
+
+}  // namespace
+
+uint64_t plan_region_half_bytes(const DevicePlan& plan, uint64_t scratch_bytes) {
+  return region_of(plan, scratch_bytes).half_bytes;
+}
+
+uint64_t plan_half_bytes_needed(const DevicePlan& plan, uint64_t block_count, int32_t dtype) {
+  const uint32_t es = plan_dtype_bytes(dtype);
+  const uint64_t ce = plan_chunk_elements(block_count, plan.chunks_per_block);
+  return chunks_per_half(plan) * plan_chunk_stride(ce, es == 0 ? 1 : es, plan.packets != 0);
+}
+
+uint64_t plan_piece_elements(const DevicePlan& plan, uint64_t scratch_bytes, int32_t dtype) {
+  const uint32_t es = plan_dtype_bytes(dtype);
+  if (es == 0) return 0;
+  const uint64_t chunks = chunks_per_half(plan);
+  const uint64_t cpb = static_cast<uint64_t>(plan.chunks_per_block);
+  if (chunks == 0) return ~uint64_t{0} / 2 / cpb * cpb / 16 * 16;  // no scratch: any size in one launch
+  // Largest stride that fits, then the most elements per chunk it carries.
+  const uint64_t stride = region_of(plan, scratch_bytes).half_bytes / chunks / 16 * 16;
+  const uint64_t ce = plan.packets != 0 ? stride / 2 / es : stride / es;
+  // Whole multiples of 16 elements and of the chunks per block: pieces keep their 16-byte alignment.
+  uint64_t piece = ce * cpb;
+  const uint64_t unit = 16 * cpb;
+  piece = piece / unit * unit;
+  return piece;
+}
+
+uint64_t plan_launch_count(const DevicePlan& plan, uint64_t scratch_bytes, uint64_t block_count, int32_t dtype) {
+  if (block_count == 0) return 0;
+  if (plan_half_bytes_needed(plan, block_count, dtype) <= plan_region_half_bytes(plan, scratch_bytes)) return 1;
+  const uint64_t piece = plan_piece_elements(plan, scratch_bytes, dtype);
+  return piece == 0 ? 0 : (block_count + piece - 1) / piece;
+}
+
+uint64_t plan_scratch_bytes_for(const DevicePlan& plan, uint64_t block_count, int32_t dtype) {
+  const uint64_t need = (plan_half_bytes_needed(plan, block_count, dtype) + 255) / 256 * 256;
+  // LL halves are min(scratch / 4, 4 MiB), HB halves what remains: grow until the plan's half fits.
+  uint64_t bytes = 2 * need + 1024;
+  if (plan.packets == 0) bytes += 2 * collectives::kLLHalfCap;
+  while (plan_region_half_bytes(plan, bytes) < need) bytes += bytes / 8 + 1024;
+  return bytes;
+}
+
+cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, const void* in, void* out,
+                        uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream) {
+  const uint32_t es = plan_dtype_bytes(dtype);
+  if (es == 0 || plan.n_threadblocks < 1 || plan.threads < 1 || plan.threads > kMaxThreads)
+    return cudaErrorInvalidValue;
+  if (op != codes::kSum && op != codes::kMax && op != codes::kMin) return cudaErrorInvalidValue;
+  if (plan.port_channels > 0 && (ctx.port == nullptr || ctx.scratch_bytes >= (uint64_t{1} << 32)))
+    return cudaErrorNotReady;
+  if (plan.switch_channels > 0 && ctx.sw.multicast == nullptr && ctx.sw.members == nullptr)
+    return cudaErrorNotReady;
+  if (block_count == 0) return cudaSuccess;
+  const uint64_t launches = plan_launch_count(plan, ctx.scratch_bytes, block_count, dtype);
+  if (launches == 0) return cudaErrorInvalidValue;
+  const uint64_t piece = launches == 1 ? block_count : plan_piece_elements(plan, ctx.scratch_bytes, dtype);
+  const Region reg = region_of(plan, ctx.scratch_bytes);
+  cudaError_t result = cudaSuccess;
+  const bool known = dispatch_dtype_op(dtype, op, [&](auto t, auto o) {
+    using T = decltype(t);
+    using Op = decltype(o);
+    for (uint64_t lo = 0; lo < block_count && result == cudaSuccess; lo += piece) {
+      const uint64_t len = block_count - lo < piece ? block_count - lo : piece;
+      plan_kernel<T, Op><<<plan.n_threadblocks, plan.threads, plan.smem_bytes, stream>>>(
+          ctx, plan, static_cast<const char*>(in) + lo * es, static_cast<char*>(out) + lo * es, len, block_count,
+          reg.half0, reg.half1);
+      result = cudaGetLastError();
+    }
+  });
+  return known ? result : cudaErrorInvalidValue;
+}
+
+}  // namespace jax_mscclpp

@@ -1,0 +1,165 @@
+// The plan executor: one generic kernel that interprets an execution plan (jax_mscclpp/dsl/PLAN.md) with the
+// primitive calls inlined. One CUDA block per plan thread block; the block runs its thread block's operations
+// in order, every thread of the block taking part in each data operation.
+//
+// The host (ffi/cuda/executor_plan.h) turns the integer encoding of a plan (jax_mscclpp/plans.py) into a
+// DevicePlan for one rank: per thread block, its operations, their chunk references and the channels they use,
+// renumbered per thread block; the tables live in device memory and the kernel copies its thread block's share
+// into shared memory before it starts. A plan channel is bound to a channel of the rank's CollectiveContext:
+//   memory -> ctx.mem[peer * channels_per_peer + k], port -> ctx.port[peer * channels_per_peer + k], where k
+//             numbers the plan channels of that type between the two ranks in one order both ends compute (so
+//             both ends use one RankContext channel index, hence one pair of semaphore words);
+//   memory from a rank to itself -> a handle owned by the DevicePlan (its own semaphore words);
+//   switch -> ctx.sw: the emulated SwitchChannel over every rank's scratch (any member subset, reduced in
+//             member order); a hardware (multicast) ctx.sw serves channels of every rank only.
+//
+// Scratch layout: that of the collective kernels (kernels/collectives/collective_common.cuh), so plans and
+// hand-written algorithms can alternate on one communicator: [LL half 0 | LL half 1 | HB half 0 | HB half 1].
+// A plan with packet chunks (scratch.packets) uses the LL halves, any other the HB halves; call e (this call's
+// epoch + 1) uses half e & 1. In a half, scratch chunk i starts at i * stride, stride = plan_chunk_stride()
+// (16-byte aligned: HB data of ce elements, or the LL packets carrying them). The host renumbers the plan's
+// scratch chunks densely over those some operation of some rank names (lowering leaves fused-away temporaries
+// unnamed), the same way on every rank. After them come the staging chunks of port puts whose source is the
+// caller's input or output (the proxy only copies between registered buffers: the thread block copies the source
+// there first). PortChannels of ctx must be built over the whole scratch (local = scratch) and scratch must be
+// under 4 GiB (proxy offsets are 32-bit). Every rank's scratch has the same size.
+//
+// Messages larger than a half allows are pipelined: launch_plan cuts every block into pieces of at most
+// plan_piece_elements() elements, one launch (one epoch) per piece; the count depends on the sizes alone.
+//
+// LL packets: PLAN.md's LL8 layout (4 data bytes + 4 flag bytes per 8-byte word). Chunk bases are 16-byte
+// aligned, so the executor moves two words at a time as one LL16 packet (identical bytes) and rounds a chunk's
+// packets up to an even count. Every packet carries this call's flag, uint32(epoch + 1).
+//
+// Epoch: each block reads the epoch from ctx.epoch (device memory) at its start; the last block to finish bumps
+// it (ctx.blocks_done counts finished blocks). Nothing per call changes on the host: launches replay under CUDA
+// graphs and XLA command buffers.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/collective.h"
+
+namespace jax_mscclpp {
+
+namespace plan_codes {
+// Operation codes: jax_mscclpp/plans.py (OPCODES) and ffi/host_plan.h (PlanOpCode).
+enum Op : uint8_t {
+  kCopy = 0, kReduce = 1, kPut = 2, kPutPackets = 3, kReadPackets = 4, kSignal = 5, kWait = 6, kFlush = 7,
+  kPutWithSignal = 8, kReducePut = 9, kReducePackets = 10, kBarrier = 11, kSwitchReduce = 12,
+  kSwitchBroadcast = 13,
+};
+enum Buffer : int16_t { kInput = 0, kOutput = 1, kScratch = 2, kNone = -1 };
+enum ChannelKind : int32_t { kMemory = 0, kPort = 1, kSwitch = 2, kSelfMemory = 3 };
+}  // namespace plan_codes
+
+// Most references of one kind in one operation (sources, packet sources, remotes) and most switch members.
+constexpr int kPlanMaxOperands = 32;
+
+// One chunk reference: chunks index .. index + op.count - 1 of `buffer`; `channel` (thread block local) for
+// packet sources and remote destinations, else -1.
+struct PlanRef {
+  int16_t buffer;
+  int16_t channel;
+  int32_t index;
+};
+
+// One operation. Its references are refs[ref ..]: dst, src, srcs[n_srcs], packet_srcs[n_packet_srcs],
+// remotes[n_remotes] (dst/src have buffer kNone where the operation has none).
+struct PlanOp {
+  uint8_t code;
+  uint8_t n_srcs;
+  uint8_t n_packet_srcs;
+  uint8_t n_remotes;
+  int32_t channel;  // thread block local channel, -1 for none
+  int32_t count;    // chunks per reference
+  int32_t ref;      // first reference, relative to the thread block's first
+  int32_t staging;  // port put from input/output: first staging chunk (scratch chunk index); else -1
+};
+
+// A channel as one thread block sees it.
+struct PlanChannel {
+  int32_t kind;          // plan_codes::ChannelKind
+  int32_t slot;          // index into ctx.mem / ctx.port / DevicePlan::self_channels
+  int32_t first_member;  // switch: members[first_member ..], in reduction order
+  int32_t n_members;
+};
+
+// One thread block's share of the tables (offsets and sizes in elements).
+struct PlanThreadBlock {
+  int32_t ops, n_ops;
+  int32_t refs, n_refs;
+  int32_t channels, n_channels;
+};
+
+// Bytes a channel takes in shared memory (the handle, copied from the context's tables).
+constexpr uint32_t kPlanChannelHandleBytes = 96;
+struct alignas(16) PlanSmemChannel {
+  int32_t kind;
+  int32_t first_member;
+  int32_t n_members;
+  int32_t reserved;
+  unsigned char handle[kPlanChannelHandleBytes];  // MemoryChannelDeviceHandle or PortChannelDeviceHandle
+};
+
+// One rank's plan, as the kernel reads it. Plain data; every pointer is device memory owned by the host
+// object that built it (ffi/cuda/executor_plan.h).
+struct DevicePlan {
+  int32_t rank;
+  int32_t nranks;
+  int32_t n_threadblocks;  // CUDA blocks per launch (at least 1)
+  int32_t threads;         // CUDA threads per block
+  int32_t input_blocks;
+  int32_t output_blocks;
+  int32_t chunks_per_block;
+  int32_t scratch_chunks;  // the plan's scratch chunks, renumbered densely over the named ones
+  int32_t staging_chunks;  // after them: staging for port puts from input/output
+  int32_t packets;         // scratch chunks have the LL packet stride
+  uint32_t smem_bytes;     // dynamic shared memory per block
+  int32_t port_channels;   // port channels the plan uses (the context must have ctx.port then)
+  int32_t switch_channels; // switch channels the plan uses (the context must have a usable ctx.sw then)
+  int32_t reserved;
+  const PlanThreadBlock* threadblocks;  // [n_threadblocks]
+  const PlanOp* ops;
+  const PlanRef* refs;
+  const PlanChannel* channels;
+  const int32_t* members;
+  const MemoryChannelDeviceHandle* self_channels;
+};
+
+// Element count of a chunk (ce) for `block_count` elements per block.
+JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t plan_chunk_elements(uint64_t block_count, int32_t chunks_per_block) {
+  return (block_count + chunks_per_block - 1) / chunks_per_block;
+}
+// Bytes between two scratch chunks: 16-byte multiple of the HB data (ce elements) or of its LL packets.
+JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t plan_chunk_stride(uint64_t ce, uint32_t itemsize, bool packets) {
+  const uint64_t bytes = ce * itemsize;
+  return packets ? (bytes + 7) / 8 * 16 : (bytes + 15) / 16 * 16;
+}
+// Element size of a dtype code (jax_mscclpp/reduce.cuh), 0 if unknown.
+uint32_t plan_dtype_bytes(int32_t dtype);
+
+// Bytes of one half of the plan's region (LL or HB halves) in a registered scratch of `scratch_bytes`.
+uint64_t plan_region_half_bytes(const DevicePlan& plan, uint64_t scratch_bytes);
+// Bytes of one half that a launch of `block_count` elements per block needs.
+uint64_t plan_half_bytes_needed(const DevicePlan& plan, uint64_t block_count, int32_t dtype);
+// Most elements per block one launch takes with a registered scratch of `scratch_bytes` (a multiple of 16 and
+// of chunks_per_block; 0 when not even one element per chunk fits).
+uint64_t plan_piece_elements(const DevicePlan& plan, uint64_t scratch_bytes, int32_t dtype);
+// Launches one call takes (0 for block_count 0, or when nothing fits).
+uint64_t plan_launch_count(const DevicePlan& plan, uint64_t scratch_bytes, uint64_t block_count, int32_t dtype);
+// The smallest registered scratch with which `block_count` elements per block run in one launch.
+uint64_t plan_scratch_bytes_for(const DevicePlan& plan, uint64_t block_count, int32_t dtype);
+
+// Launches one call of `plan` on `stream` (plan_launch_count() launches). `block_count` is the element count
+// of one block (PLAN.md: input count / input blocks); `in` holds input_blocks * block_count elements, `out`
+// output_blocks * block_count. block_count 0 launches nothing. cudaErrorInvalidValue for an unknown dtype/op or
+// a scratch too small for one element per chunk; cudaErrorNotReady when the plan uses port channels and the
+// context has none (or its scratch is 4 GiB or more), or a switch channel and the context has no usable one.
+cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, const void* in, void* out,
+                        uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream);
+
+}  // namespace jax_mscclpp

@@ -1,0 +1,129 @@
+"""One process of a multi-process JAX run on GPUs (all processes may share GPU 0), driven by test_jax_*.py.
+
+    python _jax_worker.py PROCESS_ID NUM_PROCESSES PORT SCENARIO
+
+Each process holds one device (GPU pid mod JAX_MSCCLPP_TEST_GPUS); the mesh spans the processes. Every rank's input comes from a seed known to all
+processes, so each checks its own output against numpy. Prints one line per check and exits non-zero on any
+mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "quick" (fewer cases of
+the same), "lost_peer" (the last
+process skips the collective: the others must report a timeout naming rank and peer).
+"""
+
+import os
+import sys
+import time
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ.pop("JAX_MSCCLPP_NVLS", None)
+
+import numpy as np  # noqa: E402
+
+
+def main() -> int:
+    pid, nproc, port, scenario = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    import jax
+
+    # One device per process: GPU pid mod the GPU count (all processes share GPU 0 on a one-GPU machine).
+    gpus = int(os.environ.get("JAX_MSCCLPP_TEST_GPUS", "1"))
+    jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=nproc, process_id=pid,
+                               local_device_ids=[pid % gpus])
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import jax_mscclpp as jm
+
+    devices = jax.devices()
+    mesh = Mesh(np.array(devices), ("x",))
+    mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()][0]
+    local_device = devices[mine]
+    n = len(devices)
+
+    def global_array(per_rank):
+        shard = jax.device_put(per_rank[mine], local_device)
+        shape = (n * per_rank[mine].shape[0], *per_rank[mine].shape[1:])
+        return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, P("x")), [shard])
+
+    def run(fn, per_rank, out_spec=P("x")):
+        f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=out_spec))
+        out = f(global_array(per_rank))
+        return np.asarray(out.addressable_data(0))
+
+    def inputs(seed, count, dtype):
+        result = []
+        for r in range(n):
+            rng = np.random.default_rng(seed * 1000 + r)
+            if np.issubdtype(np.dtype(dtype), np.integer):
+                result.append(rng.integers(-100, 100, size=count).astype(dtype))
+            else:
+                result.append(rng.standard_normal(count).astype(np.float32).astype(dtype))
+        return result
+
+    failures = 0
+
+    def check(name, got, want, tol):
+        nonlocal failures
+        got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        ok = got.shape == want.shape and np.allclose(got64, want64, rtol=0, atol=tol * max(1.0, np.abs(want64).max(initial=0)))
+        failures += not ok
+        print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'}", flush=True)
+
+    if scenario == "lost_peer":
+        x = inputs(1, 64, np.float32)
+        f = jax.jit(jax.shard_map(lambda v: jm.psum(v, "x", algorithm="2pa_hb"), mesh=mesh, in_specs=P("x"),
+                                  out_specs=P()))
+        if mine == n - 1:
+            jm.Communicator(mesh, "x")  # takes part in the setup, then never in the call
+            print(f"rank {mine}: skipping the collective", flush=True)
+            time.sleep(30)
+            os._exit(0)  # no orderly shutdown: the peers' contexts are gone after their traps
+        try:
+            jax.block_until_ready(f(global_array(x)))
+            print(f"rank {mine}: no error", flush=True)
+            os._exit(1)
+        except Exception as error:  # the kernel trapped on its bounded wait
+            comm = jm.Communicator(mesh, "x")
+            print(f"rank {mine}: error raised: {type(error).__name__}", flush=True)
+            for line in comm.errors():
+                print(line, flush=True)
+            os._exit(0)
+
+    import ml_dtypes
+
+    jm.Communicator(mesh, "x", port_channels=True)  # before the first call: 2PR needs port channels
+
+    reducers = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+    dtypes = [np.float32, ml_dtypes.bfloat16, np.float16, np.int32, np.uint8]
+    # Every algorithm: float32 sums over odd sizes, then every dtype and op at one odd size.
+    quick = scenario == "quick"
+    cases = [(np.float32, "sum", count) for count in ([3, 8 * 4096 + 5] if quick else [1, 3, 1023, 8 * 4096 + 5])]
+    cases += [(dtype, op, 1023) for dtype in dtypes for op in ["sum", "max", "min"]][: 3 if quick else None]
+    for algorithm in ["1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls"]:
+        for dtype, op, count in cases:
+            per_rank = inputs(count + len(algorithm), count, dtype)
+            got = run(lambda v: jm.all_reduce(v, "x", op=op, algorithm=algorithm), per_rank, P())
+            want = per_rank[0].copy()
+            for r in range(1, n):
+                want = reducers[op](want, per_rank[r]).astype(dtype)
+            tol = {np.float32: 1e-5, np.float16: 4e-3}.get(dtype, 3e-2 if dtype is ml_dtypes.bfloat16 else 0)
+            check(f"all_reduce {algorithm} {np.dtype(dtype).name} {op} n={count}", got, want, tol)
+    for count in [1, 7, 4099]:
+        per_rank = inputs(7, n * count, np.float32)
+        got = run(lambda v: jm.all_gather(v, "x", tiled=True), per_rank)
+        check(f"all_gather n={count}", got, np.concatenate(per_rank), 0)
+        got = run(lambda v: jm.psum_scatter(v, "x", tiled=True), per_rank)
+        check(f"psum_scatter n={count}", got, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
+        got = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True), per_rank)
+        check(f"all_to_all n={count}", got, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+    # Repeated calls inside one program: epochs advance on the device.
+    per_rank = inputs(11, 1000, np.float32)
+    loop = lambda v: jax.lax.fori_loop(0, 300, lambda i, a: jax.lax.pcast(jm.psum(a, "x"), "x", to="varying") / n, v)
+    want = np.mean(per_rank, axis=0)
+    check("300 psums in a fori_loop", run(loop, per_rank), want, 1e-4)
+    jax.distributed.shutdown()
+    print(f"rank {mine}: {failures} failures", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

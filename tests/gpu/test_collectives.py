@@ -1,0 +1,299 @@
+"""launch_collective (kernels/collectives) on virtual ranks: every (collective, algorithm), N = 2..8 ranks on one
+GPU, against numpy.
+
+Outputs are poisoned before every call and the bytes around them checked; results must equal the rank-order
+fold bit for bit (all algorithms but 2PR, whose float sums are checked against a rounding bound) and agree across
+ranks. Also: pipelining through a small scratch, 256 calls in flight back to back with changing data (epochs and
+scratch halves), CUDA-graph replay (as XLA command buffers replay), and the contract's errors.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from .collective_helpers import (
+    COMBOS,
+    POISON,
+    REDUCING,
+    check_outputs,
+    download_outputs,
+    in_blocks,
+    out_blocks,
+    random_array,
+    upload_inputs,
+)
+from .gpu_helpers import INPUT, OUTPUT, VirtualRanks, child_env, numpy_dtype
+
+pytestmark = pytest.mark.gpu
+
+NRANKS = [2, 3, 4, 5, 6, 7, 8]
+COUNTS = [1, 3, 1023, 4096 * 8 + 5]
+REDUCE_CASES = [
+    ("float32", "sum"),
+    ("bfloat16", "sum"),
+    ("float16", "sum"),
+    ("int32", "sum"),
+    ("uint8", "sum"),
+    ("float32", "max"),
+    ("int8", "min"),
+    ("float64", "min"),
+    ("bfloat16", "max"),
+    ("uint16", "min"),
+    ("int64", "sum"),
+    ("uint32", "max"),
+]
+COPY_DTYPES = ["float32", "bfloat16", "int32", "uint8", "float64"]
+ALL_DTYPES = ["float32", "bfloat16", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+              "int64", "uint64"]
+SCRATCH = 16 << 20
+BUFFER = 4 << 20
+CPP = 8  # channels per peer: HB grids have at most this many blocks (8 ranks x 8 blocks stay resident)
+
+
+def combo_id(c):
+    return f"{c[0]}-{c[1]}"
+
+
+class Ranks:
+    """One set of virtual ranks per size, reused by the tests of this module; tracks the epoch all ranks must
+    have reached."""
+
+    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER):
+        self.cuda = cuda
+        self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=CPP,
+                               collective_ports=True)
+        self.epoch = 0
+
+    def launches(self, collective, algorithm, count, dtype):
+        from jax_mscclpp.testing.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
+
+        return self.cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm], count,
+                                                 DTYPE_CODES[dtype], self.vr.nranks, self.vr.scratch_bytes)
+
+    def check_epochs(self):
+        got = [self.vr.epoch(r) for r in range(self.vr.nranks)]
+        assert got == [self.epoch] * self.vr.nranks, f"epochs {got}, expected {self.epoch}"
+
+
+@pytest.fixture(scope="module")
+def ranks(cuda):
+    made = {}
+
+    def get(n):
+        if n not in made:
+            for other in list(made):  # one set alive at a time keeps the GPU's memory use small
+                made.pop(other).vr.close()
+            made[n] = Ranks(cuda, n)
+        return made[n]
+
+    yield get
+    for rk in made.values():
+        rk.vr.close()
+
+
+def run_case(rk, rng, collective, algorithm, dtype, op, count, src_off=0, dst_off=0):
+    vr, n = rk.vr, rk.vr.nranks
+    dt = numpy_dtype(dtype)
+    data = [random_array(rng, dtype, in_blocks(collective, n) * count) for _ in range(n)]
+    upload_inputs(vr, data, src_off)
+    for r in range(n):
+        vr.fill(r, OUTPUT, POISON)
+    vr.collective(collective, algorithm, dtype=dtype, reduce_op=op, count=count, src_off=src_off, dst_off=dst_off)
+    rk.epoch += rk.launches(collective, algorithm, count, dtype)
+    outs = download_outputs(vr, out_blocks(collective, n) * count * dt.itemsize, dtype, dst_off)
+    check_outputs(collective, algorithm, data, outs, count, dtype, op,
+                  what=f"{collective}/{algorithm} n={n} {dtype} {op} count={count} off={src_off},{dst_off}")
+
+
+MATRIX = [(n, c) for n in NRANKS for c in COMBOS]
+
+
+@pytest.mark.parametrize("nranks,combo", MATRIX, ids=[f"{n}-{combo_id(c)}" for n, c in MATRIX])
+def test_collective_matrix(ranks, rng, nranks, combo):
+    collective, algorithm = combo
+    rk = ranks(nranks)
+    cases = REDUCE_CASES if collective in REDUCING else [(d, "sum") for d in COPY_DTYPES]
+    for dtype, op in cases:
+        for count in COUNTS:
+            run_case(rk, rng, collective, algorithm, dtype, op, count)
+    # Pointers that are element-aligned only (XLA's are 16-byte aligned; the kernels take any).
+    run_case(rk, rng, collective, algorithm, "float32", "sum", 1023, src_off=4, dst_off=12)
+    run_case(rk, rng, collective, algorithm, "bfloat16", "max", 4099, src_off=2, dst_off=6)
+    rk.check_epochs()
+
+
+@pytest.mark.parametrize("combo", [c for c in COMBOS if c[0] in REDUCING], ids=combo_id)
+def test_every_dtype_and_op(ranks, rng, combo):
+    collective, algorithm = combo
+    rk = ranks(3)
+    for dtype in ALL_DTYPES:
+        for op in ("sum", "max", "min"):
+            for count in (5, 1029):
+                run_case(rk, rng, collective, algorithm, dtype, op, count)
+    rk.check_epochs()
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+@pytest.mark.parametrize("nranks", NRANKS)
+def test_pipelined_through_small_scratch(cuda, rng, nranks, combo):
+    collective, algorithm = combo
+    count = 4096 * 8 + 5
+    dtype, op = [("float32", "sum"), ("int32", "max"), ("bfloat16", "sum")][nranks % 3]
+    rk = Ranks(cuda, nranks, scratch=64 << 10, buffer=BUFFER)
+    try:
+        launches = rk.launches(collective, algorithm, count, dtype)
+        assert launches >= 3, launches
+        for _ in range(2):
+            run_case(rk, rng, collective, algorithm, dtype, op, count)
+        run_case(rk, rng, collective, algorithm, dtype, op, 77)
+        rk.check_epochs()
+    finally:
+        rk.vr.close()
+
+
+IN_FLIGHT = [(n, c) for n in (3, 8) for c in COMBOS]
+
+
+@pytest.mark.parametrize("nranks,combo", IN_FLIGHT, ids=[f"{n}-{combo_id(c)}" for n, c in IN_FLIGHT])
+def test_many_calls_in_flight(ranks, rng, nranks, combo):
+    """256 calls with different data queued on every rank's stream before any is awaited: ranks drift apart by
+    whole launches, so a call whose scratch half or flags were reused too early would read stale data."""
+    collective, algorithm = combo
+    calls, count, dtype, op = 256, 301, "float32", "sum"
+    rk = ranks(nranks)
+    vr, n = rk.vr, nranks
+    esize = numpy_dtype(dtype).itemsize
+    ib, ob = in_blocks(collective, n) * count * esize, out_blocks(collective, n) * count * esize
+    assert calls * max(ib, ob) <= BUFFER
+    data = [[random_array(rng, dtype, in_blocks(collective, n) * count) for _ in range(n)] for _ in range(calls)]
+    for r in range(n):
+        vr.upload(r, INPUT, np.concatenate([data[k][r] for k in range(calls)]))
+        vr.fill(r, OUTPUT, POISON)
+    for k in range(calls):
+        order = range(n) if k % 2 == 0 else reversed(range(n))
+        for r in order:
+            vr.launch("collective", ranks=[r], collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
+                      count=count, src_off=k * ib, dst_off=k * ob)
+    vr.synchronize()
+    rk.epoch += calls * rk.launches(collective, algorithm, count, dtype)
+    rk.check_epochs()
+    raw = [vr.download(r, OUTPUT, calls * ob) for r in range(n)]
+    for k in range(calls):
+        outs = [raw[r][k * ob : (k + 1) * ob].copy().view(numpy_dtype(dtype)) for r in range(n)]
+        check_outputs(collective, algorithm, data[k], outs, count, dtype, op, what=f"call {k}")
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+def test_graph_replay(cuda, rng, combo):
+    """One pipelined call captured into a CUDA graph per rank and replayed: the epoch advances in device memory
+    only, as under XLA command buffers."""
+    collective, algorithm = combo
+    n, count, dtype, op, replays = 4, 6000, "float32", "max", 70
+    rk = Ranks(cuda, n, scratch=64 << 10, buffer=BUFFER)
+    try:
+        vr = rk.vr
+        launches = rk.launches(collective, algorithm, count, dtype)
+        assert launches >= 2
+        data = [random_array(rng, dtype, in_blocks(collective, n) * count) for _ in range(n)]
+        upload_inputs(vr, data)
+        for r in range(n):
+            vr.fill(r, OUTPUT, POISON)
+        from jax_mscclpp.testing.virtual_ranks import make_params
+
+        p = make_params(cuda, "collective", collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
+                        count=count)
+        for r in range(n):
+            vr.ranks[r].capture(p)
+        for _ in range(replays):
+            for r in range(n):
+                vr.ranks[r].replay(1)
+        vr.synchronize()
+        rk.epoch = replays * launches
+        rk.check_epochs()
+        outs = download_outputs(vr, out_blocks(collective, n) * count * 4, dtype)
+        check_outputs(collective, algorithm, data, outs, count, dtype, op, what="graph replay")
+    finally:
+        rk.vr.close()
+
+
+def test_world_of_one_is_a_copy(cuda, rng):
+    rk = Ranks(cuda, 1, scratch=1 << 20, buffer=1 << 20)
+    try:
+        for collective, algorithm in COMBOS:
+            run_case(rk, rng, collective, algorithm, "float32", "sum", 1000)
+        rk.check_epochs()  # no kernel ran
+    finally:
+        rk.vr.close()
+
+
+def test_supported_table_and_launch_counts(cuda_build):
+    from jax_mscclpp.testing.virtual_ranks import ALGORITHM_CODES as A, COLLECTIVE_CODES as C, DTYPE_CODES as D
+
+    sup = cuda_build.collective_supported
+    for a in ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls"):
+        assert all(sup(C["all_reduce"], A[a], code, o) for code in D.values() for o in range(3))
+        assert not sup(C["all_gather"], A[a], D["float32"], 0)
+    for c in ("all_gather", "reduce_scatter", "all_to_all"):
+        for a in ("allpairs", "allpairs_ll", "allpairs_hb"):
+            assert all(sup(C[c], A[a], code, 0) for code in D.values())
+        assert not sup(C[c], A["2pa_hb"], D["float32"], 0)
+    assert not sup(C["all_reduce"], A["allpairs"], D["float32"], 0)
+    assert not sup(C["all_reduce"], A["2pa_ll"], 12, 0)  # unknown dtype code
+    assert not sup(C["all_reduce"], A["2pa_ll"], D["float32"], 3)  # unknown op
+    assert sup(C["all_gather"], A["allpairs"], D["float32"], 3)  # the op does not matter there
+    count = cuda_build.collective_launch_count
+    assert count(C["all_reduce"], A["2pa_hb"], 0, D["float32"], 8, 1 << 20) == 0
+    assert count(C["all_reduce"], A["2pa_hb"], 1000, D["float32"], 1, 1 << 20) == 0
+    assert count(C["all_reduce"], A["2pa_hb"], 1, D["float32"], 8, 1 << 20) == 1
+    assert count(C["all_reduce"], A["2pa_hb"], 1, D["float32"], 8, 256) == 0  # no room for one piece
+    assert count(C["all_reduce"], A["2pa_nvls"], 1, D["float32"], 9, 1 << 20) == 0  # emulation: 8 members at most
+    # The launch count is a function of the sizes: twice the bytes, (about) twice the launches.
+    one = count(C["all_reduce"], A["2pr"], 1 << 20, D["float32"], 8, 1 << 20)
+    assert one >= 2 and count(C["all_reduce"], A["2pr"], 2 << 20, D["float32"], 8, 1 << 20) in (2 * one - 1, 2 * one)
+
+
+def test_missing_context_parts_are_reported(cuda, rng):
+    with VirtualRanks(2, buffer_bytes=1 << 16, scratch_bytes=1 << 16, channels_per_peer=2) as vr:
+        with pytest.raises(ValueError, match="lacks"):  # no port channels for the ring
+            vr.launch("collective", collective="all_reduce", algorithm="2pr", dtype="float32", count=100)
+        with pytest.raises(ValueError):  # all_reduce has no plain all-pairs algorithm
+            vr.launch("collective", collective="all_reduce", algorithm="allpairs", dtype="float32", count=100)
+        with pytest.raises(IndexError):  # past the rank's buffers
+            vr.launch("collective", collective="all_gather", algorithm="allpairs", dtype="float32", count=1 << 14)
+
+
+TIMEOUT_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    from jax_mscclpp.testing.virtual_ranks import VirtualRanks, VirtualRanksError
+    collective, algorithm = sys.argv[1], sys.argv[2]
+    vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, collective_ports=True)
+    vr.launch("collective", ranks=[0], collective=collective, algorithm=algorithm, dtype="float32", count=4096)
+    try:
+        vr.synchronize([0])
+    except VirtualRanksError as e:
+        print("ERROR:", e)
+        sys.stdout.flush()
+        import os
+        os._exit(0)
+    print("NO ERROR")
+    """
+)
+
+
+@pytest.mark.parametrize("combo,what", [(("all_reduce", "2pa_ll"), "LL packet read"),
+                                        (("all_reduce", "2pa_hb"), "semaphore wait"),
+                                        (("all_reduce", "2pr"), "proxy semaphore wait")],
+                         ids=["2pa_ll", "2pa_hb", "2pr"])
+def test_absent_peers_time_out_with_a_record(cuda, combo, what):
+    """Ranks 1 and 2 never launch: rank 0's kernel gives up after the timeout and names rank, peer, op, epoch."""
+    proc = subprocess.run([sys.executable, "-c", TIMEOUT_SCRIPT, *combo], env=child_env(), capture_output=True,
+                          text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "ERROR:" in out and "NO ERROR" not in out, out
+    assert "rank 0 timed out" in out and "peer" in out and what in out, out
+    assert "waited for 1" in out, out  # the first epoch (packet flag) or the first semaphore count

@@ -1,0 +1,67 @@
+"""The JAX path end to end on GPUs: 2 and 4 processes sharing GPU 0 through jax.distributed, each holding one
+device of a mesh that spans them; every algorithm forced, against numpy; command buffers on and off; a lost
+peer. Slow (contexts time-slice on one GPU): correctness, not speed."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKER = Path(__file__).with_name("_jax_worker.py")
+
+pytestmark = pytest.mark.gpu
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def launch(nproc: int, scenario: str, extra_env: dict | None = None, timeout: int = 400, gpus: int = 1):
+    env = dict(os.environ, JAX_PLATFORMS="cuda", NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+               JAX_MSCCLPP_TEST_GPUS=str(gpus))
+    env.pop("JAX_MSCCLPP_NVLS", None)
+    env.pop("XLA_FLAGS", None)
+    env.update(extra_env or {})
+    port = free_port()
+    root = Path(__file__).resolve().parents[2]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), str(nproc), str(port), scenario], env=env,
+                              cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(nproc)]
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        outputs.append((p.returncode, out))
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def jax_sees_gpu(cuda):
+    return cuda
+
+
+@pytest.mark.parametrize("nproc,command_buffers,scenario", [
+    (2, "default", "collectives"), (4, "default", "collectives"), (2, "off", "quick"), (4, "off", "quick")])
+def test_collectives_across_processes(jax_sees_gpu, nproc, command_buffers, scenario):
+    extra = {} if command_buffers == "default" else {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="}
+    for code, out in launch(nproc, scenario, extra, gpus=min(nproc, jax_sees_gpu.device_count())):
+        assert code == 0, out[-6000:]
+        assert "MISMATCH" not in out
+        assert "0 failures" in out
+
+
+def test_lost_peer_is_reported(jax_sees_gpu):
+    results = launch(2, "lost_peer", {"JAX_MSCCLPP_TIMEOUT_S": "3"}, timeout=200)
+    code, out = results[0]
+    assert code == 0, out[-6000:]
+    assert "error raised" in out
+    assert "rank 0" in out and "peer 1" in out, out[-3000:]

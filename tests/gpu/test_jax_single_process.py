@@ -1,0 +1,68 @@
+"""The common JAX setup: one process, several GPUs (peer access). Every collective and algorithm against lax on
+random data, odd sizes, dtypes, repeated calls, command buffers on and off. Needs two GPUs or more."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.gpu, pytest.mark.multigpu(2)]
+
+SCRIPT = textwrap.dedent(r"""
+    import sys
+    import jax, jax.numpy as jnp, numpy as np
+    from jax import lax
+    from jax.sharding import Mesh, PartitionSpec as P
+    import jax_mscclpp as jm
+    from tests.helpers import assert_same, random_array, sharded
+
+    devices = jax.devices()
+    mesh = Mesh(np.array(devices), ("x",))
+    n = len(devices)
+    rng = np.random.default_rng(0)
+    checks = 0
+    reducers = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+    quick = sys.argv[1] == "quick"
+    sizes = [3, 40000] if quick else [1, 3, 1023, 8 * 4096 + 5, 1 << 20]
+    for algorithm in ["1pa_ll", "2pa_ll", "2pa_hb", "2pa_nvls", None]:
+        for dtype, op in [("float32", "sum"), ("bfloat16", "sum"), ("float16", "max"), ("int32", "sum"),
+                          ("uint8", "min")][: 2 if quick else None]:
+            for count in sizes:
+                x = random_array(rng, (n * count,), dtype)
+                ours = sharded(lambda v: jm.all_reduce(v, "x", op=op, algorithm=algorithm), mesh, P("x"), P())(x)
+                ref = sharded(lambda v: reducers[op](v, "x"), mesh, P("x"), P())(x)
+                assert_same(ours, ref)
+                checks += 1
+    for count in [1, 7, 4099, 1 << 18]:
+        x = random_array(rng, (n * n * count,), "bfloat16")
+        for ours_fn, ref_fn in [
+            (lambda v: jm.all_gather(v, "x", tiled=True), lambda v: lax.all_gather(v, "x", tiled=True)),
+            (lambda v: jm.psum_scatter(v, "x", tiled=True), lambda v: lax.psum_scatter(v, "x", tiled=True)),
+            (lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True), lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True)),
+        ]:
+            assert_same(sharded(ours_fn, mesh, P("x"), P("x"))(x), sharded(ref_fn, mesh, P("x"), P("x"))(x))
+            checks += 1
+    x = random_array(rng, (n * 4096,), "float32")
+    loop = lambda psum: (lambda v: lax.fori_loop(0, 1000, lambda i, a: lax.pcast(psum(a, "x"), "x", to="varying") / n, v))
+    assert_same(sharded(loop(jm.psum), mesh, P("x"), P("x"))(x), sharded(loop(lax.psum), mesh, P("x"), P("x"))(x))
+    print(f"{checks + 1} checks passed on {n} GPUs")
+""")
+
+
+@pytest.mark.parametrize("command_buffers,scope", [("default", "full"), ("off", "quick")])
+def test_single_process_matches_lax(cuda, command_buffers, scope):
+    if cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    env = dict(os.environ, JAX_PLATFORMS="cuda", NCCL_NVLS_ENABLE="0")
+    env.pop("JAX_MSCCLPP_NVLS", None)
+    env.pop("XLA_FLAGS", None)
+    if command_buffers == "off":
+        env["XLA_FLAGS"] = "--xla_gpu_enable_command_buffer="
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", SCRIPT, scope], env=env, cwd=root, capture_output=True, text=True,
+                         timeout=500)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]
+    assert "checks passed" in out.stdout
