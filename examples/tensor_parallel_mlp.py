@@ -17,42 +17,14 @@ JAX_PLATFORMS, when set, decides the platform. Exit status: 0 when every check p
 from __future__ import annotations
 
 import argparse
-import glob
 import os
-import re
 import statistics
 import sys
 import time
 
-DEFAULT_CPU_DEVICES = 8
+from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
 
-
-def _gpu_expected() -> bool:
-    """Whether JAX will pick a GPU, judged without importing JAX (JAX_PLATFORMS first, then /dev/nvidia*)."""
-    platforms = os.environ.get("JAX_PLATFORMS", "").lower()
-    if platforms:
-        return platforms.split(",")[0].strip() in ("cuda", "gpu", "rocm")
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
-
-
-def _configure_cpu_devices(argv: list[str]) -> None:
-    """Sets XLA's virtual CPU device count; must run before JAX is imported."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--cpu-devices", type=int, default=None)
-    requested = pre.parse_known_args(argv)[0].cpu_devices
-    flags = os.environ.get("XLA_FLAGS", "")
-    has_count = "xla_force_host_platform_device_count" in flags
-    if requested is not None:
-        flags = re.sub(r"--xla_force_host_platform_device_count=\S*", "", flags)
-        count = requested
-    elif has_count or _gpu_expected():
-        return
-    else:
-        count = DEFAULT_CPU_DEVICES
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
-
-
-_configure_cpu_devices(sys.argv[1:])
+configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
 import jax.numpy as jnp  # noqa: E402

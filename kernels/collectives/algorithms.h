@@ -28,25 +28,6 @@ constexpr int kHBThreads = 512;
 constexpr int kHBMaxBlocks = 32;
 constexpr int kRingMaxBlocks = 8;
 
-// Element size of a dtype code of reduce.cuh, 0 for an unknown code.
-inline uint64_t dtype_bytes(int32_t dtype) {
-  switch (dtype) {
-    case codes::kS8:
-    case codes::kU8: return 1;
-    case codes::kBF16:
-    case codes::kF16:
-    case codes::kS16:
-    case codes::kU16: return 2;
-    case codes::kF32:
-    case codes::kS32:
-    case codes::kU32: return 4;
-    case codes::kF64:
-    case codes::kS64:
-    case codes::kU64: return 8;
-    default: return 0;
-  }
-}
-
 // Blocks for `work` bytes handled per rank at `per_block` bytes each, between 1 and `cap`.
 inline int blocks_for(uint64_t work, uint64_t per_block, int cap) {
   uint64_t b = ceil_div(work, per_block);

@@ -18,7 +18,7 @@ template <class T, class Op>
 __global__ void __launch_bounds__(1024)
     all_reduce_1pa_ll_kernel(AllReduce1paLLArgs a, const char* __restrict__ in, char* __restrict__ out, uint64_t bytes) {
   const int r = a.rank, n = a.nranks, cpp = a.channels_per_peer;
-  const uint64_t e = *reinterpret_cast<volatile uint64_t*>(a.epoch) + 1;
+  const uint64_t e = launch_epoch(a.epoch);
   const uint32_t flag = static_cast<uint32_t>(e);
   const uint64_t slot = slot_bytes(bytes);
   const uint64_t half = (e & 1) * (a.half_bytes != 0 ? a.half_bytes : n * slot);
@@ -74,34 +74,7 @@ __global__ void __launch_bounds__(1024)
   }
 
   // 3. The last block to finish publishes the next epoch.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(a.blocks_done), 1ull);
-    if (prev == gridDim.x - 1) {
-      *reinterpret_cast<volatile uint64_t*>(a.blocks_done) = 0;
-      *reinterpret_cast<volatile uint64_t*>(a.epoch) = e;
-      __threadfence();
-    }
-  }
-}
-
-size_t dtype_bytes(int32_t dtype) {
-  switch (dtype) {
-    case codes::kS8:
-    case codes::kU8: return 1;
-    case codes::kBF16:
-    case codes::kF16:
-    case codes::kS16:
-    case codes::kU16: return 2;
-    case codes::kF32:
-    case codes::kS32:
-    case codes::kU32: return 4;
-    case codes::kF64:
-    case codes::kS64:
-    case codes::kU64: return 8;
-    default: return 0;
-  }
+  publish_epoch(a.epoch, a.blocks_done, e);
 }
 
 }  // namespace

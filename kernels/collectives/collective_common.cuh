@@ -25,6 +25,7 @@
 
 #include "collectives/collective.h"
 #include "jax_mscclpp/packet.cuh"
+#include "jax_mscclpp/epoch.cuh"
 #include "jax_mscclpp/reduce.cuh"
 
 namespace jax_mscclpp::collectives {
@@ -101,24 +102,14 @@ JAX_MSCCLPP_DEVICE_INLINE const PortChannelDeviceHandle& port_channel(const Coll
   return c.port[peer * c.channels_per_peer + i];
 }
 
-// This launch's epoch (the counter of completed launches + 1): its LL flag and scratch half.
+// This launch's epoch (jax_mscclpp/epoch.cuh): its LL flag and scratch half.
 JAX_MSCCLPP_DEVICE_INLINE uint64_t launch_epoch(const CollectiveContext& c) {
-  return *reinterpret_cast<volatile uint64_t*>(c.epoch) + 1;
+  return ::jax_mscclpp::launch_epoch(c.epoch);
 }
 
-// The last block to get here publishes epoch `e` (and rearms the block counter) for the next launch on this
-// stream. Every block read the epoch at its start, before any block can have arrived here as the last one.
+// The last block to get here publishes epoch `e` for the next launch on this stream.
 __device__ inline void finish_launch(const CollectiveContext& c, uint64_t e) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(c.blocks_done), 1ull);
-    if (prev == gridDim.x - 1) {
-      *reinterpret_cast<volatile uint64_t*>(c.blocks_done) = 0;
-      *reinterpret_cast<volatile uint64_t*>(c.epoch) = e;
-      __threadfence();
-    }
-  }
+  ::jax_mscclpp::publish_epoch(c.epoch, c.blocks_done, e);
 }
 
 // Block-wide (every thread calls): signal every peer on channel b, thread k - 1 signalling peer rank + k, so the

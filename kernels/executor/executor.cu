@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                 uint64_t block_stride, uint64_t half0, uint64_t half1) {
   extern __shared__ uint4 smem[];
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uint64_t e = *reinterpret_cast<volatile uint64_t*>(ctx.epoch) + 1;
+  const uint64_t e = launch_epoch(ctx.epoch);
   const PlanThreadBlock tb = plan.threadblocks[blockIdx.x];
 
   PlanSmemChannel* s_ch = reinterpret_cast<PlanSmemChannel*>(smem);
@@ -514,37 +514,12 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 
   // The last block to finish publishes the next epoch.
-  __syncthreads();
-  if (tid == 0) {
-    __threadfence();
-    const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(ctx.blocks_done), 1ull);
-    if (prev == gridDim.x - 1) {
-      *reinterpret_cast<volatile uint64_t*>(ctx.blocks_done) = 0;
-      *reinterpret_cast<volatile uint64_t*>(ctx.epoch) = e;
-      __threadfence();
-    }
-  }
+  publish_epoch(ctx.epoch, ctx.blocks_done, e);
 }
 
 }  // namespace
 
-uint32_t plan_dtype_bytes(int32_t dtype) {
-  switch (dtype) {
-    case codes::kS8:
-    case codes::kU8: return 1;
-    case codes::kBF16:
-    case codes::kF16:
-    case codes::kS16:
-    case codes::kU16: return 2;
-    case codes::kF32:
-    case codes::kS32:
-    case codes::kU32: return 4;
-    case codes::kF64:
-    case codes::kS64:
-    case codes::kU64: return 8;
-    default: return 0;
-  }
-}
+uint32_t plan_dtype_bytes(int32_t dtype) { return static_cast<uint32_t>(dtype_bytes(dtype)); }
 
 namespace {
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "harness.h"
+#include "jax_mscclpp/epoch.cuh"
 
 namespace jax_mscclpp::cuda::harness {
 
@@ -40,16 +41,7 @@ __device__ inline uint64_t read_epoch(const RankArgs& a) { return *reinterpret_c
 // Every block read the epoch at entry; the last block to get here stores the new one (and rearms the
 // counter), so the next launch on this stream sees it.
 __device__ inline void finish_epoch(const RankArgs& a, uint64_t new_epoch) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(a.blocks_done), 1ull);
-    if (prev == gridDim.x - 1) {
-      *reinterpret_cast<volatile uint64_t*>(a.blocks_done) = 0;
-      *reinterpret_cast<volatile uint64_t*>(a.epoch) = new_epoch;
-      __threadfence();
-    }
-  }
+  publish_epoch(a.epoch, a.blocks_done, new_epoch);
 }
 
 __device__ inline const MemoryChannelDeviceHandle& mem(const RankArgs& a, int peer, int c) {

@@ -28,6 +28,25 @@ enum DTypeCode : int32_t {
 enum ReduceCode : int32_t { kSum = 0, kMax = 1, kMin = 2 };
 }  // namespace codes
 
+// Element size of a dtype code, 0 for an unknown code.
+inline uint64_t dtype_bytes(int32_t dtype) {
+  switch (dtype) {
+    case codes::kS8:
+    case codes::kU8: return 1;
+    case codes::kBF16:
+    case codes::kF16:
+    case codes::kS16:
+    case codes::kU16: return 2;
+    case codes::kF32:
+    case codes::kS32:
+    case codes::kU32: return 4;
+    case codes::kF64:
+    case codes::kS64:
+    case codes::kU64: return 8;
+    default: return 0;
+  }
+}
+
 // Reduction operations as types, so kernels specialize on them at compile time.
 struct SumOp {
   static constexpr int32_t kCode = codes::kSum;
