@@ -29,6 +29,9 @@ from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
 
+_LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+
+
 def _out_aval(x, *, collective, axes, world, op, algorithm):
     del op, algorithm
     varying = _compat.varying_axes(x)
@@ -44,8 +47,7 @@ def _out_aval(x, *, collective, axes, world, op, algorithm):
 def _lax_equivalent(collective, axes, op):
     """The lax collective computing the same block-layout result (for algorithm "lax")."""
     if collective == Collective.ALL_REDUCE:
-        reducer = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[op]
-        return lambda x: reducer(x, axes)
+        return lambda x: _LAX_REDUCE[op](x, axes)
     if collective == Collective.ALL_GATHER:
         return lambda x: lax.all_gather(x, axes, axis=0, tiled=False)
     if collective == Collective.REDUCE_SCATTER:
@@ -60,7 +62,7 @@ def _hierarchical_all_reduce(mesh, axes, op):
         raise ValueError(f"jax_mscclpp: algorithm '2ph' reduces over two axes (slow, fast), got {axes}")
     slow, fast = axes
     n_fast = dict(zip(mesh.axis_names, mesh.axis_sizes))[fast]
-    slow_reduce = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[op]
+    slow_reduce = _LAX_REDUCE[op]
 
     def run(x):
         flat = x.reshape(-1)
@@ -89,7 +91,8 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
     count = int(np.prod(aval_in.shape, dtype=int))
     nbytes = count * itemsize
     requested = algorithm if algorithm is not None else os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
-    if platform == "cpu" and (plans.registered(requested) or (requested is None and plans.registered_for(collective, "cpu"))):
+    may_use_plan = plans.registered(requested) or (requested is None and plans.registered_for(collective, platform))
+    if platform == "cpu" and may_use_plan:
         comm = Communicator(mesh, axes)
         blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
         picked = plans.pick(collective, "cpu", requested, nbytes, world, count // blocks, itemsize,
@@ -113,8 +116,8 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
 
 
 def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id):
-    """The custom call to our FFI target; XLA's partition id is its second operand (the handler maps it to the
-    device's group and rank)."""
+    """The custom call to our FFI target. XLA's partition id is its second operand: the CPU handler maps it to the
+    device's group and rank (the GPU handler finds its rank by device ordinal instead)."""
     partition = hlo.partition_id()  # this device's row-major position in the mesh (tensor<ui32>)
     with_partition = ctx.replace(avals_in=[ctx.avals_in[0], jax.core.ShapedArray((), np.uint32)])
     return jax.ffi.ffi_lowering(collective.target, has_side_effect=True)(
