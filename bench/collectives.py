@@ -22,8 +22,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import socket
 import sys
 import time
 
@@ -35,6 +33,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import numpy as np  # noqa: E402
 
 from jax_mscclpp.testing.virtual_ranks import (  # noqa: E402
+    device_run_header,
     ALGORITHM_CODES,
     COLLECTIVE_CODES,
     DTYPE_CODES,
@@ -70,25 +69,8 @@ def main() -> None:
     buffer = max(sizes) + 4 * KiB
     dtype = "float32"
 
-    try:
-        import jax
-
-        jax_version = jax.__version__
-    except Exception:  # pragma: no cover
-        jax_version = None
     result = {
-        "benchmark": "collectives",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "host": socket.gethostname(),
-            "gpu": cuda.device_name(0),
-            "gpu_count": cuda.device_count(),
-            "cuda_runtime": cuda.runtime_version(),
-            "cuda_driver": cuda.driver_version(),
-            "python": platform.python_version(),
-            "jax": jax_version,
-            "numpy": np.__version__,
-        },
+        **device_run_header("collectives", cuda),
         "setup": {"nranks": n, "ranks_per_gpu": n, "scratch_bytes": scratch, "channels_per_peer": cpp,
                   "dtype": dtype, "op": "sum", "timing": "CUDA graph of `repeats` calls per rank, events on rank 0, "
                   "median of 3 replays"},

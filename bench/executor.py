@@ -21,8 +21,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import socket
 import sys
 
 os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
@@ -34,7 +32,7 @@ import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library  # noqa: E402
 from jax_mscclpp.testing.plan_ranks import INPUT, OUTPUT, PlanRanks  # noqa: E402
-from jax_mscclpp.testing.virtual_ranks import native_cuda  # noqa: E402
+from jax_mscclpp.testing.virtual_ranks import device_run_header, native_cuda  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 ALL_REDUCE = 0
@@ -157,25 +155,8 @@ def main() -> None:
     for name in programs:
         pct = [r["overhead_pct"] for r in rows if r["program"] == name]
         summary[name] = {"median_overhead_pct": float(np.median(pct)), "max_overhead_pct": float(np.max(pct))}
-    try:
-        import jax
-
-        jax_version = jax.__version__
-    except Exception:  # noqa: BLE001 - reported, not needed
-        jax_version = None
     result = {
-        "benchmark": "executor",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "host": socket.gethostname(),
-            "gpu": cuda.device_name(0),
-            "gpu_count": cuda.device_count(),
-            "cuda_runtime": cuda.runtime_version(),
-            "cuda_driver": cuda.driver_version(),
-            "python": platform.python_version(),
-            "jax": jax_version,
-            "numpy": np.__version__,
-        },
+        **device_run_header("executor", cuda),
         "conventions": "all_reduce f32 sum, bytes per rank; us per call = median over samples of (events around "
                        "`repeats` back-to-back calls on every rank released together from launch gates) / repeats; "
                        "overhead_pct = executor_us / hand_written_us - 1",

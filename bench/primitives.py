@@ -18,8 +18,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
-import socket
 import sys
 
 os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
@@ -29,7 +27,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np  # noqa: E402
 
-from jax_mscclpp.testing.virtual_ranks import INPUT, OUTPUT, VirtualRanks, native_cuda  # noqa: E402
+from jax_mscclpp.testing.virtual_ranks import INPUT, OUTPUT, VirtualRanks, device_run_header, native_cuda  # noqa: E402
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -65,25 +63,8 @@ def main() -> None:
     sizes = [MiB, 16 * MiB, 256 * MiB, GiB] if not args.quick else [16 * MiB, 256 * MiB]
     repeats = 20 if not args.quick else 5
 
-    try:
-        import jax
-
-        jax_version = jax.__version__
-    except Exception:  # pragma: no cover
-        jax_version = None
     result = {
-        "benchmark": "primitives",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "host": socket.gethostname(),
-            "gpu": cuda.device_name(0),
-            "gpu_count": cuda.device_count(),
-            "cuda_runtime": cuda.runtime_version(),
-            "cuda_driver": cuda.driver_version(),
-            "python": platform.python_version(),
-            "jax": jax_version,
-            "numpy": np.__version__,
-        },
+        **device_run_header("primitives", cuda),
         "conventions": "bandwidth = (bytes read + bytes written) / time; times are per launch (events) unless noted",
     }
 

@@ -254,3 +254,33 @@ class VirtualRanks:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def device_run_header(benchmark: str, cuda) -> dict:
+    """The head of a benchmark record written on the device: name, UTC date and the machine it ran on."""
+    import datetime
+    import platform
+    import socket
+
+    import numpy
+
+    try:
+        import jax
+
+        jax_version = jax.__version__
+    except Exception:  # noqa: BLE001 - recorded as unknown
+        jax_version = None
+    return {
+        "benchmark": benchmark,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "host": socket.gethostname(),
+            "gpu": cuda.device_name(0),
+            "gpu_count": cuda.device_count(),
+            "cuda_runtime": cuda.runtime_version(),
+            "cuda_driver": cuda.driver_version(),
+            "python": platform.python_version(),
+            "jax": jax_version,
+            "numpy": numpy.__version__,
+        },
+    }
