@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, native_cuda, numpy_dtype
+from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, RankData, native_cuda
 
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 _CODE_OF_ITEMSIZE = {1: DTYPE_CODES["int8"], 2: DTYPE_CODES["bfloat16"], 4: DTYPE_CODES["float32"],
@@ -48,7 +48,7 @@ def dtype_code(dtype) -> int:
     return DTYPE_CODES[np.dtype(dtype).name]
 
 
-class PlanRanks:
+class PlanRanks(RankData):
     """N virtual ranks running ``plan`` (a lowered plan dict).
 
     max_block_count / itemsize size the input and output buffers; scratch_bytes defaults to what one call of
@@ -88,21 +88,6 @@ class PlanRanks:
         except BaseException:
             self.close()
             raise
-
-    # -- data ------------------------------------------------------------------------------------------------------
-
-    def upload(self, rank: int, buffer: int, data, offset: int = 0) -> None:
-        self.ranks[rank].upload(buffer, offset, np.ascontiguousarray(data).tobytes())
-
-    def download(self, rank: int, buffer: int, nbytes: int, offset: int = 0, dtype="uint8") -> np.ndarray:
-        raw = self.ranks[rank].download(buffer, offset, nbytes)
-        return np.frombuffer(raw, dtype=numpy_dtype(dtype) if isinstance(dtype, str) else dtype).copy()
-
-    def fill(self, rank: int, buffer: int, byte_value: int) -> None:
-        self.ranks[rank].fill(buffer, byte_value)
-
-    def epoch(self, rank: int) -> int:
-        return self.ranks[rank].epoch()
 
     def launch_count(self, block_count: int, dtype) -> int:
         return self.ranks[0].launch_count(block_count, dtype_code(dtype))

@@ -110,7 +110,24 @@ def make_params(cuda, op: str, **kw):
     return p
 
 
-class VirtualRanks:
+class RankData:
+    """Host access to the buffers of ``self.ranks`` (native rank objects): what every virtual-ranks runner shares."""
+
+    def upload(self, rank: int, buffer: int, data, offset: int = 0) -> None:
+        self.ranks[rank].upload(buffer, offset, np.ascontiguousarray(data).tobytes())
+
+    def download(self, rank: int, buffer: int, nbytes: int, offset: int = 0, dtype="uint8") -> np.ndarray:
+        raw = self.ranks[rank].download(buffer, offset, nbytes)
+        return np.frombuffer(raw, dtype=numpy_dtype(dtype) if isinstance(dtype, str) else dtype).copy()
+
+    def fill(self, rank: int, buffer: int, byte_value: int) -> None:
+        self.ranks[rank].fill(buffer, byte_value)
+
+    def epoch(self, rank: int) -> int:
+        return self.ranks[rank].epoch()
+
+
+class VirtualRanks(RankData):
     def __init__(
         self,
         nranks: int,
@@ -151,21 +168,6 @@ class VirtualRanks:
         except BaseException:
             self.close()
             raise
-
-    # -- data ------------------------------------------------------------------------------------------------------
-
-    def upload(self, rank: int, buffer: int, data, offset: int = 0) -> None:
-        self.ranks[rank].upload(buffer, offset, np.ascontiguousarray(data).tobytes())
-
-    def download(self, rank: int, buffer: int, nbytes: int, offset: int = 0, dtype="uint8") -> np.ndarray:
-        raw = self.ranks[rank].download(buffer, offset, nbytes)
-        return np.frombuffer(raw, dtype=numpy_dtype(dtype) if isinstance(dtype, str) else dtype).copy()
-
-    def fill(self, rank: int, buffer: int, byte_value: int) -> None:
-        self.ranks[rank].fill(buffer, byte_value)
-
-    def epoch(self, rank: int) -> int:
-        return self.ranks[rank].epoch()
 
     # -- running ---------------------------------------------------------------------------------------------------
 
