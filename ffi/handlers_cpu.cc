@@ -6,6 +6,7 @@
 // plan_id (the registered execution plan when algorithm is kPlan, else -1).
 #include <sstream>
 
+#include "call_decoding.h"
 #include "collective_types.h"
 #include "handlers.h"
 #include "host_collectives.h"
@@ -17,35 +18,6 @@ namespace ffi = xla::ffi;
 
 namespace jax_mscclpp {
 namespace {
-
-DType to_dtype(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F32: return DType::kF32;
-    case ffi::DataType::BF16: return DType::kBF16;
-    case ffi::DataType::F16: return DType::kF16;
-    case ffi::DataType::F64: return DType::kF64;
-    case ffi::DataType::S8: return DType::kS8;
-    case ffi::DataType::U8: return DType::kU8;
-    case ffi::DataType::S16: return DType::kS16;
-    case ffi::DataType::U16: return DType::kU16;
-    case ffi::DataType::S32: return DType::kS32;
-    case ffi::DataType::U32: return DType::kU32;
-    case ffi::DataType::S64: return DType::kS64;
-    case ffi::DataType::U64: return DType::kU64;
-    default: return DType::kInvalid;
-  }
-}
-
-// Elements of one block (collective_types.h) from the input's element count, or 0 on a shape mismatch.
-bool block_count_of(Collective c, size_t in_elems, size_t out_elems, int world, size_t* block) {
-  switch (c) {
-    case Collective::kAllReduce: *block = in_elems; return out_elems == in_elems;
-    case Collective::kAllGather: *block = in_elems; return out_elems == in_elems * world;
-    case Collective::kReduceScatter: *block = in_elems / world; return in_elems % world == 0 && out_elems == *block;
-    case Collective::kAllToAll: *block = in_elems / world; return in_elems % world == 0 && out_elems == in_elems;
-  }
-  return false;
-}
 
 template <Collective kCollective>
 ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Result<ffi::AnyBuffer> y,
@@ -104,10 +76,10 @@ JAX_MSCCLPP_CPU_HANDLER(AllToAllCpu, Collective::kAllToAll)
 
 const HandlerList& cpu_handlers() {
   static const HandlerList handlers = {
-      {"jax_mscclpp_all_reduce", reinterpret_cast<void*>(AllReduceCpu)},
-      {"jax_mscclpp_all_gather", reinterpret_cast<void*>(AllGatherCpu)},
-      {"jax_mscclpp_reduce_scatter", reinterpret_cast<void*>(ReduceScatterCpu)},
-      {"jax_mscclpp_all_to_all", reinterpret_cast<void*>(AllToAllCpu)},
+      {target_name(Collective::kAllReduce), reinterpret_cast<void*>(AllReduceCpu)},
+      {target_name(Collective::kAllGather), reinterpret_cast<void*>(AllGatherCpu)},
+      {target_name(Collective::kReduceScatter), reinterpret_cast<void*>(ReduceScatterCpu)},
+      {target_name(Collective::kAllToAll), reinterpret_cast<void*>(AllToAllCpu)},
   };
   return handlers;
 }

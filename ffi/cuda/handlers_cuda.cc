@@ -7,6 +7,7 @@
 // command-buffer compatible: XLA may record a call once and replay it.
 #include <string>
 
+#include "call_decoding.h"
 #include "collective_types.h"
 #include "collectives/collective.h"
 #include "communicator.h"
@@ -17,25 +18,6 @@ namespace ffi = xla::ffi;
 
 namespace jax_mscclpp {
 namespace {
-
-// The element type codes of ffi/collective_types.h (DType), which equal those of jax_mscclpp/reduce.cuh.
-int32_t dtype_code(ffi::DataType t) {
-  switch (t) {
-    case ffi::DataType::F32: return int32_t(DType::kF32);
-    case ffi::DataType::BF16: return int32_t(DType::kBF16);
-    case ffi::DataType::F16: return int32_t(DType::kF16);
-    case ffi::DataType::F64: return int32_t(DType::kF64);
-    case ffi::DataType::S8: return int32_t(DType::kS8);
-    case ffi::DataType::U8: return int32_t(DType::kU8);
-    case ffi::DataType::S16: return int32_t(DType::kS16);
-    case ffi::DataType::U16: return int32_t(DType::kU16);
-    case ffi::DataType::S32: return int32_t(DType::kS32);
-    case ffi::DataType::U32: return int32_t(DType::kU32);
-    case ffi::DataType::S64: return int32_t(DType::kS64);
-    case ffi::DataType::U64: return int32_t(DType::kU64);
-    default: return -1;
-  }
-}
 
 template <Collective kCollective>
 ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer partition,
@@ -49,19 +31,13 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jax_mscclpp: communicator " + std::to_string(comm_id) + " has no rank on device " +
                           std::to_string(device));
-  const int32_t dtype = dtype_code(x.element_type());
-  if (dtype < 0 || y->element_type() != x.element_type())
+  // DType codes equal those of jax_mscclpp/reduce.cuh, which the kernels take.
+  const int32_t dtype = int32_t(to_dtype(x.element_type()));
+  if (to_dtype(x.element_type()) == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");
   const CollectiveContext& ctx = rank->context();
-  const size_t n = x.element_count(), world = size_t(ctx.nranks);
-  size_t block = n, expected_out = n;
-  switch (kCollective) {
-    case Collective::kAllReduce: break;
-    case Collective::kAllGather: expected_out = n * world; break;
-    case Collective::kReduceScatter: block = expected_out = n / world; break;
-    case Collective::kAllToAll: block = n / world; break;
-  }
-  if (n % (block ? block : 1) || y->element_count() != expected_out)
+  size_t block = 0;
+  if (!block_count_of(kCollective, x.element_count(), y->element_count(), size_t(ctx.nranks), &block))
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                       std::string("jax_mscclpp: ") + collective_name(kCollective) + " got mismatched shapes");
   const cudaError_t err = launch_collective(ctx, int32_t(kCollective), algorithm, x.untyped_data(),
@@ -96,10 +72,10 @@ JAX_MSCCLPP_CUDA_HANDLER(AllToAllCuda, Collective::kAllToAll)
 
 const HandlerList& cuda_handlers() {
   static const HandlerList handlers = {
-      {"jax_mscclpp_all_reduce", reinterpret_cast<void*>(AllReduceCuda)},
-      {"jax_mscclpp_all_gather", reinterpret_cast<void*>(AllGatherCuda)},
-      {"jax_mscclpp_reduce_scatter", reinterpret_cast<void*>(ReduceScatterCuda)},
-      {"jax_mscclpp_all_to_all", reinterpret_cast<void*>(AllToAllCuda)},
+      {target_name(Collective::kAllReduce), reinterpret_cast<void*>(AllReduceCuda)},
+      {target_name(Collective::kAllGather), reinterpret_cast<void*>(AllGatherCuda)},
+      {target_name(Collective::kReduceScatter), reinterpret_cast<void*>(ReduceScatterCuda)},
+      {target_name(Collective::kAllToAll), reinterpret_cast<void*>(AllToAllCuda)},
   };
   return handlers;
 }

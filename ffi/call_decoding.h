@@ -1,0 +1,53 @@
+// What every platform's FFI handlers decode the same way: element types, block geometry, target names.
+#pragma once
+
+#include <cstddef>
+
+#include "collective_types.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace jax_mscclpp {
+
+// The DType of an XLA element type (kInvalid for one the collectives do not run on).
+inline DType to_dtype(xla::ffi::DataType t) {
+  using xla::ffi::DataType;
+  switch (t) {
+    case DataType::F32: return DType::kF32;
+    case DataType::BF16: return DType::kBF16;
+    case DataType::F16: return DType::kF16;
+    case DataType::F64: return DType::kF64;
+    case DataType::S8: return DType::kS8;
+    case DataType::U8: return DType::kU8;
+    case DataType::S16: return DType::kS16;
+    case DataType::U16: return DType::kU16;
+    case DataType::S32: return DType::kS32;
+    case DataType::U32: return DType::kU32;
+    case DataType::S64: return DType::kS64;
+    case DataType::U64: return DType::kU64;
+    default: return DType::kInvalid;
+  }
+}
+
+// Elements of one block (collective_types.h) from the input and output element counts; false on a mismatch.
+inline bool block_count_of(Collective c, size_t in_elems, size_t out_elems, size_t world, size_t* block) {
+  switch (c) {
+    case Collective::kAllReduce: *block = in_elems; return out_elems == in_elems;
+    case Collective::kAllGather: *block = in_elems; return out_elems == in_elems * world;
+    case Collective::kReduceScatter: *block = in_elems / world; return in_elems % world == 0 && out_elems == *block;
+    case Collective::kAllToAll: *block = in_elems / world; return in_elems % world == 0 && out_elems == in_elems;
+  }
+  return false;
+}
+
+// The FFI target of a collective, the same on every platform (jax_mscclpp/_types.py: Collective.target).
+inline const char* target_name(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "jax_mscclpp_all_reduce";
+    case Collective::kAllGather: return "jax_mscclpp_all_gather";
+    case Collective::kReduceScatter: return "jax_mscclpp_reduce_scatter";
+    case Collective::kAllToAll: return "jax_mscclpp_all_to_all";
+  }
+  return "";
+}
+
+}  // namespace jax_mscclpp
