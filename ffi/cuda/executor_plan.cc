@@ -135,7 +135,8 @@ uint64_t ExecutorPlan::scratch_bytes_for(const HostPlan& plan, uint64_t block_co
   return plan_scratch_bytes_for(d, block_count, dtype);
 }
 
-ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankContext& ctx, int threads)
+ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankContext& ctx,
+                           const CollectiveContext& device_ctx, int threads)
     : plan_(std::move(plan)) {
   const HostPlan& P = *plan_;
   const int me = ctx.rank();

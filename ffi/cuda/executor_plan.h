@@ -25,10 +25,12 @@ namespace jax_mscclpp::cuda {
 class ExecutorPlan {
  public:
   // Checks `plan` for what the executor needs (channel kinds per operation, remote references in scratch,
-  // chunk ranges, operand counts, shared memory) and uploads rank `ctx.rank()`'s tables to ctx's device.
-  // Throws std::invalid_argument naming the rank, thread block and operation at fault.
-  // threads: CUDA threads per block (0: 512).
-  ExecutorPlan(std::shared_ptr<const host::HostPlan> plan, const RankContext& ctx, int threads = 0);
+  // chunk ranges, operand counts, shared memory) and uploads rank `ctx.rank()`'s tables to ctx's device, with
+  // the channel handles of `device_ctx` (the CollectiveContext built over ctx, whose handle tables must not
+  // change while this plan is used) resolved into them. Throws std::invalid_argument naming the rank, thread
+  // block and operation at fault. threads: CUDA threads per block (0: 512).
+  ExecutorPlan(std::shared_ptr<const host::HostPlan> plan, const RankContext& ctx,
+               const CollectiveContext& device_ctx, int threads = 0);
   ExecutorPlan(const ExecutorPlan&) = delete;
   ExecutorPlan& operator=(const ExecutorPlan&) = delete;
 

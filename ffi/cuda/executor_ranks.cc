@@ -106,7 +106,7 @@ void ExecutorRank::build() {
 void ExecutorRank::set_plan(std::shared_ptr<const host::HostPlan> plan, int threads) {
   if (!built_) throw std::runtime_error("jax_mscclpp: build() the rank before binding a plan");
   DeviceGuard g(opts_.device);
-  auto bound = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, threads);
+  auto bound = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, context_, threads);
   if (bound->device_plan().port_channels > 0 && !port_)
     throw std::invalid_argument("jax_mscclpp: the plan uses port channels; create the ranks with port channels");
   plan_ = std::move(bound);
