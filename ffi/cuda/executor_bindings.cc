@@ -93,7 +93,7 @@ void register_executor_bindings(nb::module_& m) {
              const DevicePlan& dp = p->device_plan();
              d["threadblocks"] = dp.n_threadblocks;
              d["threads"] = dp.threads;
-             d["smem_bytes"] = dp.smem_bytes;
+             d["image_bytes"] = dp.image_bytes;
              d["scratch_chunks"] = dp.scratch_chunks;
              d["staging_chunks"] = dp.staging_chunks;
              d["packets"] = dp.packets != 0;

@@ -1,7 +1,9 @@
 #include "executor_plan.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "check.h"
@@ -73,6 +75,95 @@ int staging_of(const host::PlanRank& rank) {
     for (const PlanOp& op : tb)
       if (is_port_put(op, rank) && op.src.buffer != PlanBuffer::kScratch) n += std::max(op.src.count, 0);
   return n;
+}
+
+// One thread block's program image as it is built (executor.h, PlanImage).
+struct ThreadBlockImage {
+  std::vector<jax_mscclpp::PlanChannel> channels;
+  std::vector<jax_mscclpp::PlanOp> ops;
+  std::vector<PlanRef> refs;
+  std::vector<int32_t> members;
+
+  static uint32_t round16(size_t bytes) { return static_cast<uint32_t>((bytes + 15) / 16 * 16); }
+  uint32_t ops_offset() const {
+    return static_cast<uint32_t>(sizeof(PlanImage) + channels.size() * sizeof(jax_mscclpp::PlanChannel));
+  }
+  uint32_t refs_offset() const { return ops_offset() + round16(ops.size() * sizeof(jax_mscclpp::PlanOp)); }
+  uint32_t members_offset() const { return refs_offset() + round16(refs.size() * sizeof(PlanRef)); }
+  uint32_t bytes() const { return members_offset() + round16(members.size() * sizeof(int32_t)); }
+
+  // Writes the image at `dst` (bytes() bytes, zeroed by the caller).
+  void write(char* dst) const {
+    PlanImage head{};
+    head.n_channels = static_cast<int32_t>(channels.size());
+    head.n_ops = static_cast<int32_t>(ops.size());
+    head.n_refs = static_cast<int32_t>(refs.size());
+    head.n_members = static_cast<int32_t>(members.size());
+    head.ops_offset = ops_offset();
+    head.refs_offset = refs_offset();
+    head.members_offset = members_offset();
+    std::memcpy(dst, &head, sizeof(head));
+    auto put = [&](uint32_t offset, const auto& v) {
+      if (!v.empty()) std::memcpy(dst + offset, v.data(), v.size() * sizeof(v[0]));
+    };
+    put(sizeof(PlanImage), channels);
+    put(ops_offset(), ops);
+    put(refs_offset(), refs);
+    put(members_offset(), members);
+  }
+};
+
+// The executor's schedule of one thread block (executor.h, "Groups"): memory put_with_signal split, signals on
+// memory channels deferred past the memory puts and signals that follow them, then groups marked.
+void schedule_groups(ThreadBlockImage& tb) {
+  namespace pcodes = plan_codes;
+  auto on_memory = [&](const jax_mscclpp::PlanOp& op) {
+    if (op.channel < 0) return false;
+    const int kind = tb.channels[op.channel].kind;
+    return kind == pcodes::kMemory || kind == pcodes::kSelfMemory;
+  };
+  std::vector<jax_mscclpp::PlanOp> ops;
+  for (const auto& op : tb.ops) {
+    if (op.code == pcodes::kPutWithSignal && on_memory(op)) {
+      jax_mscclpp::PlanOp put = op, signal = op;
+      put.code = pcodes::kPut;
+      signal.code = pcodes::kSignal;
+      ops.push_back(put);
+      ops.push_back(signal);
+    } else {
+      ops.push_back(op);
+    }
+  }
+  auto movable = [&](const jax_mscclpp::PlanOp& op) {
+    return on_memory(op) && (op.code == pcodes::kPut || op.code == pcodes::kSignal);
+  };
+  for (size_t i = 0; i < ops.size();) {
+    size_t j = i;
+    while (j < ops.size() && movable(ops[j])) ++j;
+    std::stable_partition(ops.begin() + i, ops.begin() + j,
+                          [](const jax_mscclpp::PlanOp& op) { return op.code == pcodes::kPut; });
+    i = j == i ? i + 1 : j;
+  }
+  auto same_source = [&](const jax_mscclpp::PlanOp& a, const jax_mscclpp::PlanOp& b) {
+    const PlanRef &x = tb.refs[a.ref + 1], &y = tb.refs[b.ref + 1];
+    return a.count == b.count && x.buffer == y.buffer && x.index == y.index;
+  };
+  for (size_t i = 0; i < ops.size();) {
+    const jax_mscclpp::PlanOp& a = ops[i];
+    size_t j = i + 1;
+    if (a.code == pcodes::kSignal && on_memory(a)) {
+      while (j < ops.size() && ops[j].code == pcodes::kSignal && on_memory(ops[j])) ++j;
+    } else if (a.code == pcodes::kWait) {
+      std::set<int32_t> channels{a.channel};  // one waiter per semaphore
+      while (j < ops.size() && ops[j].code == pcodes::kWait && channels.insert(ops[j].channel).second) ++j;
+    } else if (a.code == pcodes::kPutPackets) {
+      while (j < ops.size() && ops[j].code == pcodes::kPutPackets && same_source(a, ops[j])) ++j;
+    }
+    ops[i].group = static_cast<int32_t>(j - i);
+    for (size_t k = i + 1; k < j; ++k) ops[k].group = 0;
+    i = j;
+  }
+  tb.ops = std::move(ops);
 }
 
 }  // namespace
@@ -184,42 +275,60 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
     h.packets = ctx.scratch();
   }
 
-  std::vector<PlanThreadBlock> tbs;
-  std::vector<jax_mscclpp::PlanOp> ops;
-  std::vector<PlanRef> refs;
-  std::vector<jax_mscclpp::PlanChannel> chans;
-  std::vector<int32_t> members;
+  // The context's channel handles, copied into the images (read back once from the device tables).
+  const size_t n_slots = static_cast<size_t>(ctx.nranks()) * cpp;
+  std::vector<MemoryChannelDeviceHandle> mem_handles(n_slots);
+  std::vector<PortChannelDeviceHandle> port_handles(device_ctx.port != nullptr ? n_slots : 0);
+  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(mem_handles.data(), device_ctx.mem, n_slots * sizeof(mem_handles[0]),
+                                    cudaMemcpyDeviceToHost));
+  if (!port_handles.empty())
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(port_handles.data(), device_ctx.port, n_slots * sizeof(port_handles[0]),
+                                      cudaMemcpyDeviceToHost));
+
+  std::vector<ThreadBlockImage> images;
   std::vector<char> port_used(R.channels.size(), 0), switch_used(R.channels.size(), 0);
   int staging = 0;
-  size_t smem = 0;
   const int n_tbs = static_cast<int>(R.threadblocks.size());
 
   for (int t = 0; t < std::max(n_tbs, 1); ++t) {
-    PlanThreadBlock tb{static_cast<int32_t>(ops.size()), 0, static_cast<int32_t>(refs.size()), 0,
-                       static_cast<int32_t>(chans.size()), 0};
+    ThreadBlockImage tb;
     std::map<int, int> local;  // rank channel -> thread block channel
     auto bind = [&](int c) -> int {
       auto it = local.find(c);
       if (it != local.end()) return it->second;
       const PlanChannel& ch = R.channels[c];
       jax_mscclpp::PlanChannel d{};
+      const void* handle = nullptr;
+      size_t handle_bytes = 0;
       if (ch.type == PlanChannelType::kSwitch) {
         d.kind = plan_codes::kSwitch;
-        d.slot = -1;
-        d.first_member = static_cast<int32_t>(members.size());
+        d.first_member = static_cast<int32_t>(tb.members.size());
         d.n_members = static_cast<int32_t>(ch.members.size());
-        members.insert(members.end(), ch.members.begin(), ch.members.end());
+        tb.members.insert(tb.members.end(), ch.members.begin(), ch.members.end());
         switch_used[c] = 1;
       } else if (ch.peer == me) {
         d.kind = plan_codes::kSelfMemory;
-        d.slot = self_slot[c];
+        handle = &self_handles[self_slot[c]];
+        handle_bytes = sizeof(MemoryChannelDeviceHandle);
       } else {
-        d.kind = ch.type == PlanChannelType::kPort ? plan_codes::kPort : plan_codes::kMemory;
-        d.slot = ch.peer * cpp + indices[me][c];
-        if (ch.type == PlanChannelType::kPort) port_used[c] = 1;
+        const size_t slot = static_cast<size_t>(ch.peer) * cpp + indices[me][c];
+        if (ch.type == PlanChannelType::kPort) {
+          if (port_handles.empty())
+            throw std::invalid_argument("jax_mscclpp: plan '" + P.name +
+                                        "' uses port channels; the context has none (create it with port channels)");
+          d.kind = plan_codes::kPort;
+          handle = &port_handles[slot];
+          handle_bytes = sizeof(PortChannelDeviceHandle);
+          port_used[c] = 1;
+        } else {
+          d.kind = plan_codes::kMemory;
+          handle = &mem_handles[slot];
+          handle_bytes = sizeof(MemoryChannelDeviceHandle);
+        }
       }
-      const int id = static_cast<int>(chans.size()) - tb.channels;
-      chans.push_back(d);
+      if (handle != nullptr) std::memcpy(d.handle, handle, handle_bytes);
+      const int id = static_cast<int>(tb.channels.size());
+      tb.channels.push_back(d);
       local[c] = id;
       return id;
     };
@@ -311,7 +420,7 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
       auto encode = [&](const ChunkRef& c, int channel) {
         PlanRef ref{static_cast<int16_t>(c.buffer), static_cast<int16_t>(channel), c.index};
         if (c.buffer == PlanBuffer::kScratch) ref.index = renumber[c.index];
-        refs.push_back(ref);
+        tb.refs.push_back(ref);
       };
       jax_mscclpp::PlanOp d{};
       d.code = static_cast<uint8_t>(code);
@@ -323,8 +432,9 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
                                code != PlanOpCode::kBarrier;
       d.channel = has_channel ? bind(op.channel) : -1;
       d.count = count;
-      d.ref = static_cast<int32_t>(refs.size()) - tb.refs;
+      d.ref = static_cast<int32_t>(tb.refs.size());
       d.staging = -1;
+      d.group = 1;
       if (is_port_put(op, R) && op.src.buffer != PlanBuffer::kScratch) {
         d.staging = staging;  // relative for now: the scratch chunk count is added below
         staging += count;
@@ -334,33 +444,29 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
       for (const auto& s : op.srcs) encode(s, -1);
       for (const auto& s : op.packet_srcs) encode(s.chunk, bind(s.channel));
       for (const auto& s : op.remotes) encode(s.chunk, bind(s.channel));
-      ops.push_back(d);
+      tb.ops.push_back(d);
     }
-    tb.n_ops = static_cast<int32_t>(ops.size()) - tb.ops;
-    tb.n_refs = static_cast<int32_t>(refs.size()) - tb.refs;
-    tb.n_channels = static_cast<int32_t>(chans.size()) - tb.channels;
-    const size_t bytes = tb.n_channels * sizeof(PlanSmemChannel) + tb.n_ops * sizeof(jax_mscclpp::PlanOp) +
-                         tb.n_refs * sizeof(PlanRef);
-    if (bytes > kMaxSharedBytes)
-      throw std::invalid_argument("jax_mscclpp: plan '" + P.name + "': rank " + std::to_string(me) +
-                                  " thread block " + std::to_string(t) + " needs " + std::to_string(bytes) +
-                                  " bytes of shared memory for its operations and channels (the executor takes " +
-                                  std::to_string(kMaxSharedBytes) + ")");
-    smem = std::max(smem, bytes);
-    tbs.push_back(tb);
+    schedule_groups(tb);
+    images.push_back(std::move(tb));
   }
   const int32_t kept = renumber.back();
-  for (auto& op : ops)
-    if (op.staging >= 0) op.staging += kept;
+  uint32_t image_bytes = 0;
+  for (auto& tb : images) {
+    for (auto& op : tb.ops)
+      if (op.staging >= 0) op.staging += kept;
+    image_bytes = std::max(image_bytes, tb.bytes());
+  }
+  if (image_bytes > kMaxSharedBytes)
+    throw std::invalid_argument("jax_mscclpp: plan '" + P.name + "': rank " + std::to_string(me) + " needs " +
+                                std::to_string(image_bytes) +
+                                " bytes of shared memory for a thread block's operations and channels (the "
+                                "executor takes " + std::to_string(kMaxSharedBytes) + ")");
+  std::vector<char> blob(images.size() * image_bytes, 0);
+  for (size_t t = 0; t < images.size(); ++t) images[t].write(blob.data() + t * image_bytes);
 
-  auto upload = [&](DeviceBuffer& buf, const void* data, size_t bytes) -> const void* {
-    buf = DeviceBuffer(ctx.device(), std::max<size_t>(bytes, 16));
-    if (bytes != 0) JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(buf.get(), data, bytes, cudaMemcpyHostToDevice));
-    return buf.get();
-  };
   device_.rank = me;
   device_.nranks = P.world_size;
-  device_.n_threadblocks = static_cast<int32_t>(tbs.size());
+  device_.n_threadblocks = static_cast<int32_t>(images.size());
   device_.threads = threads;
   device_.input_blocks = P.input_blocks;
   device_.output_blocks = P.output_blocks;
@@ -368,17 +474,12 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
   device_.scratch_chunks = kept;
   device_.staging_chunks = staging;
   device_.packets = P.packets ? 1 : 0;
-  device_.smem_bytes = static_cast<uint32_t>(smem);
+  device_.image_bytes = image_bytes;
   device_.port_channels = static_cast<int32_t>(std::count(port_used.begin(), port_used.end(), 1));
   device_.switch_channels = static_cast<int32_t>(std::count(switch_used.begin(), switch_used.end(), 1));
-  device_.threadblocks = static_cast<const PlanThreadBlock*>(upload(threadblocks_, tbs.data(), tbs.size() * sizeof(tbs[0])));
-  device_.ops = static_cast<const jax_mscclpp::PlanOp*>(upload(ops_, ops.data(), ops.size() * sizeof(ops[0])));
-  device_.refs = static_cast<const PlanRef*>(upload(refs_, refs.data(), refs.size() * sizeof(refs[0])));
-  device_.channels =
-      static_cast<const jax_mscclpp::PlanChannel*>(upload(channels_, chans.data(), chans.size() * sizeof(chans[0])));
-  device_.members = static_cast<const int32_t*>(upload(members_, members.data(), members.size() * sizeof(int32_t)));
-  device_.self_channels = static_cast<const MemoryChannelDeviceHandle*>(
-      upload(self_channels_, self_handles.data(), self_handles.size() * sizeof(MemoryChannelDeviceHandle)));
+  images_ = DeviceBuffer(ctx.device(), blob.size());
+  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(images_.get(), blob.data(), blob.size(), cudaMemcpyHostToDevice));
+  device_.images = images_.get<const uint4>();
 }
 
 }  // namespace jax_mscclpp::cuda

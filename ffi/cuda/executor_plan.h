@@ -1,5 +1,5 @@
 // Host side of the plan executor (kernels/executor/executor.h): a decoded plan (ffi/host_plan.h) bound to one
-// rank of a RankContext, as device tables the kernel reads.
+// rank of a RankContext, as the program images the kernel reads (one per thread block, handles resolved).
 //
 // Channel binding: both ends of a plan channel must use the same RankContext channel index, because a
 // semaphore word is keyed by (sender, channel index, kind). For the memory (resp. port) channels between ranks
@@ -56,7 +56,7 @@ class ExecutorPlan {
  private:
   std::shared_ptr<const host::HostPlan> plan_;
   DevicePlan device_{};
-  DeviceBuffer threadblocks_, ops_, refs_, channels_, members_, self_channels_, self_semaphores_;
+  DeviceBuffer images_, self_semaphores_;
 };
 
 // The RankContext channel index (k above) of every channel endpoint of every rank: [rank][channel], -1 for

@@ -64,6 +64,7 @@ def allreduce_2pa_hb(n: int) -> Program:
             pipes[r, p].signal()
         for p in prog.peers(r):
             pipes[p, r].wait()
+        for p in prog.peers(r):
             rank.copy(rank.output[p], rank.scratch[n + p])
     return prog
 

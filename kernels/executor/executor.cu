@@ -1,14 +1,15 @@
-// The plan executor kernel (see executor.h for the plan format and the scratch layout).
+// The plan executor kernel (see executor.h for the plan format, the groups and the scratch layout).
 //
 // Every thread of a block interprets the same operation stream (from shared memory), so control flow is
 // uniform; data operations split their chunks over the block's threads. Barrier points of PLAN.md map to
 // __syncthreads():
-//   signal            : __syncthreads, then thread 0 signals (memory: system fence + add on the peer's word;
-//                       port: FIFO push, which fences first). Nothing after a signal depends on it, so the other
-//                       threads go on.
-//   wait              : thread 0 waits (acquire), then __syncthreads: every thread reads after the acquire.
+//   signal            : __syncthreads, then one thread per signal of the group signals (memory: system fence +
+//                       add on the peer's word; port: FIFO push by thread 0, which fences first). Nothing after
+//                       a signal depends on it, so the other threads go on.
+//   wait              : one thread per wait of the group waits (acquire), then __syncthreads: every thread reads
+//                       after the acquires.
 //   flush             : thread 0 flushes (port), then __syncthreads: no thread reuses a source before.
-//   put_with_signal   : the put, __syncthreads, then thread 0 signals.
+//   put_with_signal   : (port; memory ones arrive split) the put, __syncthreads, then thread 0 signals.
 //   barrier           : __syncthreads.
 // Port puts are pushed by thread 0, always in program order, so a signal follows the puts of its channel in
 // the proxy FIFO. LL packet operations need no barrier: each packet carries the call's flag.
@@ -26,8 +27,7 @@ namespace pc = plan_codes;
 
 static_assert(sizeof(MemoryChannelDeviceHandle) <= kPlanChannelHandleBytes, "memory channel handle too large");
 static_assert(sizeof(PortChannelDeviceHandle) <= kPlanChannelHandleBytes, "port channel handle too large");
-static_assert(sizeof(PlanSmemChannel) % 8 == 0 && sizeof(PlanOp) % 4 == 0 && sizeof(PlanRef) % 4 == 0,
-              "tables are copied in words");
+static_assert(sizeof(PlanChannel) % 16 == 0 && sizeof(PlanImage) % 16 == 0, "image sections stay 16-byte aligned");
 
 constexpr int kMaxThreads = 512;
 
@@ -154,11 +154,17 @@ __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* con
   }
 }
 
+// The first kRegisterOperands operands of an operation (destinations of put_packets, packet sources and remote
+// destinations of reduce_packets) are kept in registers (constant indices after unrolling); further ones are
+// recomputed from the image as they are needed.
+constexpr int kRegisterOperands = 8;
+constexpr int kRegisterSources = 2;  // plain (non-packet) sources of reduce_packets: usually the rank's own input
+
 // One thread block's view of its plan during a call.
 struct Block {
   Geometry g;
-  const PlanSmemChannel* ch;
-  const int32_t* members;
+  const PlanChannel* ch;   // the image's channels (shared memory)
+  const int32_t* members;  // the image's switch members (shared memory)
   uint32_t flag;
   uint32_t tid;
   uint32_t nt;
@@ -176,10 +182,13 @@ struct Block {
     return reinterpret_cast<const LL16Packet*>(g.scratch + i * g.stride);
   }
 
-  // ---- synchronization ----
-  __device__ __forceinline__ void signal(int c) const {
+  // ---- synchronization (groups: executor.h) ----
+  // Signals ops[0 .. group) (memory channels, or one port channel): after a block barrier, thread k signals the
+  // k-th (memory: system fence + add on the peer's word; port: FIFO push, which fences first).
+  __device__ __forceinline__ void signal(const PlanOp* ops, int group) const {
     __syncthreads();
-    if (tid == 0) {
+    for (int k = static_cast<int>(tid); k < group; k += static_cast<int>(nt)) {
+      const int c = ops[k].channel;
       if (is_port(c)) {
         port(c).signal();
       } else {
@@ -187,8 +196,11 @@ struct Block {
       }
     }
   }
-  __device__ __forceinline__ void wait(int c) const {
-    if (tid == 0) {
+  // Waits on ops[0 .. group) (distinct channels): thread k waits (acquire) on the k-th, then a block barrier makes
+  // what every wait acquired visible to the whole block.
+  __device__ __forceinline__ void wait(const PlanOp* ops, int group) const {
+    for (int k = static_cast<int>(tid); k < group; k += static_cast<int>(nt)) {
+      const int c = ops[k].channel;
       if (is_port(c)) {
         port(c).wait();
       } else {
@@ -213,8 +225,9 @@ struct Block {
     }
   }
 
-  // put / put_with_signal. Memory: thread stores into the peer's scratch. Port: DMA requests pushed by
-  // thread 0; a source outside scratch is first copied to this operation's staging chunks.
+  // put / put_with_signal. Memory: thread stores into the peer's scratch (a put_with_signal on a memory channel
+  // reaches the kernel split into put and signal). Port: DMA requests pushed by thread 0; a source outside
+  // scratch is first copied to this operation's staging chunks.
   __device__ __forceinline__ void put(const PlanOp& op, const PlanRef* r, bool with_signal) const {
     const int c = op.channel;
     if (!is_port(c)) {
@@ -224,7 +237,6 @@ struct Block {
         const uint64_t n = min64(ls, g.ce);
         if (n != 0) copy_bytes(remote(c, r[0].index + t), s, n * g.es, tid, nt);
       }
-      if (with_signal) signal(c);
       return;
     }
     const bool staged = r[1].buffer != pc::kScratch;
@@ -250,18 +262,37 @@ struct Block {
     }
   }
 
-  // Every packet of the peer's chunk is written; past the valid bytes they are padding.
-  __device__ __forceinline__ void put_packets(const PlanOp& op, const PlanRef* r) const {
+  // ops[0 .. group): put_packets of one source chunk range to several peers' scratch. Each thread reads a source
+  // word once and writes it, as a packet with this call's flag, to every destination; every packet of a
+  // destination chunk is written (past the valid bytes they are padding).
+  __device__ __forceinline__ void put_packets(const PlanOp* ops, int group, const PlanRef* refs) const {
+    const PlanRef* r = refs + ops[0].ref;
     const uint64_t npk = (g.ce * g.es + 7) / 8;
-    for (int t = 0; t < op.count; ++t) {
+    for (int t = 0; t < ops[0].count; ++t) {
       uint64_t ls;
       const char* s = g.local(r[1].buffer, r[1].index + t, ls);
       const uint64_t nb = min64(ls, g.ce) * g.es;
-      LL16Packet* d = reinterpret_cast<LL16Packet*>(remote(op.channel, r[0].index + t));
+      LL16Packet* d[kRegisterOperands];
+#pragma unroll
+      for (int k = 0; k < kRegisterOperands; ++k) {
+        const PlanRef* rk = refs + ops[k < group ? k : 0].ref;
+        d[k] = reinterpret_cast<LL16Packet*>(remote(ops[k < group ? k : 0].channel, rk[0].index + t));
+      }
+      const bool aligned = (reinterpret_cast<uintptr_t>(s) & 7) == 0;
       for (uint64_t u = tid; u < npk; u += nt) {
         const uint64_t at = 8 * u;
-        const uint2 v = at < nb ? load8(s + at, static_cast<uint32_t>(min64(8, nb - at))) : make_uint2(0, 0);
-        d[u].write(v, flag);
+        uint2 v = make_uint2(0, 0);
+        if (aligned && at + 8 <= nb) {
+          v = *reinterpret_cast<const uint2*>(s + at);
+        } else if (at < nb) {
+          v = load8(s + at, static_cast<uint32_t>(min64(8, nb - at)));
+        }
+#pragma unroll
+        for (int k = 0; k < kRegisterOperands; ++k) {
+          if (k < group) d[k][u].write(v, flag);
+        }
+        for (int k = kRegisterOperands; k < group; ++k)
+          reinterpret_cast<LL16Packet*>(remote(ops[k].channel, refs[ops[k].ref].index + t))[u].write(v, flag);
       }
     }
   }
@@ -303,54 +334,110 @@ struct Block {
     }
   }
 
+  // Packet k of operation `op` at unit u: one look first; only a packet not there yet looks up the wait site
+  // (which names the peer in a timeout record) and spins.
+  __device__ __forceinline__ uint2 packet_of(const LL16Packet* p, const PlanRef& src) const {
+    uint2 v;
+    if (p->poll(flag, v)) return v;
+    return p->read(flag, mem(src.channel).semaphore.site);
+  }
+
   // dst <- plain sources (+) unpacked packet sources, in that order, 8 bytes (one LL16 packet) per step;
   // the result also goes, as packets with this call's flag, to every remote dst (padding included).
   template <class T, class Op>
-  __device__ __noinline__ void reduce_packets(const PlanOp& op, const PlanRef* r) const {
+  __device__ __forceinline__ void reduce_packets(const PlanOp& op, const PlanRef* r) const {
+    if (op.n_remotes == 0) {
+      reduce_packets_to<T, Op, false>(op, r);
+    } else {
+      reduce_packets_to<T, Op, true>(op, r);
+    }
+  }
+
+  // reduce_packets, with (kRemotes) or without remote destinations. The first kRegisterOperands packet sources
+  // and remote destinations, and the first kRegisterSources plain sources, stay in registers.
+  template <class T, class Op, bool kRemotes>
+  __device__ __forceinline__ void reduce_packets_to(const PlanOp& op, const PlanRef* r) const {
+    constexpr int R = kRegisterOperands, RS = kRegisterSources;
     const PlanRef* srcs = r + 2;
     const PlanRef* psrcs = srcs + op.n_srcs;
     const PlanRef* remotes = psrcs + op.n_packet_srcs;
-    const char* sp[kPlanMaxOperands];
-    const LL16Packet* pp[kPlanMaxOperands];
-    const WaitSite* sites[kPlanMaxOperands];
-    LL16Packet* rp[kPlanMaxOperands];
-    const int ns = op.n_srcs, np = op.n_packet_srcs, nr = op.n_remotes;
-    for (int k = 0; k < np; ++k) sites[k] = &mem(psrcs[k].channel).semaphore.site;
+    const int ns = op.n_srcs, np = op.n_packet_srcs, nr = kRemotes ? op.n_remotes : 0;
     for (int t = 0; t < op.count; ++t) {
       uint64_t n;
       char* d = g.local(r[0].buffer, r[0].index + t, n);
+      const char* sp[RS];
+      const LL16Packet* pp[R];
+      LL16Packet* rp[kRemotes ? R : 1];
+      uintptr_t mis = reinterpret_cast<uintptr_t>(d);
       for (int k = 0; k < ns; ++k) {
         uint64_t l;
-        sp[k] = g.local(srcs[k].buffer, srcs[k].index + t, l);
+        const char* s = g.local(srcs[k].buffer, srcs[k].index + t, l);
         n = min64(n, l);
+        mis |= reinterpret_cast<uintptr_t>(s);
+      }
+#pragma unroll
+      for (int k = 0; k < RS; ++k) {
+        uint64_t l;
+        sp[k] = k < ns ? g.local(srcs[k].buffer, srcs[k].index + t, l) : nullptr;
+      }
+#pragma unroll
+      for (int k = 0; k < R; ++k) pp[k] = k < np ? packets(psrcs[k].index + t) : nullptr;
+      if constexpr (kRemotes) {
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+          rp[k] = k < nr ? reinterpret_cast<LL16Packet*>(remote(remotes[k].channel, remotes[k].index + t)) : nullptr;
       }
       if (np + nr != 0) n = min64(n, g.ce);
-      for (int k = 0; k < np; ++k) pp[k] = packets(psrcs[k].index + t);
-      for (int k = 0; k < nr; ++k)
-        rp[k] = reinterpret_cast<LL16Packet*>(remote(remotes[k].channel, remotes[k].index + t));
       const uint64_t nb = n * g.es;
       const uint64_t units = (nb + 7) / 8;
-      const uint64_t end = nr != 0 ? (g.ce * g.es + 7) / 8 : units;
+      const uint64_t end = kRemotes ? (g.ce * g.es + 7) / 8 : units;
+      const bool aligned = (mis & 7) == 0;
       for (uint64_t u = tid; u < end; u += nt) {
         uint2 res = make_uint2(0, 0);
         if (u < units) {
           const uint64_t at = 8 * u;
           const uint32_t valid = static_cast<uint32_t>(min64(8, nb - at));
+          const bool whole = aligned && valid == 8;
           VecAccumulator<T, Op> acc;
-          for (int k = 0; k < ns + np; ++k) {
-            const uint2 v = k < ns ? load8(sp[k] + at, valid) : pp[k - ns][u].read(flag, *sites[k - ns]);
+          bool first = true;
+          auto fold = [&](uint2 v) {
             const uint4 w = make_uint4(v.x, v.y, 0, 0);  // the upper 8 bytes ride along unused
-            if (k == 0) {
+            if (first) {
               acc.init(w);
+              first = false;
             } else {
               acc.add(w);
             }
+          };
+#pragma unroll
+          for (int k = 0; k < RS; ++k) {
+            if (k < ns) fold(whole ? *reinterpret_cast<const uint2*>(sp[k] + at) : load8(sp[k] + at, valid));
           }
+          for (int k = RS; k < ns; ++k) {
+            uint64_t l;
+            fold(load8(g.local(srcs[k].buffer, srcs[k].index + t, l) + at, valid));
+          }
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            if (k < np) fold(packet_of(pp[k] + u, psrcs[k]));
+          }
+          for (int k = R; k < np; ++k) fold(packet_of(packets(psrcs[k].index + t) + u, psrcs[k]));
           const uint4 sum = acc.result();
           res = make_uint2(sum.x, sum.y);
-          store8(d + at, valid, res);
+          if (whole) {
+            *reinterpret_cast<uint2*>(d + at) = res;
+          } else {
+            store8(d + at, valid, res);
+          }
         }
-        for (int k = 0; k < nr; ++k) rp[k][u].write(res, flag);
+        if constexpr (kRemotes) {
+#pragma unroll
+          for (int k = 0; k < R; ++k) {
+            if (k < nr) rp[k][u].write(res, flag);
+          }
+          for (int k = R; k < nr; ++k)
+            reinterpret_cast<LL16Packet*>(remote(remotes[k].channel, remotes[k].index + t))[u].write(res, flag);
+        }
       }
     }
   }
@@ -359,7 +446,7 @@ struct Block {
   template <class T, class Op>
   __device__ __noinline__ void switch_reduce(const PlanOp& op, const PlanRef* r,
                                                 const SwitchChannelDeviceHandle& sw) const {
-    const PlanSmemChannel& c = ch[op.channel];
+    const PlanChannel& c = ch[op.channel];
     const T* sp[kPlanMaxOperands];
     for (int t = 0; t < op.count; ++t) {
       uint64_t n;
@@ -385,7 +472,7 @@ struct Block {
   // Scratch chunk dst of every member <- local src.
   __device__ __forceinline__ void switch_broadcast(const PlanOp& op, const PlanRef* r,
                                                    const SwitchChannelDeviceHandle& sw) const {
-    const PlanSmemChannel& c = ch[op.channel];
+    const PlanChannel& c = ch[op.channel];
     for (int t = 0; t < op.count; ++t) {
       uint64_t n;
       const char* s = g.local(r[1].buffer, r[1].index + t, n);
@@ -404,67 +491,25 @@ struct Block {
 };
 
 // The operations that do not depend on the element type: compiled once, called by every instantiation of
-// the kernel (keeps its 36 dtype/op instantiations small).
-__device__ __noinline__ void run_untyped(const Block& b, const PlanOp& op, const PlanRef* r,
+// the kernel (keeps its 36 dtype/op instantiations small). `ops` is the step's first operation, `group` its
+// length (executor.h, "Groups").
+__device__ __noinline__ void run_untyped(const Block& b, const PlanOp* ops, int group, const PlanRef* refs,
                                          const SwitchChannelDeviceHandle& sw) {
+  const PlanOp& op = ops[0];
+  const PlanRef* r = refs + op.ref;
   switch (op.code) {
     case pc::kCopy: b.copy(op, r); break;
     case pc::kPut: b.put(op, r, false); break;
     case pc::kPutWithSignal: b.put(op, r, true); break;
-    case pc::kPutPackets: b.put_packets(op, r); break;
+    case pc::kPutPackets: b.put_packets(ops, group, refs); break;
     case pc::kReadPackets: b.read_packets(op, r); break;
-    case pc::kSignal: b.signal(op.channel); break;
-    case pc::kWait: b.wait(op.channel); break;
+    case pc::kSignal: b.signal(ops, group); break;
+    case pc::kWait: b.wait(ops, group); break;
     case pc::kFlush: b.flush(op.channel); break;
     case pc::kBarrier: __syncthreads(); break;
     case pc::kSwitchBroadcast: b.switch_broadcast(op, r, sw); break;
     default: __trap();  // the host validated every code
   }
-}
-
-// Copies `words` 4-byte words with the block's threads.
-__device__ __forceinline__ void copy_words(uint32_t* dst, const uint32_t* src, uint32_t words, uint32_t tid,
-                                           uint32_t nt) {
-  for (uint32_t i = tid; i < words; i += nt) dst[i] = src[i];
-}
-
-// Copies this thread block's channels (handles from the context's tables), operations and references into
-// shared memory. The caller synchronizes the block afterwards.
-__device__ __noinline__ void stage_tables(const CollectiveContext& ctx, const DevicePlan& plan,
-                                          const PlanThreadBlock& tb, PlanSmemChannel* s_ch, PlanOp* s_ops,
-                                          PlanRef* s_refs) {
-  const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  constexpr uint32_t kChannelWords = sizeof(PlanSmemChannel) / 8;
-  for (uint32_t i = tid; i < tb.n_channels * kChannelWords; i += nt) {
-    const uint32_t c = i / kChannelWords, w = i % kChannelWords;
-    const PlanChannel d = plan.channels[tb.channels + c];
-    uint64_t v = 0;
-    if (w == 0) {
-      v = static_cast<uint32_t>(d.kind) | (static_cast<uint64_t>(static_cast<uint32_t>(d.first_member)) << 32);
-    } else if (w == 1) {
-      v = static_cast<uint32_t>(d.n_members);
-    } else {
-      const uint32_t k = w - 2;
-      const uint64_t* src = nullptr;
-      uint32_t n = 0;
-      if (d.kind == pc::kMemory) {
-        src = reinterpret_cast<const uint64_t*>(ctx.mem + d.slot);
-        n = sizeof(MemoryChannelDeviceHandle) / 8;
-      } else if (d.kind == pc::kSelfMemory) {
-        src = reinterpret_cast<const uint64_t*>(plan.self_channels + d.slot);
-        n = sizeof(MemoryChannelDeviceHandle) / 8;
-      } else if (d.kind == pc::kPort) {
-        src = reinterpret_cast<const uint64_t*>(ctx.port + d.slot);
-        n = sizeof(PortChannelDeviceHandle) / 8;
-      }
-      if (k < n) v = src[k];
-    }
-    reinterpret_cast<uint64_t*>(s_ch)[i] = v;
-  }
-  copy_words(reinterpret_cast<uint32_t*>(s_ops), reinterpret_cast<const uint32_t*>(plan.ops + tb.ops),
-             tb.n_ops * (sizeof(PlanOp) / 4), tid, nt);
-  copy_words(reinterpret_cast<uint32_t*>(s_refs), reinterpret_cast<const uint32_t*>(plan.refs + tb.refs),
-             tb.n_refs * (sizeof(PlanRef) / 4), tid, nt);
 }
 
 // One launch: one piece of `block_count` elements of every block (blocks `block_stride` elements apart).
@@ -475,13 +520,17 @@ __global__ void __launch_bounds__(kMaxThreads)
                 uint64_t block_stride, uint64_t half0, uint64_t half1) {
   extern __shared__ uint4 smem[];
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uint64_t e = launch_epoch(ctx.epoch);
-  const PlanThreadBlock tb = plan.threadblocks[blockIdx.x];
 
-  PlanSmemChannel* s_ch = reinterpret_cast<PlanSmemChannel*>(smem);
-  PlanOp* s_ops = reinterpret_cast<PlanOp*>(s_ch + tb.n_channels);
-  PlanRef* s_refs = reinterpret_cast<PlanRef*>(s_ops + tb.n_ops);
-  stage_tables(ctx, plan, tb, s_ch, s_ops, s_refs);
+  // This block's program image into shared memory: one round of global loads, beside the epoch's.
+  const uint32_t words = plan.image_bytes / 16;
+  const uint4* image = plan.images + static_cast<uint64_t>(blockIdx.x) * words;
+  for (uint32_t i = tid; i < words; i += nt) smem[i] = image[i];
+  const uint64_t e = launch_epoch(ctx.epoch);
+  __syncthreads();
+  const PlanImage& head = *reinterpret_cast<const PlanImage*>(smem);
+  const char* base = reinterpret_cast<const char*>(smem);
+  const PlanOp* s_ops = reinterpret_cast<const PlanOp*>(base + head.ops_offset);
+  const PlanRef* s_refs = reinterpret_cast<const PlanRef*>(base + head.refs_offset);
 
   Block b;
   b.g.in = in;
@@ -494,23 +543,23 @@ __global__ void __launch_bounds__(kMaxThreads)
   b.g.ce = plan_chunk_elements(block_count, plan.chunks_per_block);
   b.g.es = sizeof(T);
   b.g.stride = plan_chunk_stride(b.g.ce, sizeof(T), plan.packets != 0);
-  b.ch = s_ch;
-  b.members = plan.members;
+  b.ch = reinterpret_cast<const PlanChannel*>(base + sizeof(PlanImage));
+  b.members = reinterpret_cast<const int32_t*>(base + head.members_offset);
   b.flag = static_cast<uint32_t>(e);
   b.tid = tid;
   b.nt = nt;
-  __syncthreads();
 
-  for (int i = 0; i < tb.n_ops; ++i) {
-    const PlanOp op = s_ops[i];
-    const PlanRef* r = s_refs + op.ref;
+  for (int i = 0; i < head.n_ops;) {
+    const PlanOp& op = s_ops[i];
+    const int group = op.group;
     switch (op.code) {
       case pc::kReduce:
-      case pc::kReducePut: b.reduce_put<T, Op>(op, r); break;
-      case pc::kReducePackets: b.reduce_packets<T, Op>(op, r); break;
-      case pc::kSwitchReduce: b.switch_reduce<T, Op>(op, r, ctx.sw); break;
-      default: run_untyped(b, op, r, ctx.sw); break;
+      case pc::kReducePut: b.reduce_put<T, Op>(op, s_refs + op.ref); break;
+      case pc::kReducePackets: b.reduce_packets<T, Op>(op, s_refs + op.ref); break;
+      case pc::kSwitchReduce: b.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw); break;
+      default: run_untyped(b, s_ops + i, group, s_refs, ctx.sw); break;
     }
+    i += group;
   }
 
   // The last block to finish publishes the next epoch.
@@ -602,7 +651,7 @@ cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, co
     using Op = decltype(o);
     for (uint64_t lo = 0; lo < block_count && result == cudaSuccess; lo += piece) {
       const uint64_t len = block_count - lo < piece ? block_count - lo : piece;
-      plan_kernel<T, Op><<<plan.n_threadblocks, plan.threads, plan.smem_bytes, stream>>>(
+      plan_kernel<T, Op><<<plan.n_threadblocks, plan.threads, plan.image_bytes, stream>>>(
           ctx, plan, static_cast<const char*>(in) + lo * es, static_cast<char*>(out) + lo * es, len, block_count,
           reg.half0, reg.half1);
       result = cudaGetLastError();

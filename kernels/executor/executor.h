@@ -3,15 +3,26 @@
 // in order, every thread of the block taking part in each data operation.
 //
 // The host (ffi/cuda/executor_plan.h) turns the integer encoding of a plan (jax_mscclpp/plans.py) into a
-// DevicePlan for one rank: per thread block, its operations, their chunk references and the channels they use,
-// renumbered per thread block; the tables live in device memory and the kernel copies its thread block's share
-// into shared memory before it starts. A plan channel is bound to a channel of the rank's CollectiveContext:
+// DevicePlan for one rank of one CollectiveContext: per thread block one "program image" (PlanImage below), every
+// reference resolved, the channel handles themselves copied in. At its start a block copies its image into shared
+// memory in one pass (one round of global loads), then runs its operations from there. A plan channel is bound to
+// a channel of the rank's CollectiveContext:
 //   memory -> ctx.mem[peer * channels_per_peer + k], port -> ctx.port[peer * channels_per_peer + k], where k
 //             numbers the plan channels of that type between the two ranks in one order both ends compute (so
 //             both ends use one RankContext channel index, hence one pair of semaphore words);
-//   memory from a rank to itself -> a handle owned by the DevicePlan (its own semaphore words);
+//   memory from a rank to itself -> a handle owned by the ExecutorPlan (its own semaphore words);
 //   switch -> ctx.sw: the emulated SwitchChannel over every rank's scratch (any member subset, reduced in
 //             member order); a hardware (multicast) ctx.sw serves channels of every rank only.
+//
+// Groups: the host marks runs of operations that the kernel executes as one step (PlanOp::group on the first):
+//   signals on memory channels: one block barrier, then thread k signals the k-th channel, so the system-scope
+//     fences run in parallel instead of one after another;
+//   waits on distinct channels: thread k waits on the k-th, then one block barrier;
+//   put_packets of one source chunk: each thread reads a source word once and writes it to every destination.
+// Before grouping, the host splits a memory put_with_signal into its put and its signal, and defers each signal
+// on a memory channel past the memory puts and signals that follow it in its thread block (never past any other
+// operation). A deferred signal releases at least what it released before and crosses no wait, so what the
+// verifier proved of the plan (every read covered by a wait, no deadlock) still holds.
 //
 // Scratch layout: that of the collective kernels (kernels/collectives/collective_common.cuh), so plans and
 // hand-written algorithms can alternate on one communicator: [LL half 0 | LL half 1 | HB half 0 | HB half 1].
@@ -78,35 +89,31 @@ struct PlanOp {
   int32_t count;    // chunks per reference
   int32_t ref;      // first reference, relative to the thread block's first
   int32_t staging;  // port put from input/output: first staging chunk (scratch chunk index); else -1
+  int32_t group;    // operations [this, this + group) run as one step (see "Groups"); 1 alone, 0 inside a group
 };
 
-// A channel as one thread block sees it.
-struct PlanChannel {
-  int32_t kind;          // plan_codes::ChannelKind
-  int32_t slot;          // index into ctx.mem / ctx.port / DevicePlan::self_channels
-  int32_t first_member;  // switch: members[first_member ..], in reduction order
-  int32_t n_members;
-};
-
-// One thread block's share of the tables (offsets and sizes in elements).
-struct PlanThreadBlock {
-  int32_t ops, n_ops;
-  int32_t refs, n_refs;
-  int32_t channels, n_channels;
-};
-
-// Bytes a channel takes in shared memory (the handle, copied from the context's tables).
+// Bytes of a channel handle in a program image (a MemoryChannelDeviceHandle or PortChannelDeviceHandle).
 constexpr uint32_t kPlanChannelHandleBytes = 96;
-struct alignas(16) PlanSmemChannel {
-  int32_t kind;
-  int32_t first_member;
+
+// A channel as one thread block sees it, handle included.
+struct alignas(16) PlanChannel {
+  int32_t kind;          // plan_codes::ChannelKind
+  int32_t first_member;  // switch: the image's members[first_member ..], in reduction order
   int32_t n_members;
   int32_t reserved;
-  unsigned char handle[kPlanChannelHandleBytes];  // MemoryChannelDeviceHandle or PortChannelDeviceHandle
+  unsigned char handle[kPlanChannelHandleBytes];
 };
 
-// One rank's plan, as the kernel reads it. Plain data; every pointer is device memory owned by the host
-// object that built it (ffi/cuda/executor_plan.h).
+// The head of one thread block's program image. The image is, 16-byte aligned:
+//   PlanImage | PlanChannel[n_channels] | PlanOp[n_ops] | PlanRef[n_refs] | int32 members[n_members]
+// at the byte offsets below (from the image's start).
+struct alignas(16) PlanImage {
+  int32_t n_channels, n_ops, n_refs, n_members;
+  uint32_t ops_offset, refs_offset, members_offset, reserved;
+};
+
+// One rank's plan, as the kernel reads it. Plain data; `images` is device memory owned by the host object that
+// built it (ffi/cuda/executor_plan.h).
 struct DevicePlan {
   int32_t rank;
   int32_t nranks;
@@ -118,16 +125,11 @@ struct DevicePlan {
   int32_t scratch_chunks;  // the plan's scratch chunks, renumbered densely over the named ones
   int32_t staging_chunks;  // after them: staging for port puts from input/output
   int32_t packets;         // scratch chunks have the LL packet stride
-  uint32_t smem_bytes;     // dynamic shared memory per block
+  uint32_t image_bytes;    // bytes per program image (a multiple of 16): the dynamic shared memory per block
   int32_t port_channels;   // port channels the plan uses (the context must have ctx.port then)
   int32_t switch_channels; // switch channels the plan uses (the context must have a usable ctx.sw then)
   int32_t reserved;
-  const PlanThreadBlock* threadblocks;  // [n_threadblocks]
-  const PlanOp* ops;
-  const PlanRef* refs;
-  const PlanChannel* channels;
-  const int32_t* members;
-  const MemoryChannelDeviceHandle* self_channels;
+  const uint4* images;     // n_threadblocks images, image_bytes apart
 };
 
 // Element count of a chunk (ce) for `block_count` elements per block.

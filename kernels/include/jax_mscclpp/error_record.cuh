@@ -88,10 +88,11 @@ __device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op
 }
 
 // Spin bound. The clock is read once every 1024 polls and the timeout (host memory) only after the
-// first clock read, so a wait that succeeds quickly never touches either.
+// first clock read, so a wait that succeeds quickly never touches either; the site is only referenced (it must
+// outlive the bound) and read on the slow path.
 class SpinBound {
  public:
-  JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(site) {}
+  JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(&site) {}
 
   // Call once per failed poll; traps (never returns) when the wait has lasted longer than the timeout.
   JAX_MSCCLPP_DEVICE_INLINE void tick(WaitOp op, uint64_t epoch, uint64_t observed) {
@@ -100,15 +101,15 @@ class SpinBound {
     if (start_ns_ == 0) {
       start_ns_ = now;
       uint64_t t = 0;
-      if (site_.config != nullptr) t = *reinterpret_cast<volatile uint64_t*>(&site_.config->timeout_ns);
+      if (site_->config != nullptr) t = *reinterpret_cast<volatile uint64_t*>(&site_->config->timeout_ns);
       timeout_ns_ = t == 0 ? kDefaultTimeoutNs : t;
       return;
     }
-    if (now - start_ns_ > timeout_ns_) timeout_trap(site_, op, epoch, observed, now - start_ns_);
+    if (now - start_ns_ > timeout_ns_) timeout_trap(*site_, op, epoch, observed, now - start_ns_);
   }
 
  private:
-  WaitSite site_;
+  const WaitSite* site_;
   uint32_t spins_ = 0;
   uint64_t start_ns_ = 0;
   uint64_t timeout_ns_ = 0;
