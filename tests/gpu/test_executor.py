@@ -140,6 +140,15 @@ def test_replicated_program(ranks_of, rng, name, nranks):
         run_sizes(pr, rng, dtype, op)
 
 
+@pytest.mark.parametrize("name", ["allreduce_1pa_ll", "allreduce_2pa_ll", "allreduce_2pa_hb", "allgather_allpairs"])
+def test_more_peers_than_register_operands(ranks_of, rng, name):
+    """12 ranks: 11 packet sources, remote destinations, grouped signals / waits and put_packets destinations per
+    operation, past the 8 operands the executor keeps in registers."""
+    pr = ranks_of(name, 12)
+    for dtype, op in [("float32", "sum"), ("bfloat16", "max"), ("int32", "min")]:
+        run_sizes(pr, rng, dtype, op, sizes=[3, 1023])
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_repeated_calls_advance_epochs(ranks_of, rng, name):
     """200 calls with fresh inputs each time: every call's output is this call's (no stale packets or data)."""
