@@ -44,6 +44,33 @@ void GpuRank::finalize() {
   ready_ = true;
 }
 
+void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan) {
+  if (!ready_) throw std::runtime_error("jax_mscclpp: bind a plan to a GPU rank after finalize()");
+  std::lock_guard<std::mutex> lock(plans_mutex_);
+  if (plans_.count(plan_id)) return;
+  const std::string what = "jax_mscclpp: plan '" + plan->name + "'";
+  if (plan->world_size != ctx_->nranks())
+    throw std::invalid_argument(what + " is for " + std::to_string(plan->world_size) + " ranks; the communicator has " +
+                                std::to_string(ctx_->nranks()));
+  plan_channel_indices(*plan);  // throws, naming the endpoint, when channel ends do not pair up
+  const int needed = ExecutorPlan::channels_per_peer(*plan);
+  if (needed > ctx_->channels_per_peer())
+    throw std::invalid_argument(what + " needs " + std::to_string(needed) +
+                                " channels per peer; the communicator's ranks have " +
+                                std::to_string(ctx_->channels_per_peer()));
+  if (ExecutorPlan::uses_port_channels(*plan) && !port_channels_)
+    throw std::invalid_argument(what + " uses port channels; create the communicator with port channels "
+                                "(jax_mscclpp.Communicator(mesh, axes, port_channels=True)) before its first use");
+  DeviceGuard guard(ctx_->device());
+  plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_);
+}
+
+const ExecutorPlan* GpuRank::plan(int64_t plan_id) const {
+  std::lock_guard<std::mutex> lock(plans_mutex_);
+  auto it = plans_.find(plan_id);
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
 GpuCommunicator::GpuCommunicator(int64_t id) : id_(id), watchdog_([this] { watch(); }) {}
 
 GpuCommunicator::~GpuCommunicator() {

@@ -3,8 +3,9 @@
 // mesh spans processes); the CUDA FFI handlers look a rank up by (communicator id, device ordinal).
 //
 // Setup, per local device:  create_rank -> endpoint bytes; connect(peer, endpoint) for every peer of its
-// group; finalize() builds the channels and the CollectiveContext. Thread-safe: handlers run on one host
-// thread per device.
+// group; finalize() builds the channels and the CollectiveContext; then bind_plan() for each registered
+// execution plan the JAX path lowers to (jax_mscclpp/plans.py). Thread-safe: handlers run on one host thread
+// per device.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include "collectives/collective.h"
+#include "executor_plan.h"
+#include "host_plan.h"
 #include "memory.h"
 #include "rank_context.h"
 
@@ -33,12 +36,23 @@ class GpuRank {
   const CollectiveContext& context() const { return device_; }
   RankContext& rank_context() { return *ctx_; }
 
+  // Makes execution plan `plan_id` runnable on this rank: builds its executor tables over this rank's
+  // channels (context()). Once per id: binding an id again does nothing. Needs finalize(). Throws
+  // std::invalid_argument when the plan is for another world size, its channel endpoints do not pair up, it
+  // needs more channels per peer than the rank has, or port channels the rank was created without.
+  void bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan);
+  // The plan bound as `plan_id` (valid as long as this rank), or nullptr.
+  const ExecutorPlan* plan(int64_t plan_id) const;
+
  private:
   std::unique_ptr<RankContext> ctx_;
   bool port_channels_;
   bool ready_ = false;
   DeviceBuffer memory_channels_, port_channel_handles_;
   CollectiveContext device_{};
+  // Declared last: freed first, while the channel tables their device tables point into still exist.
+  mutable std::mutex plans_mutex_;
+  std::map<int64_t, std::unique_ptr<ExecutorPlan>> plans_;
 };
 
 class GpuCommunicator {

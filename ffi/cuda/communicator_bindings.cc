@@ -2,8 +2,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "bindings.h"
 #include "communicator.h"
+#include "host_plan.h"
 
 namespace nb = nanobind;
 
@@ -46,6 +51,19 @@ void register_communicator_bindings(nb::module_& m) {
   m.def(
       "comm_finalize", [](int64_t comm_id, int device) { rank_of(comm_id, device).finalize(); },
       nb::arg("comm_id"), nb::arg("device"), "Builds the channels and uploads their device handles.");
+  m.def(
+      "comm_bind_plan",
+      [](int64_t comm_id, int device, int64_t plan_id, std::string name, int collective, int world_size,
+         std::vector<int32_t> geometry, std::vector<std::vector<std::vector<int32_t>>> channels,
+         std::vector<std::vector<std::vector<int32_t>>> threadblocks) {
+        GpuRank& rank = rank_of(comm_id, device);
+        rank.bind_plan(plan_id, host::HostPlan::decode(std::move(name), collective, world_size, std::move(geometry),
+                                                       std::move(channels), std::move(threadblocks)));
+      },
+      nb::arg("comm_id"), nb::arg("device"), nb::arg("plan_id"), nb::arg("name"), nb::arg("collective"),
+      nb::arg("world_size"), nb::arg("geometry"), nb::arg("channels"), nb::arg("threadblocks"),
+      "Binds an encoded execution plan (jax_mscclpp.plans.encode_plan) to the communicator's rank on `device`, "
+      "for the GPU executor (once per plan id).");
   m.def("comm_destroy", &destroy_gpu_communicator, nb::arg("comm_id"));
   m.def(
       "comm_errors",
