@@ -102,6 +102,7 @@ class Communicator:
         self.port_channels = bool(port_channels)
         self.fallback_reason: str | None = None  # set when this communicator cannot run here: lax is emitted
         self._plans: set = set()
+        self._local_gpus: tuple = ()  # CUDA ordinals of this process's ranks (GPU communicators)
         self.cache_key = self._key(mesh, axes)
         if self.platform == "cpu":
             native.create_host_communicator(
@@ -184,6 +185,7 @@ class Communicator:
                     cuda.comm_connect(self.id, d.local_hardware_id, self.rank_of_partition[q], endpoints[q])
         for p, d in local.items():
             cuda.comm_finalize(self.id, d.local_hardware_id)
+        self._local_gpus = tuple(d.local_hardware_id for d in local.values())
 
     def errors(self) -> list[str]:
         """Timeout records written by this communicator's GPU kernels (rank, peer, operation, epoch): what a
@@ -193,13 +195,24 @@ class Communicator:
         return []
 
     def bind_plan(self, plan_id: int, plan: dict, name: str) -> None:
-        """Makes an execution plan, registered as algorithm ``name``, runnable on this communicator (once)."""
+        """Makes an execution plan, registered as algorithm ``name``, runnable on this communicator (once): on the
+        host backend (CPU), or on the plan executor of every rank this process holds (GPU). Raises ValueError when
+        the plan cannot run here (a GPU communicator that falls back to lax, too few channels per peer, port
+        channels on a communicator made without them)."""
         from .plans import encode_plan
 
+        if self.fallback_reason is not None:
+            raise ValueError(f"jax_mscclpp: collectives over {self.axis_names} use lax here "
+                             f"({self.fallback_reason}): no plan runs on this communicator")
         with self._lock:
             if plan_id in self._plans:
                 return
-            native.register_host_plan(self.id, plan_id, **{**encode_plan(plan), "name": name})
+            encoded = {**encode_plan(plan), "name": name}
+            if self.platform == "cpu":
+                native.register_host_plan(self.id, plan_id, **encoded)
+            else:
+                for device in self._local_gpus:
+                    native.cuda.comm_bind_plan(self.id, device, plan_id, **encoded)
             self._plans.add(plan_id)
 
     def rank(self, device) -> int:

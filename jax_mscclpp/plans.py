@@ -1,8 +1,10 @@
 """Execution plans as algorithms: ``register_algorithm`` puts a DSL program (or its lowered plan) into the
 selection table, and this module encodes plans for the native executors.
 
+Plans run on both platforms: on CPU devices through the host backend, on GPUs through the plan executor kernel.
 The JSON plan (``dsl/PLAN.md``) is the documented interchange format; the executors receive it as plain
-integers, decoded and checked once when a plan is bound to a communicator (``ffi/host_plan.h``):
+integers, decoded and checked once when a plan is bound to a communicator (``ffi/host_plan.h``; on GPUs once per
+local device, ``ffi/cuda/communicator.h``):
 
     geometry      [input blocks, output blocks, chunks per block, scratch chunks, scratch packets (0/1)]
     channel       [type, peer, peer_channel] (memory 0, port 1) or [2, -1, -1, member, member, ...] (switch)
@@ -30,6 +32,8 @@ _BUFFERS = {"input": 0, "output": 1, "scratch": 2}
 _CHANNEL_TYPES = {"memory": 0, "port": 1, "switch": 2}
 _COLLECTIVES = {c.name.lower(): c for c in Collective}
 _PACKET_DATA, _PACKET_BYTES = 4, 8
+# Platforms with a plan executor: the host backend ("cpu") and the GPU executor kernel ("gpu").
+PLATFORMS = ("cpu", "gpu")
 
 
 def _chunk(ref: dict | None) -> list[int]:
@@ -50,7 +54,7 @@ def encode_op(op: dict) -> list[int]:
 
 
 def encode_plan(plan: dict) -> dict:
-    """The integer form of a plan, as ``register_host_plan`` takes it."""
+    """The integer form of a plan, as ``register_host_plan`` and ``cuda.comm_bind_plan`` take it."""
     buffers = plan["buffers"]
     geometry = [
         buffers["input"]["blocks"],
@@ -85,6 +89,23 @@ def scratch_bytes(plan: dict, block_count: int, itemsize: int) -> int:
     if buffers["scratch"].get("packets", False):
         chunk = math.ceil(chunk / _PACKET_DATA) * _PACKET_BYTES
     return buffers["scratch"]["blocks"] * buffers["scratch"]["chunks_per_block"] * chunk
+
+
+def fits_scratch(plan: dict, platform: str, block_count: int, itemsize: int, scratch_limit: int) -> bool:
+    """Whether a call of ``block_count`` elements per block can run with ``scratch_limit`` bytes of scratch (the
+    communicator's ``scratch_bytes``). The host backend runs a call in one round, so the whole call must fit; the
+    GPU executor pipelines larger calls through scratch one piece per launch, so one element per chunk must fit.
+    On GPUs this is necessary, not sufficient: a launch has one half of the LL or HB region of the registered
+    scratch, with 16-byte aligned chunks (``kernels/executor/executor.h``), and one that cannot fit fails with an
+    error naming the plan."""
+    if platform == "gpu":
+        block_count = min(block_count, plan["buffers"]["input"]["chunks_per_block"])
+    return scratch_bytes(plan, block_count, itemsize) <= scratch_limit
+
+
+def uses_port_channels(plan: dict) -> bool:
+    """Whether some rank of ``plan`` has a port channel (on GPUs the communicator then needs port channels)."""
+    return any(c["type"] == "port" for rank in plan["ranks"] for c in rank["channels"])
 
 
 @dataclasses.dataclass
@@ -128,14 +149,22 @@ _ids = itertools.count(1)
 
 
 def register_algorithm(program_or_plan, collective: str | None = None, *, name: str | None = None,
-                       min_bytes: int = 0, max_bytes: int | None = None, platforms=("cpu",)) -> PlanAlgorithm:
+                       min_bytes: int = 0, max_bytes: int | None = None, platforms=PLATFORMS) -> PlanAlgorithm:
     """Adds a DSL algorithm to the selection table for per-rank message sizes in [min_bytes, max_bytes].
 
     ``program_or_plan`` is a ``dsl.Program``, a lowered plan dict, or a function of the world size returning a
     Program (as the functions of ``dsl.library`` are). The plan is verified before it is used. Registered
-    algorithms are consulted before the built-in table, and ``algorithm=name`` forces one.
+    algorithms are consulted before the built-in table, and ``algorithm=name`` forces one. ``platforms`` says
+    where the plan runs: "cpu" (the host backend) and "gpu" (the GPU executor kernel). On GPUs a plan with port
+    channels needs a communicator made with ``port_channels=True``: forced without one, it is refused at trace
+    time; by size range, it is passed over.
     """
     from . import dsl
+
+    platforms = (platforms,) if isinstance(platforms, str) else tuple(platforms)
+    unknown = [p for p in platforms if p not in PLATFORMS]
+    if unknown or not platforms:
+        raise ValueError(f"plans run on platforms {', '.join(map(repr, PLATFORMS))}; got {platforms!r}")
 
     if isinstance(program_or_plan, dict):
         known_collective, default_name = program_or_plan.get("collective"), program_or_plan.get("name")
@@ -155,11 +184,8 @@ def register_algorithm(program_or_plan, collective: str | None = None, *, name: 
     name = name or default_name
     if name in ("lax",) or name in _builtin_names():
         raise ValueError(f"{name!r} is a built-in algorithm name: choose another")
-    for platform in platforms:
-        if platform != "cpu":
-            raise ValueError(f"plans run on the host backend ('cpu') in this version, not {platform!r}")
-    entry = PlanAlgorithm(name, _COLLECTIVES[collective], program_or_plan, int(min_bytes), max_bytes,
-                          tuple(platforms), next(_ids))
+    entry = PlanAlgorithm(name, _COLLECTIVES[collective], program_or_plan, int(min_bytes), max_bytes, platforms,
+                          next(_ids))
     with _lock:
         _registry[name] = entry
     return entry
@@ -174,9 +200,11 @@ def registered(name: str | None) -> PlanAlgorithm | None:
     return _registry.get(name) if name is not None else None
 
 
-def registered_for(collective: Collective, platform: str) -> list[PlanAlgorithm]:
+def registered_for(collective: Collective, platform: str | None) -> list[PlanAlgorithm]:
+    """The plans registered for ``collective`` on ``platform`` (on any platform when None)."""
     with _lock:
-        return [p for p in _registry.values() if p.collective == collective and platform in p.platforms]
+        return [p for p in _registry.values()
+                if p.collective == collective and (platform is None or platform in p.platforms)]
 
 
 def _builtin_names() -> set:
@@ -186,9 +214,21 @@ def _builtin_names() -> set:
 
 
 def pick(collective: Collective, platform: str, requested: str | None, nbytes: int, world_size: int,
-         block_count: int, itemsize: int, scratch_limit: int) -> tuple[PlanAlgorithm, dict] | None:
-    """The registered plan to run for this call, if any: the requested one (an error if it cannot run here),
-    else the first registered for this collective whose size range covers the call and whose scratch fits."""
+         block_count: int, itemsize: int, scratch_limit: int, port_channels: bool) -> tuple[PlanAlgorithm, dict] | None:
+    """The registered plan to run for this call, if any: the requested one (a ValueError if it cannot run here),
+    else the first registered for this collective and platform whose size range covers the call and that runs
+    here (its scratch fits, ``fits_scratch``; on GPUs, port channels only when the communicator has them)."""
+
+    def runs_here(plan: dict) -> str | None:  # why not, or None
+        if not fits_scratch(plan, platform, block_count, itemsize, scratch_limit):
+            needs = "this message" if platform == "cpu" else "one element per chunk"
+            return (f"needs more scratch for {needs} than the communicator's {scratch_limit} bytes; raise "
+                    "scratch_bytes" + (" or use a smaller message" if platform == "cpu" else ""))
+        if platform == "gpu" and not port_channels and uses_port_channels(plan):
+            return ("uses port channels: create the communicator with Communicator(mesh, axes, "
+                    "port_channels=True) before the first call")
+        return None
+
     if requested is not None:
         entry = registered(requested)
         if entry is None:
@@ -197,14 +237,14 @@ def pick(collective: Collective, platform: str, requested: str | None, nbytes: i
         if plan is None or entry.collective != collective:
             raise ValueError(f"jax_mscclpp: registered algorithm {requested!r} has no {collective.name.lower()} plan "
                              f"for {world_size} ranks on platform {platform!r}")
-        if scratch_bytes(plan, block_count, itemsize) > scratch_limit:
-            raise ValueError(f"jax_mscclpp: algorithm {requested!r} needs more scratch than the communicator's "
-                             f"{scratch_limit} bytes for this message; raise scratch_bytes or use a smaller message")
+        reason = runs_here(plan)
+        if reason is not None:
+            raise ValueError(f"jax_mscclpp: algorithm {requested!r} {reason}")
         return entry, plan
     for entry in registered_for(collective, platform):
         if not entry.covers(nbytes):
             continue
         plan = entry.plan_for(world_size)
-        if plan is not None and scratch_bytes(plan, block_count, itemsize) <= scratch_limit:
+        if plan is not None and runs_here(plan) is None:
             return entry, plan
     return None

@@ -92,16 +92,20 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
     nbytes = count * itemsize
     requested = algorithm if algorithm is not None else os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
     may_use_plan = plans.registered(requested) or (requested is None and plans.registered_for(collective, platform))
-    if platform == "cpu" and may_use_plan:
+    if may_use_plan:
         comm = Communicator(mesh, axes)
-        blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
-        picked = plans.pick(collective, "cpu", requested, nbytes, world, count // blocks, itemsize,
-                            comm.scratch_bytes)
-        if picked is not None:
-            entry, plan = picked
-            comm.bind_plan(entry.id, plan, entry.name)
-            return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id)
-    chosen = selection.choose(collective, platform, nbytes, algorithm)
+        if comm.fallback_reason is None:
+            blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
+            # The host backend has every port channel; on GPUs they exist only if the communicator was made so.
+            port_channels = platform == "cpu" or comm.port_channels
+            picked = plans.pick(collective, platform, requested, nbytes, world, count // blocks, itemsize,
+                                comm.scratch_bytes, port_channels)
+            if picked is not None:
+                entry, plan = picked
+                comm.bind_plan(entry.id, plan, entry.name)
+                return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id)
+    # A requested plan gets here only when its communicator falls back to lax.
+    chosen = "lax" if plans.registered(requested) else selection.choose(collective, platform, nbytes, algorithm)
     if chosen == "2ph":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     comm = Communicator(mesh, axes) if chosen != "lax" else None

@@ -62,7 +62,7 @@ def check_algorithm(collective: Collective, algorithm: str | None, api_name: str
     entry = plans.registered(algorithm)
     if entry is not None and entry.collective == collective:
         return
-    registered = [p.name for p in plans.registered_for(collective, "cpu")]
+    registered = [p.name for p in plans.registered_for(collective, None)]
     raise ValueError(
         f"{api_name}: unknown algorithm {algorithm!r}; {collective.name.lower()} knows "
         f"{', '.join(ALGORITHMS_OF[collective] + tuple(registered))}"

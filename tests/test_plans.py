@@ -1,5 +1,6 @@
 """DSL plans as algorithms on the host backend: every library program against lax, selection by size range,
-and the errors of registration and of a plan whose peer never comes."""
+the platforms a registration names, the GPU selection rules (scratch pipelining, port channels), and the errors
+of registration and of a plan whose peer never comes."""
 
 import contextlib
 
@@ -10,6 +11,8 @@ from jax import lax
 from jax.sharding import Mesh
 
 import jax_mscclpp as jm
+from jax_mscclpp import plans
+from jax_mscclpp._types import Collective
 from jax_mscclpp.dsl import library
 from jax_mscclpp.testing import faults
 from tests.helpers import P, compare_with_lax, random_array, sharded
@@ -90,6 +93,46 @@ def test_registration_errors(mesh8, rng):
     with registered(library.allreduce_1pa_ll, "plan_too_big") as name:
         with pytest.raises(ValueError, match="needs more scratch"):
             sharded(lambda v: jm.psum(v, "x", algorithm=name), mesh, P("x"), P()).lower(x)
+
+
+def test_platforms_of_a_registration(mesh8, rng):
+    with registered(library.allreduce_1pa_ll, "plan_both") as name:
+        assert plans.registered(name).platforms == ("cpu", "gpu")
+    with registered(library.allreduce_1pa_ll, "plan_gpu_only", platforms="gpu") as name:
+        assert plans.registered(name).platforms == ("gpu",)
+        x = random_array(rng, (8 * 16,), "float32")
+        assert "algorithm = 6" not in sharded(lambda v: jm.psum(v, "x"), mesh8, P("x"), P()).lower(x).as_text()
+        with pytest.raises(ValueError, match="no all_reduce plan for 8 ranks on platform 'cpu'"):
+            sharded(lambda v: jm.psum(v, "x", algorithm=name), mesh8, P("x"), P()).lower(x)
+    for platforms in [("cpu", "tpu"), "tpu", ()]:
+        with pytest.raises(ValueError, match="plans run on platforms 'cpu', 'gpu'"):
+            jm.register_algorithm(library.allreduce_1pa_ll, name="plan_elsewhere", platforms=platforms)
+    assert plans.registered("plan_elsewhere") is None
+
+
+def test_gpu_rules_of_pick():
+    """On GPUs a message larger than scratch is pipelined through it, so only a scratch without room for one
+    element per chunk refuses a plan; a port-channel plan needs a communicator with port channels."""
+    def pick(platform, requested, scratch_limit, port_channels, block_count=1 << 20):
+        return plans.pick(Collective.ALL_REDUCE, platform, requested, nbytes=4 * block_count, world_size=8,
+                          block_count=block_count, itemsize=4, scratch_limit=scratch_limit,
+                          port_channels=port_channels)
+
+    with registered(library.allreduce_2pa_hb, "plan_hb") as name:
+        one_per_chunk = plans.scratch_bytes(plans.registered(name).plan_for(8), 8, 4)  # 8 chunks per block
+        with pytest.raises(ValueError, match="needs more scratch for this message"):
+            pick("cpu", name, one_per_chunk, True)
+        assert pick("gpu", name, one_per_chunk, False)[0].name == name
+        assert pick("gpu", None, one_per_chunk, False)[0].name == name
+        with pytest.raises(ValueError, match="needs more scratch for one element per chunk"):
+            pick("gpu", name, one_per_chunk - 1, False)
+    with registered(library.allreduce_2pr, "plan_ring") as name:
+        assert plans.uses_port_channels(plans.registered(name).plan_for(8))
+        with pytest.raises(ValueError, match=r"uses port channels: .*port_channels=True"):
+            pick("gpu", name, 1 << 30, False, block_count=256)
+        assert pick("gpu", None, 1 << 30, False, block_count=256) is None
+        assert pick("gpu", name, 1 << 30, True, block_count=256)[0].name == name
+        assert pick("cpu", name, 1 << 30, True, block_count=256)[0].name == name
 
 
 def test_lost_peer_in_a_plan_times_out(cpu_devices, rng):
