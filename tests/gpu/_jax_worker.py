@@ -5,8 +5,8 @@
 Each process holds one device (GPU pid mod JAX_MSCCLPP_TEST_GPUS); the mesh spans the processes. Every rank's input comes from a seed known to all
 processes, so each checks its own output against numpy. Prints one line per check and exits non-zero on any
 mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "quick" (fewer cases of
-the same), "lost_peer" (the last
-process skips the collective: the others must report a timeout naming rank and peer).
+the same), "plans" (DSL library plans registered with register_algorithm, run on the GPU executor), "lost_peer"
+(the last process skips the collective: the others must report a timeout naming rank and peer).
 """
 
 import os
@@ -39,10 +39,10 @@ def main() -> int:
     local_device = devices[mine]
     n = len(devices)
 
-    def global_array(per_rank):
+    def global_array(per_rank, on=mesh):
         shard = jax.device_put(per_rank[mine], local_device)
         shape = (n * per_rank[mine].shape[0], *per_rank[mine].shape[1:])
-        return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, P("x")), [shard])
+        return jax.make_array_from_single_device_arrays(shape, NamedSharding(on, P(*on.axis_names)), [shard])
 
     def run(fn, per_rank, out_spec=P("x")):
         f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=out_spec))
@@ -93,6 +93,11 @@ def main() -> int:
     jm.Communicator(mesh, "x", port_channels=True)  # before the first call: 2PR needs port channels
 
     reducers = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+    if scenario == "plans":
+        check_plans(jax, jm, mesh, n, mine, local_device, global_array, inputs, check, reducers)
+        jax.distributed.shutdown()
+        print(f"rank {mine}: {failures} failures", flush=True)
+        return 1 if failures else 0
     dtypes = [np.float32, ml_dtypes.bfloat16, np.float16, np.int32, np.uint8]
     # Every algorithm: float32 sums over odd sizes, then every dtype and op at one odd size.
     quick = scenario == "quick"
@@ -123,6 +128,105 @@ def main() -> int:
     jax.distributed.shutdown()
     print(f"rank {mine}: {failures} failures", flush=True)
     return 1 if failures else 0
+
+
+def check_plans(jax, jm, mesh, n, mine, local_device, global_array, inputs, check, reducers):
+    """Library plans registered as algorithms run on the GPU executor: all_reduce 1PA-LL, 2PA-HB and 2PR (port
+    channels), all-pairs all_gather; odd sizes, several dtypes and ops, each case twice on fresh data over
+    poisoned memory, and messages larger than one scratch piece on a communicator with a small scratch."""
+    import ml_dtypes
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    from jax_mscclpp import plans
+    from jax_mscclpp.dsl import library
+
+    names = {}
+    for program in (library.allreduce_1pa_ll, library.allreduce_2pa_hb, library.allreduce_2pr,
+                    library.allgather_allpairs):
+        names[program.__name__] = jm.register_algorithm(program, name="plan_" + program.__name__).name
+    # A second communicator over the same devices, with a scratch far smaller than the largest messages: the
+    # executor pipelines them through it, one launch per piece. It has no port channels.
+    small_scratch = 128 << 10
+    small = Mesh(mesh.devices, ("y",))
+    jm.Communicator(small, "y", scratch_bytes=small_scratch)
+
+    def holds(label, ok):
+        check(label, np.array([bool(ok)]), np.array([True]), 0)
+
+    def poison(nbytes):  # leaves freed device memory that a stale output would show
+        jax.device_put(np.full(nbytes, 0xA5, np.uint8), local_device).block_until_ready().delete()
+
+    def run_plan(name, fn, cases, on=mesh):
+        """cases: (dtype, count per rank, want(per_rank) -> this rank's expected output, tolerance)."""
+        axis = on.axis_names[0]
+        f = jax.jit(jax.shard_map(lambda v: fn(v, axis), mesh=on, in_specs=P(axis), out_specs=P(axis)))
+        for dtype, count, want_of, tol in cases:
+            label = f"{name} {np.dtype(dtype).name} n={count} on {axis}"
+            for repeat in range(2):
+                per_rank = inputs(1 + repeat + count % 97, count, dtype)
+                arg = global_array(per_rank, on)
+                if repeat == 0:
+                    holds(f"{label} lowers to the plan", "algorithm = 6" in f.lower(arg).as_text())
+                want = want_of(per_rank)
+                poison(want.nbytes)
+                got = np.asarray(f(arg).addressable_data(0))
+                check(f"{label} call {repeat}", got, want, tol)
+
+    def reduced(op, dtype):
+        def want(per_rank):
+            out = per_rank[0].copy()
+            for r in range(1, n):
+                out = reducers[op](out, per_rank[r]).astype(dtype)
+            return out
+        return want
+
+    def tolerance(dtype):
+        return {np.dtype(np.float32): 1e-5, np.dtype(np.float16): 4e-3,
+                np.dtype(ml_dtypes.bfloat16): 3e-2}.get(np.dtype(dtype), 0)
+
+    def all_reduce_cases(counts, dtype_ops):
+        return [(dtype, count, reduced(op, dtype), tolerance(dtype)) for count in counts for dtype, op in dtype_ops]
+
+    dtype_ops = [(np.float32, "sum"), (ml_dtypes.bfloat16, "max"), (np.float16, "sum"), (np.int32, "min"),
+                 (np.uint8, "sum")]
+    for program in ("allreduce_1pa_ll", "allreduce_2pa_hb"):
+        for op in ("sum", "max", "min"):
+            def reduce(v, axis, op=op, program=program):
+                return jm.all_reduce(v, axis, op=op, algorithm=names[program])
+
+            counts = [1, 3, 1023, 8 * 4096 + 5] if op == "sum" else [1023]
+            run_plan(f"{program} {op}", reduce, all_reduce_cases(counts, [(d, o) for d, o in dtype_ops if o == op]))
+    run_plan("allreduce_2pr sum", lambda v, a: jm.psum(v, a, algorithm=names["allreduce_2pr"]),
+             all_reduce_cases([3, 4097], [(np.float32, "sum"), (ml_dtypes.bfloat16, "sum")]))
+    gather = lambda v, a: jm.all_gather(v, a, tiled=True, algorithm=names["allgather_allpairs"])
+    gathered = lambda per_rank: np.concatenate(per_rank)
+    run_plan("allgather_allpairs", gather,
+             [(dtype, count, gathered, 0) for count in (1, 7, 4099) for dtype in (np.float32, ml_dtypes.bfloat16,
+                                                                                   np.uint8)])
+
+    # Larger than one piece: the plan's scratch for the whole message exceeds the communicator's whole scratch,
+    # so any one half of it.
+    big = 8 * 4096 + 5
+    for program in ("allreduce_1pa_ll", "allreduce_2pa_hb", "allgather_allpairs"):
+        plan = plans.registered(names[program]).plan_for(n)
+        holds(f"{program} n={big} needs more than one scratch piece",
+              plans.scratch_bytes(plan, big, 4) > small_scratch)
+    for program in ("allreduce_1pa_ll", "allreduce_2pa_hb"):
+        run_plan(f"{program} pipelined", lambda v, a, program=program: jm.psum(v, a, algorithm=names[program]),
+                 all_reduce_cases([big], [(np.float32, "sum"), (ml_dtypes.bfloat16, "sum")]), on=small)
+    run_plan("allgather_allpairs pipelined", gather, [(np.float32, big, gathered, 0)], on=small)
+
+    # A port-channel plan on a communicator made without port channels: refused when traced.
+    try:
+        f = jax.jit(jax.shard_map(lambda v: jm.psum(v, "y", algorithm=names["allreduce_2pr"]), mesh=small,
+                                  in_specs=P("y"), out_specs=P("y")))
+        f.lower(global_array(inputs(5, 64, np.float32), small))
+        refused = False
+    except ValueError as error:
+        refused = "port_channels=True" in str(error)
+    holds("a port-channel plan without port channels is refused", refused)
+    for name in names.values():
+        jm.unregister_algorithm(name)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The JAX path end to end on GPUs: 2 and 4 processes sharing GPU 0 through jax.distributed, each holding one
-device of a mesh that spans them; every algorithm forced, against numpy; command buffers on and off; a lost
-peer. Slow (contexts time-slice on one GPU): correctness, not speed."""
+device of a mesh that spans them; every algorithm forced, against numpy; DSL plans registered as algorithms, on
+the GPU executor; command buffers on and off; a lost peer. Slow (contexts time-slice on one GPU): correctness,
+not speed."""
 
 import os
 import socket
@@ -50,7 +51,8 @@ def jax_sees_gpu(cuda):
 
 
 @pytest.mark.parametrize("nproc,command_buffers,scenario", [
-    (2, "default", "collectives"), (4, "default", "collectives"), (2, "off", "quick"), (4, "off", "quick")])
+    (2, "default", "collectives"), (4, "default", "collectives"), (2, "off", "quick"), (4, "off", "quick"),
+    (2, "default", "plans"), (4, "off", "plans")])
 def test_collectives_across_processes(jax_sees_gpu, nproc, command_buffers, scenario):
     extra = {} if command_buffers == "default" else {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="}
     for code, out in launch(nproc, scenario, extra, gpus=min(nproc, jax_sees_gpu.device_count())):
