@@ -2,9 +2,11 @@
 
 The algorithm: a ring reduce-scatter over HB memory channels followed by an all-pairs all-gather. The verifier
 proves it computes an all_reduce for the world size it is lowered for, and shows what a dropped `wait` does.
-Registered for messages up to 1 MiB, it then serves every jm.psum of that size in the model below.
+Registered for messages up to 1 MiB, it then serves every jm.psum of that size in the model below: on CPU
+devices through the host backend, on GPUs through the plan executor kernel.
 
-    python examples/custom_algorithm.py            # 8 virtual CPU devices
+    python examples/custom_algorithm.py                        # 8 virtual CPU devices
+    JAX_PLATFORMS=cuda python examples/custom_algorithm.py     # every local GPU
 """
 
 from __future__ import annotations
