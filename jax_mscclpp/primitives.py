@@ -25,7 +25,7 @@ from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
 from . import _compat, _native, plans, selection
-from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
+from ._types import ALGORITHMS, ALGORITHMS_OF, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
 
@@ -76,6 +76,16 @@ def _hierarchical_all_reduce(mesh, axes, op):
     return run
 
 
+def _algorithm_from_environment(collective, platform):
+    """JAX_MSCCLPP_ALGORITHM for this collective: the name if it is one of its algorithms or a plan registered for
+    it on this platform, else None (the variable applies to every collective that knows the name)."""
+    name = os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
+    if name is None or name in ALGORITHMS_OF[collective]:
+        return name
+    entry = plans.registered(name)
+    return name if entry is not None and entry.collective == collective and platform in entry.platforms else None
+
+
 def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
     """Lowers one collective for ``platform`` ("cpu" or "gpu"): a registered plan, one of our algorithms as a
     custom call, 2PH as a composition, or the lax collective (forced, outside every rule, or when the
@@ -90,7 +100,7 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
     itemsize = np.dtype(aval_in.dtype).itemsize
     count = int(np.prod(aval_in.shape, dtype=int))
     nbytes = count * itemsize
-    requested = algorithm if algorithm is not None else os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
+    requested = algorithm if algorithm is not None else _algorithm_from_environment(collective, platform)
     may_use_plan = plans.registered(requested) or (requested is None and plans.registered_for(collective, platform))
     if may_use_plan:
         comm = Communicator(mesh, axes)

@@ -81,6 +81,19 @@ def test_selected_by_size_range(mesh8, rng):
             compare_with_lax(lambda v: jm.psum(v, "x"), lambda v: lax.psum(v, "x"), mesh8, (x,), P("x"), P())
 
 
+def test_environment_names_a_plan(mesh8, rng, monkeypatch):
+    """JAX_MSCCLPP_ALGORITHM naming an all_gather plan: all_gather runs it, psum (which has no such plan) ignores
+    the variable."""
+    x = random_array(rng, (8 * 8 * 5,), "float32")
+    with registered(library.allgather_allpairs, "plan_ag_env") as name:
+        monkeypatch.setenv("JAX_MSCCLPP_ALGORITHM", name)
+        gather = sharded(lambda v: jm.all_gather(v, "x"), mesh8, P("x"), P("x"))
+        assert "algorithm = 6" in gather.lower(x).as_text()
+        compare_with_lax(lambda v: jm.all_gather(v, "x"), lambda v: lax.all_gather(v, "x"), mesh8, (x,), P("x"),
+                         P("x"))
+        compare_with_lax(lambda v: jm.psum(v, "x"), lambda v: lax.psum(v, "x"), mesh8, (x,), P("x"), P())
+
+
 def test_registration_errors(mesh8, rng):
     with pytest.raises(ValueError, match="built-in algorithm name"):
         jm.register_algorithm(library.allreduce_1pa_ll, name="1pa_ll")
