@@ -146,7 +146,7 @@ void schedule_groups(ThreadBlockImage& tb) {
   }
   auto same_source = [&](const jax_mscclpp::PlanOp& a, const jax_mscclpp::PlanOp& b) {
     const PlanRef &x = tb.refs[a.ref + 1], &y = tb.refs[b.ref + 1];
-    return a.count == b.count && x.buffer == y.buffer && x.index == y.index;
+    return x.buffer == y.buffer && x.index == y.index;
   };
   for (size_t i = 0; i < ops.size();) {
     const jax_mscclpp::PlanOp& a = ops[i];
@@ -156,10 +156,13 @@ void schedule_groups(ThreadBlockImage& tb) {
     } else if (a.code == pcodes::kWait) {
       std::set<int32_t> channels{a.channel};  // one waiter per semaphore
       while (j < ops.size() && ops[j].code == pcodes::kWait && channels.insert(ops[j].channel).second) ++j;
-    } else if (a.code == pcodes::kPutPackets) {
-      while (j < ops.size() && ops[j].code == pcodes::kPutPackets && same_source(a, ops[j])) ++j;
+    } else if (a.code == pcodes::kPutPackets || a.code == pcodes::kReadPackets) {
+      while (j < ops.size() && ops[j].code == a.code && ops[j].count == a.count) ++j;
     }
-    ops[i].group = static_cast<int32_t>(j - i);
+    ops[i].group = static_cast<int16_t>(j - i);
+    bool shared = a.code == pcodes::kPutPackets;
+    for (size_t k = i + 1; k < j; ++k) shared = shared && same_source(a, ops[k]);
+    ops[i].shared_source = shared ? 1 : 0;
     for (size_t k = i + 1; k < j; ++k) ops[k].group = 0;
     i = j;
   }

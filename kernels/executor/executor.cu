@@ -262,31 +262,34 @@ struct Block {
     }
   }
 
-  // ops[0 .. group): put_packets of one source chunk range to several peers' scratch. Each thread reads a source
-  // word once and writes it, as a packet with this call's flag, to every destination; every packet of a
-  // destination chunk is written (past the valid bytes they are padding).
+  // ops[0 .. group): put_packets to peers' scratch; every packet of a destination chunk is written (past the valid
+  // bytes they are padding), with this call's flag. When they share one source (shared_source), each thread reads
+  // a source word once and writes it to every destination.
   __device__ __forceinline__ void put_packets(const PlanOp* ops, int group, const PlanRef* refs) const {
-    const PlanRef* r = refs + ops[0].ref;
     const uint64_t npk = (g.ce * g.es + 7) / 8;
+    if (!ops[0].shared_source) {
+      for (int k = 0; k < group; ++k) {
+        const PlanRef* r = refs + ops[k].ref;
+        for (int t = 0; t < ops[k].count; ++t) {
+          uint64_t ls;
+          const char* s = g.local(r[1].buffer, r[1].index + t, ls);
+          put_packet_words(s, min64(ls, g.ce) * g.es, npk, reinterpret_cast<LL16Packet*>(remote(ops[k].channel, r[0].index + t)));
+        }
+      }
+      return;
+    }
+    const PlanRef* r = refs + ops[0].ref;
     for (int t = 0; t < ops[0].count; ++t) {
       uint64_t ls;
       const char* s = g.local(r[1].buffer, r[1].index + t, ls);
       const uint64_t nb = min64(ls, g.ce) * g.es;
       LL16Packet* d[kRegisterOperands];
 #pragma unroll
-      for (int k = 0; k < kRegisterOperands; ++k) {
-        const PlanRef* rk = refs + ops[k < group ? k : 0].ref;
-        d[k] = reinterpret_cast<LL16Packet*>(remote(ops[k < group ? k : 0].channel, rk[0].index + t));
-      }
+      for (int k = 0; k < kRegisterOperands; ++k)
+        d[k] = k < group ? reinterpret_cast<LL16Packet*>(remote(ops[k].channel, refs[ops[k].ref].index + t)) : nullptr;
       const bool aligned = (reinterpret_cast<uintptr_t>(s) & 7) == 0;
       for (uint64_t u = tid; u < npk; u += nt) {
-        const uint64_t at = 8 * u;
-        uint2 v = make_uint2(0, 0);
-        if (aligned && at + 8 <= nb) {
-          v = *reinterpret_cast<const uint2*>(s + at);
-        } else if (at < nb) {
-          v = load8(s + at, static_cast<uint32_t>(min64(8, nb - at)));
-        }
+        const uint2 v = source_word(s, nb, u, aligned);
 #pragma unroll
         for (int k = 0; k < kRegisterOperands; ++k) {
           if (k < group) d[k][u].write(v, flag);
@@ -295,6 +298,23 @@ struct Block {
           reinterpret_cast<LL16Packet*>(remote(ops[k].channel, refs[ops[k].ref].index + t))[u].write(v, flag);
       }
     }
+  }
+  // Source word u (8 bytes, zero past the nb valid ones) of a chunk at s.
+  __device__ __forceinline__ static uint2 source_word(const char* s, uint64_t nb, uint64_t u, bool aligned) {
+    const uint64_t at = 8 * u;
+    if (aligned && at + 8 <= nb) return *reinterpret_cast<const uint2*>(s + at);
+    if (at < nb) return load8(s + at, static_cast<uint32_t>(min64(8, nb - at)));
+    return make_uint2(0, 0);
+  }
+  // npk packets at d <- the nb bytes at s.
+  __device__ __forceinline__ void put_packet_words(const char* s, uint64_t nb, uint64_t npk, LL16Packet* d) const {
+    const bool aligned = (reinterpret_cast<uintptr_t>(s) & 7) == 0;
+    for (uint64_t u = tid; u < npk; u += nt) d[u].write(source_word(s, nb, u, aligned), flag);
+  }
+
+  // ops[0 .. group): read_packets, one after another without a dispatch between them.
+  __device__ __forceinline__ void read_packets(const PlanOp* ops, int group, const PlanRef* refs) const {
+    for (int k = 0; k < group; ++k) read_packets(ops[k], refs + ops[k].ref);
   }
 
   __device__ __forceinline__ void read_packets(const PlanOp& op, const PlanRef* r) const {
@@ -490,21 +510,15 @@ struct Block {
   }
 };
 
-// The operations that do not depend on the element type: compiled once, called by every instantiation of
-// the kernel (keeps its 36 dtype/op instantiations small). `ops` is the step's first operation, `group` its
-// length (executor.h, "Groups").
-__device__ __noinline__ void run_untyped(const Block& b, const PlanOp* ops, int group, const PlanRef* refs,
+// The rarer operations that do not depend on the element type: compiled once, called by every instantiation of
+// the kernel (keeps its 36 dtype/op instantiations small). The packet and synchronization steps, on the latency
+// path of small messages, are inlined in the kernel instead.
+__device__ __noinline__ void run_untyped(const Block& b, const PlanOp& op, const PlanRef* r,
                                          const SwitchChannelDeviceHandle& sw) {
-  const PlanOp& op = ops[0];
-  const PlanRef* r = refs + op.ref;
   switch (op.code) {
     case pc::kCopy: b.copy(op, r); break;
     case pc::kPut: b.put(op, r, false); break;
     case pc::kPutWithSignal: b.put(op, r, true); break;
-    case pc::kPutPackets: b.put_packets(ops, group, refs); break;
-    case pc::kReadPackets: b.read_packets(op, r); break;
-    case pc::kSignal: b.signal(ops, group); break;
-    case pc::kWait: b.wait(ops, group); break;
     case pc::kFlush: b.flush(op.channel); break;
     case pc::kBarrier: __syncthreads(); break;
     case pc::kSwitchBroadcast: b.switch_broadcast(op, r, sw); break;
@@ -553,11 +567,15 @@ __global__ void __launch_bounds__(kMaxThreads)
     const PlanOp& op = s_ops[i];
     const int group = op.group;
     switch (op.code) {
+      case pc::kPutPackets: b.put_packets(s_ops + i, group, s_refs); break;
+      case pc::kReadPackets: b.read_packets(s_ops + i, group, s_refs); break;
+      case pc::kSignal: b.signal(s_ops + i, group); break;
+      case pc::kWait: b.wait(s_ops + i, group); break;
       case pc::kReduce:
       case pc::kReducePut: b.reduce_put<T, Op>(op, s_refs + op.ref); break;
       case pc::kReducePackets: b.reduce_packets<T, Op>(op, s_refs + op.ref); break;
       case pc::kSwitchReduce: b.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw); break;
-      default: run_untyped(b, s_ops + i, group, s_refs, ctx.sw); break;
+      default: run_untyped(b, op, s_refs + op.ref, ctx.sw); break;
     }
     i += group;
   }

@@ -18,7 +18,9 @@
 //   signals on memory channels: one block barrier, then thread k signals the k-th channel, so the system-scope
 //     fences run in parallel instead of one after another;
 //   waits on distinct channels: thread k waits on the k-th, then one block barrier;
-//   put_packets of one source chunk: each thread reads a source word once and writes it to every destination.
+//   put_packets of one chunk count: one step; when they share the source, each thread reads a source word once
+//     and writes it to every destination;
+//   read_packets of one chunk count: one step.
 // Before grouping, the host splits a memory put_with_signal into its put and its signal, and defers each signal
 // on a memory channel past the memory puts and signals that follow it in its thread block (never past any other
 // operation). A deferred signal releases at least what it released before and crosses no wait, so what the
@@ -89,7 +91,9 @@ struct PlanOp {
   int32_t count;    // chunks per reference
   int32_t ref;      // first reference, relative to the thread block's first
   int32_t staging;  // port put from input/output: first staging chunk (scratch chunk index); else -1
-  int32_t group;    // operations [this, this + group) run as one step (see "Groups"); 1 alone, 0 inside a group
+  int16_t group;          // operations [this, this + group) run as one step ("Groups"); 1 alone, 0 inside one
+  uint8_t shared_source;  // a put_packets group whose operations all read one source chunk range
+  uint8_t reserved;
 };
 
 // Bytes of a channel handle in a program image (a MemoryChannelDeviceHandle or PortChannelDeviceHandle).
