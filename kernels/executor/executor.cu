@@ -571,11 +571,20 @@ __global__ void __launch_bounds__(kMaxThreads)
       case pc::kReadPackets: b.read_packets(s_ops + i, group, s_refs); break;
       case pc::kSignal: b.signal(s_ops + i, group); break;
       case pc::kWait: b.wait(s_ops + i, group); break;
-      case pc::kReduce:
-      case pc::kReducePut: b.reduce_put<T, Op>(op, s_refs + op.ref); break;
       case pc::kReducePackets: b.reduce_packets<T, Op>(op, s_refs + op.ref); break;
-      case pc::kSwitchReduce: b.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw); break;
-      default: run_untyped(b, op, s_refs + op.ref, ctx.sw); break;
+      default: {
+        // The out-of-line operations get a copy of the block's view: `b` itself never has its address taken, so
+        // it stays in registers (a volatile packet access would otherwise reload it from local memory).
+        const Block view = b;
+        if (op.code == pc::kReduce || op.code == pc::kReducePut) {
+          view.reduce_put<T, Op>(op, s_refs + op.ref);
+        } else if (op.code == pc::kSwitchReduce) {
+          view.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw);
+        } else {
+          run_untyped(view, op, s_refs + op.ref, ctx.sw);
+        }
+        break;
+      }
     }
     i += group;
   }
