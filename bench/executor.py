@@ -6,8 +6,8 @@ For each message size (bytes per rank, f32 sum all_reduce), one set of N virtual
   - the executor interpreting a DSL plan (jax_mscclpp.dsl.library), lowered with as many instances (thread blocks)
     as the hand-written kernel launches blocks for that size, with the same threads per block;
   - the hand-written kernel of the same algorithm through launch_collective (kernels/collectives).
-Both use the same contexts, channels and scratch layout, so the difference is the interpretation: the plan
-tables staged in shared memory, the per-operation dispatch and chunk arithmetic, and the operation boundaries.
+Both use the same contexts, channels and scratch layout, so the difference is the interpretation: the program
+image copied into shared memory, the per-step dispatch and chunk arithmetic, and the operation boundaries.
 
 Timing: `repeats` back-to-back calls on every rank are queued behind launch gates and released together (no
 host gaps between launches); events on rank 0's stream, joined by every other rank's, time them. Each entry is
