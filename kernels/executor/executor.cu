@@ -354,8 +354,8 @@ struct Block {
     }
   }
 
-  // Packet k of operation `op` at unit u: one look first; only a packet not there yet looks up the wait site
-  // (which names the peer in a timeout record) and spins.
+  // The payload of packet p, a packet source of `src`'s channel: one look first; only a packet not there yet
+  // looks up the channel's wait site (which names the peer in a timeout record) and spins.
   __device__ __forceinline__ uint2 packet_of(const LL16Packet* p, const PlanRef& src) const {
     uint2 v;
     if (p->poll(flag, v)) return v;
