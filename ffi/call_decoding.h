@@ -50,4 +50,9 @@ inline const char* target_name(Collective c) {
   return "";
 }
 
+// The fused all_reduce + epilogue targets (GPU only; jax_mscclpp/fused.py lowers them, and composes the same
+// result from the plain collective elsewhere).
+inline constexpr const char* kAllReduceResidualTarget = "jax_mscclpp_all_reduce_residual";
+inline constexpr const char* kAllReduceRMSNormTarget = "jax_mscclpp_all_reduce_rmsnorm";
+
 }  // namespace jax_mscclpp

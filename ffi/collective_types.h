@@ -23,6 +23,7 @@ enum class Algorithm : int32_t {
   kPlan = 6,                // an execution plan registered with the communicator (attribute plan_id)
   kAllPairsLL = 7,          // "allpairs_ll": kAllPairs forced to the LL protocol (GPU; the host runs kAllPairs)
   kAllPairsHB = 8,          // "allpairs_hb": kAllPairs forced to the HB protocol (GPU; the host runs kAllPairs)
+  kOnePhaseAllPairsHB = 9,  // "1pa_hb": one phase on the streaming HB protocol (the host runs it as 1PA)
 };
 
 enum class DType : int32_t { kF32, kBF16, kF16, kF64, kS8, kU8, kS16, kU16, kS32, kU32, kS64, kU64, kInvalid };

@@ -12,6 +12,7 @@ namespace {
 const char* algorithm_name(Algorithm a) {
   switch (a) {
     case Algorithm::kOnePhaseAllPairsLL: return "1pa_ll";
+    case Algorithm::kOnePhaseAllPairsHB: return "1pa_hb";
     case Algorithm::kTwoPhaseAllPairsLL: return "2pa_ll";
     case Algorithm::kTwoPhaseAllPairsHB: return "2pa_hb";
     case Algorithm::kTwoPhaseRing: return "2pr";
@@ -163,7 +164,8 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
   };
   switch (call.collective) {
     case Collective::kAllReduce:
-      if (call.algorithm == Algorithm::kOnePhaseAllPairsLL) return all_reduce_one_phase(rc, call);
+      if (call.algorithm == Algorithm::kOnePhaseAllPairsLL || call.algorithm == Algorithm::kOnePhaseAllPairsHB)
+        return all_reduce_one_phase(rc, call);
       return all_reduce_two_phase(rc, call);
     case Collective::kAllGather:
       return all_pairs_rounds(rc, n, [&](int, size_t off) { return in + off * es; }, copy_to_blocks);
@@ -180,7 +182,7 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
 bool supported_on_host(const CollectiveCall& call) {
   if (call.collective == Collective::kAllReduce)
     return call.algorithm == Algorithm::kOnePhaseAllPairsLL || call.algorithm == Algorithm::kTwoPhaseAllPairsLL ||
-           call.algorithm == Algorithm::kTwoPhaseAllPairsHB;
+           call.algorithm == Algorithm::kTwoPhaseAllPairsHB || call.algorithm == Algorithm::kOnePhaseAllPairsHB;
   return call.algorithm == Algorithm::kAllPairs;
 }
 

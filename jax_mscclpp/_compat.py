@@ -66,6 +66,32 @@ def lowering_mesh(ctx: Any):
     return None
 
 
+def call_on_stream(ctx: Any, stream: int, body, *operands) -> list:
+    """Emits ``body(*arguments)`` (which builds ops and returns result values) inside a private function, called
+    with XLA's stream annotation: XLA wraps the call in an async start/done pair running on compute stream
+    ``stream`` and schedules independent work between them (what ``jax.experimental.compute_on("gpu_stream:N")``
+    emits, here from a lowering rule, where the platform is known). The operands stay alive until the done."""
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.mlir.dialects import func as func_dialect
+
+    in_types = [v.type for v in operands]
+    module_ctx = ctx.module_context
+    with ir.InsertionPoint.at_block_begin(module_ctx.module.body):
+        fn = func_dialect.FuncOp("jax_mscclpp_on_stream", ir.FunctionType.get(in_types, []))
+    fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
+    module_ctx.symbol_table.insert(fn)
+    block = fn.add_entry_block()
+    with ir.InsertionPoint(block):
+        outs = list(body(*block.arguments))
+        func_dialect.ReturnOp(outs)
+    out_types = [o.type for o in outs]
+    fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, out_types))
+    call = func_dialect.CallOp(out_types, ir.FlatSymbolRefAttr.get(fn.name.value), list(operands))
+    call.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
+        {"_xla_stream_annotation": ir.StringAttr.get(str(stream)), "inlineable": ir.StringAttr.get("false")})
+    return list(call.results)
+
+
 def typeof(x: Any) -> Any:
     return _core.typeof(x)
 
@@ -91,6 +117,7 @@ def kv_get_bytes(key: str, timeout_s: float) -> bytes:
 
 __all__ = [
     "bound_axis_sizes",
+    "call_on_stream",
     "coordination_client",
     "kv_get_bytes",
     "kv_set_bytes",

@@ -40,10 +40,12 @@ class Algorithm(enum.IntEnum):
     TWO_PHASE_NVLS = 4
     ALL_PAIRS = 5
     PLAN = 6  # a registered execution plan (plans.py)
+    ONE_PHASE_ALL_PAIRS_HB = 9
 
 
 ALGORITHMS = {
     "1pa_ll": Algorithm.ONE_PHASE_ALL_PAIRS_LL,
+    "1pa_hb": Algorithm.ONE_PHASE_ALL_PAIRS_HB,
     "2pa_ll": Algorithm.TWO_PHASE_ALL_PAIRS_LL,
     "2pa_hb": Algorithm.TWO_PHASE_ALL_PAIRS_HB,
     "2pr": Algorithm.TWO_PHASE_RING,
@@ -58,7 +60,7 @@ COMPOSED_ALGORITHMS = ("2ph",)
 
 # Algorithm names each collective knows (on some platform). "lax" always means: emit the lax collective.
 ALGORITHMS_OF = {
-    Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls", "2ph", "lax"),
+    Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls", "2ph", "lax"),
     Collective.ALL_GATHER: ("allpairs", "lax"),
     Collective.REDUCE_SCATTER: ("allpairs", "lax"),
     Collective.ALL_TO_ALL: ("allpairs", "lax"),

@@ -41,28 +41,66 @@ def _prepare(leaf, axes, api_name):
     return _compat.make_varying(leaf, axes)
 
 
-def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None):
-    """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``."""
+# Pytree leaves up to this many bytes are summed together, concatenated into buckets of at most
+# _BUCKET_BYTES per dtype (as XLA's all-reduce combiner does): many small gradients cost one launch.
+BUCKET_LEAF_BYTES = 1 << 20
+BUCKET_BYTES = 64 << 20
+
+
+def _buckets(leaves) -> list[list[int]]:
+    """Indices of ``leaves`` grouped into calls: small leaves of one dtype and type share a bucket, the others go
+    alone. Order within a bucket follows the pytree."""
+    calls, open_buckets = [], {}
+    for i, leaf in enumerate(leaves):
+        nbytes = leaf.size * leaf.dtype.itemsize
+        if nbytes > BUCKET_LEAF_BYTES or leaf.size == 0:
+            calls.append([i])
+            continue
+        key = (leaf.dtype, _compat.varying_axes(_compat.typeof(leaf)))
+        bucket = open_buckets.get(key)
+        if bucket is None or bucket[1] + nbytes > BUCKET_BYTES:
+            bucket = open_buckets[key] = ([], 0)
+            calls.append(bucket[0])
+        bucket[0].append(i)
+        open_buckets[key] = (bucket[0], bucket[1] + nbytes)
+    return calls
+
+
+def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, overlap: bool = False):
+    """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``.
+
+    Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``). With
+    ``overlap=True`` the collective runs on a second GPU stream with a few thread blocks, so XLA can schedule
+    independent compute (a backward pass) beside it; the result is the same."""
     api = {"sum": "psum", "max": "pmax", "min": "pmin"}.get(op, "all_reduce")
     if op not in REDUCE_OPS:
         raise ValueError(f"all_reduce: unsupported op {op!r}; supported: {', '.join(REDUCE_OPS)}")
     selection.check_algorithm(Collective.ALL_REDUCE, algorithm, api)
     axes, world = _axes_and_world(axis_name, api)
-
-    def one(leaf):
-        leaf = jnp.asarray(leaf)
+    leaves, treedef = jax.tree_util.tree_flatten(x)
+    leaves = [jnp.asarray(leaf) for leaf in leaves]
+    for leaf in leaves:
         check_dtype(leaf.dtype, api)
-        if world == 1:
-            return leaf
-        leaf = _compat.make_varying(leaf, axes)
-        return all_reduce_p.bind(leaf, axes=axes, world=world, op=op, algorithm=algorithm)
+    if world == 1:
+        return jax.tree_util.tree_unflatten(treedef, leaves)
+    params = dict(axes=axes, world=world, op=op, algorithm=algorithm, overlap=bool(overlap))
+    out = list(leaves)
+    for call in _buckets(leaves):
+        parts = [_compat.make_varying(leaves[i], axes) for i in call]
+        if len(parts) == 1:
+            out[call[0]] = all_reduce_p.bind(parts[0], **params)
+            continue
+        flat = all_reduce_p.bind(jnp.concatenate([p.reshape(-1) for p in parts]), **params)
+        offset = 0
+        for i, part in zip(call, parts):
+            out[i] = flat[offset:offset + part.size].reshape(part.shape)
+            offset += part.size
+    return jax.tree_util.tree_unflatten(treedef, out)
 
-    return jax.tree_util.tree_map(one, x)
 
-
-def psum(x, axis_name, *, algorithm: str | None = None):
-    """Sum over ``axis_name``: ``lax.psum``'s drop-in."""
-    return all_reduce(x, axis_name, op="sum", algorithm=algorithm)
+def psum(x, axis_name, *, algorithm: str | None = None, overlap: bool = False):
+    """Sum over ``axis_name``: ``lax.psum``'s drop-in (``overlap``: see ``all_reduce``)."""
+    return all_reduce(x, axis_name, op="sum", algorithm=algorithm, overlap=overlap)
 
 
 def pmax(x, axis_name, *, algorithm: str | None = None):
@@ -90,7 +128,7 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
         leaf = _prepare(leaf, axes, "all_gather")
         ndim = leaf.ndim
         where = _canonical_axis(axis, ndim if tiled else ndim + 1, "all_gather", "axis")
-        blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
+        blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
         out = jnp.moveaxis(blocks, 0, where)
         if tiled:
             shape = list(leaf.shape)
@@ -125,7 +163,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
                     "(or pass tiled=True)"
                 )
             blocks = jnp.moveaxis(leaf, d, 0)
-        return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
+        return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
 
     return jax.tree_util.tree_map(one, x)
 
@@ -137,7 +175,7 @@ def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
     shape = list(leaf.shape)
     shape[split_axis : split_axis + 1] = [world, shape[split_axis] // world]
     blocks = jnp.moveaxis(leaf.reshape(shape), split_axis, 0)
-    received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
+    received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
     # received[r] is rank r's piece for me; pieces are concatenated along concat_axis in rank order.
     out = jnp.moveaxis(received, 0, concat_axis)
     out_shape = list(received.shape[1:])

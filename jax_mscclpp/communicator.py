@@ -19,9 +19,14 @@ import numpy as np
 
 from ._native import native
 
-_DEFAULT_SCRATCH_BYTES = {"cpu": 4 << 20, "gpu": 128 << 20}
-# Channels (thread blocks) per peer on GPUs: the HB, ring and NVLS kernels run one block per channel index.
+# Registered scratch per rank, all of it (every protocol's region, both halves), unless JAX_MSCCLPP_SCRATCH_BYTES or
+# scratch_bytes= says otherwise. Messages larger than a region are pipelined through it.
+_DEFAULT_SCRATCH_BYTES = {"cpu": 8 << 20, "gpu": 64 << 20}
+# Channels (thread blocks) per peer on GPUs: the ring and NVLS kernels run one block per channel index.
 _CHANNELS_PER_PEER = 8
+# Thread blocks of the streaming HB kernels (two semaphores per peer and block); capped at the GPU's
+# multiprocessor count, since every block of such a kernel must be resident at once.
+_STREAM_BLOCKS = 128
 
 
 def _normalize_axes(axis_names) -> tuple:
@@ -47,9 +52,10 @@ class Communicator:
     """Channels, scratch and semaphores among the devices of ``mesh`` along ``axis_names``.
 
     ``Communicator(mesh, axes)`` returns the one cached for that mesh (its devices, shape and axis names) and
-    those axes, creating it on first use; collectives create theirs implicitly. ``scratch_bytes`` (per scratch
-    half and rank; default from ``JAX_MSCCLPP_SCRATCH_BYTES`` or the platform's default) applies when it is
-    created; messages larger than a round of scratch are pipelined through it.
+    those axes, creating it on first use; collectives create theirs implicitly. ``scratch_bytes`` (the registered
+    scratch of each rank, all of it; default from ``JAX_MSCCLPP_SCRATCH_BYTES`` or the platform's default: 8 MiB
+    on CPU, 64 MiB on GPU) applies when it is created; messages larger than what it holds are pipelined through
+    it.
     """
 
     _cache: dict = {}
@@ -106,7 +112,7 @@ class Communicator:
         self.cache_key = self._key(mesh, axes)
         if self.platform == "cpu":
             native.create_host_communicator(
-                self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_bytes
+                self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_half_bytes
             )
             self.alive = True
         elif self.platform == "gpu" and hasattr(native, "cuda"):
@@ -159,7 +165,7 @@ class Communicator:
         for p, d in local.items():
             endpoints[p] = cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p],
                                                  self.world_size, self.scratch_bytes, _CHANNELS_PER_PEER,
-                                                 self.port_channels)
+                                                 self.port_channels, _STREAM_BLOCKS)
         self.alive = True
         if jax.process_count() > 1:
             # Every process lowers the same programs, so the key is the same everywhere (ids need not be).
@@ -186,6 +192,12 @@ class Communicator:
         for p, d in local.items():
             cuda.comm_finalize(self.id, d.local_hardware_id)
         self._local_gpus = tuple(d.local_hardware_id for d in local.values())
+
+    @property
+    def scratch_half_bytes(self) -> int:
+        """What one call's round of data may occupy on the host backend, which splits the scratch in two halves
+        by epoch parity (docs/architecture.md, "Scratch")."""
+        return self.scratch_bytes // 2
 
     def errors(self) -> list[str]:
         """Timeout records written by this communicator's GPU kernels (rank, peer, operation, epoch): what a

@@ -14,8 +14,6 @@ own primitives so gradients run on our collectives too.
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,7 +22,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, _native, plans, selection
+from . import _compat, _native, selection
 from ._types import ALGORITHMS, ALGORITHMS_OF, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -32,8 +30,8 @@ from .communicator import Communicator
 _LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 
-def _out_aval(x, *, collective, axes, world, op, algorithm):
-    del op, algorithm
+def _out_aval(x, *, collective, axes, world, op, algorithm, overlap):
+    del op, algorithm, overlap
     varying = _compat.varying_axes(x)
     if collective == Collective.ALL_REDUCE:
         return _compat.with_varying_axes(x, varying - frozenset(axes))
@@ -67,7 +65,7 @@ def _hierarchical_all_reduce(mesh, axes, op):
     def run(x):
         flat = x.reshape(-1)
         flat = jnp.pad(flat, (0, (-flat.size) % n_fast))
-        params = dict(axes=(fast,), world=n_fast, op=op, algorithm=None)
+        params = dict(axes=(fast,), world=n_fast, op=op, algorithm=None, overlap=False)
         mine = reduce_scatter_p.bind(flat.reshape(n_fast, -1), **params)
         mine = slow_reduce(mine, slow)
         gathered = all_gather_p.bind(mine, **params)
@@ -76,20 +74,16 @@ def _hierarchical_all_reduce(mesh, axes, op):
     return run
 
 
-def _algorithm_from_environment(collective, platform):
-    """JAX_MSCCLPP_ALGORITHM for this collective: the name if it is one of its algorithms or a plan registered for
-    it on this platform, else None (the variable applies to every collective that knows the name)."""
-    name = os.environ.get("JAX_MSCCLPP_ALGORITHM") or None
-    if name is None or name in ALGORITHMS_OF[collective]:
-        return name
-    entry = plans.registered(name)
-    return name if entry is not None and entry.collective == collective and platform in entry.platforms else None
+# Thread blocks a collective lowered with overlap=True may take (the streaming kernels' grid), so that the
+# compute it runs beside keeps most multiprocessors (docs/architecture.md, "Overlap").
+OVERLAP_MAX_BLOCKS = 32
+# XLA compute stream that overlapped collectives run on (besides the main stream 0).
+OVERLAP_STREAM = 1
 
 
-def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
-    """Lowers one collective for ``platform`` ("cpu" or "gpu"): a registered plan, one of our algorithms as a
-    custom call, 2PH as a composition, or the lax collective (forced, outside every rule, or when the
-    communicator cannot run here)."""
+def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap):
+    """Lowers one collective for ``platform`` ("cpu" or "gpu") as ``selection.decide`` says: a registered plan or
+    one of our algorithms as a custom call, 2PH as a composition, or the lax collective."""
     mesh = _compat.lowering_mesh(ctx)
     if mesh is None:
         raise NotImplementedError(
@@ -99,53 +93,35 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
     aval_in = ctx.avals_in[0]
     itemsize = np.dtype(aval_in.dtype).itemsize
     count = int(np.prod(aval_in.shape, dtype=int))
-    nbytes = count * itemsize
-    requested = algorithm if algorithm is not None else _algorithm_from_environment(collective, platform)
-    may_use_plan = plans.registered(requested) or (requested is None and plans.registered_for(collective, platform))
-    if may_use_plan:
-        comm = Communicator(mesh, axes)
-        if comm.fallback_reason is None:
-            blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
-            # The host backend has every port channel; on GPUs they exist only if the communicator was made so.
-            port_channels = platform == "cpu" or comm.port_channels
-            picked = plans.pick(collective, platform, requested, nbytes, world, count // blocks, itemsize,
-                                comm.scratch_bytes, port_channels)
-            if picked is not None:
-                entry, plan = picked
-                comm.bind_plan(entry.id, plan, entry.name)
-                return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id)
-    # A requested plan gets here only when its communicator falls back to lax.
-    chosen = "lax" if plans.registered(requested) else selection.choose(collective, platform, nbytes, algorithm)
-    if chosen == "2ph":
+    blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
+    decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
+                                block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
+                                communicator=lambda: Communicator(mesh, axes))
+    if decision.kind == "composed":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
-    comm = Communicator(mesh, axes) if chosen != "lax" else None
-    if comm is not None and comm.fallback_reason is not None:
-        chosen = "lax"
-    if chosen == "lax":
+    if decision.kind == "lax":
         return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
-    if chosen == "2pr" and platform == "gpu" and not comm.port_channels:
-        raise ValueError("jax_mscclpp: algorithm '2pr' needs port channels: create the communicator with "
-                         f"Communicator(mesh, {axes}, port_channels=True) before the first call")
-    return _custom_call(ctx, x, collective, comm, op, ALGORITHMS[chosen], -1)
+    comm = Communicator(mesh, axes)
+    if decision.kind == "plan":
+        comm.bind_plan(decision.plan.id, decision.plan_dict, decision.plan.name)
+        code, plan_id = Algorithm.PLAN, decision.plan.id
+    else:
+        code, plan_id = ALGORITHMS[decision.algorithm], -1
+    attrs = dict(comm_id=np.int64(comm.id), op=np.int32(REDUCE_OPS[op]), algorithm=np.int32(code),
+                 plan_id=np.int64(plan_id))
+    target = jax.ffi.ffi_lowering(collective.target, has_side_effect=True)
+    if platform == "cpu":
+        # XLA's partition id is the CPU handler's second operand: it maps it to the device's group and rank.
+        with_partition = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32)])
+        return target(with_partition, x, hlo.partition_id(), **attrs)
+    # GPU: the handler finds its rank by device ordinal.
+    attrs["max_blocks"] = np.int32(OVERLAP_MAX_BLOCKS if overlap else 0)
+    if not overlap:
+        return target(ctx, x, **attrs)
+    return _compat.call_on_stream(ctx, OVERLAP_STREAM, lambda v: target(ctx, v, **attrs), x)
 
 
-def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id):
-    """The custom call to our FFI target. XLA's partition id is its second operand: the CPU handler maps it to the
-    device's group and rank (the GPU handler finds its rank by device ordinal instead)."""
-    partition = hlo.partition_id()  # this device's row-major position in the mesh (tensor<ui32>)
-    with_partition = ctx.replace(avals_in=[ctx.avals_in[0], jax.core.ShapedArray((), np.uint32)])
-    return jax.ffi.ffi_lowering(collective.target, has_side_effect=True)(
-        with_partition,
-        x,
-        partition,
-        comm_id=np.int64(comm.id),
-        op=np.int32(REDUCE_OPS[op]),
-        algorithm=np.int32(algorithm),
-        plan_id=np.int64(plan_id),
-    )
-
-
-def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm):
+def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm, overlap):
     platforms = ", ".join(ctx.module_context.platforms)
     raise NotImplementedError(
         f"jax_mscclpp: {collective.name.lower()} has no backend for platform {platforms} in this build "

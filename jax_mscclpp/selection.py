@@ -1,8 +1,20 @@
-"""Algorithm selection: (collective, platform, bytes per rank, world size) -> algorithm name.
+"""Which algorithm runs a call: the one owner of that decision (``decide``), and the size table behind it.
 
-The table is ordered; the first rule whose platform and size range match wins. ``algorithm=`` on a call and the
-``JAX_MSCCLPP_ALGORITHM`` environment variable (one name, applied to every collective that knows it) override it.
-A choice of ``"lax"`` means the call is lowered to the matching lax collective instead of ours.
+Order of precedence, for one call of a collective on a platform:
+
+1. ``algorithm=`` on the call, else ``JAX_MSCCLPP_ALGORITHM`` when it names an algorithm of this collective or a
+   plan registered for it on this platform (the variable applies to every collective that knows the name);
+2. a registered DSL plan (``plans.py``): the requested one, else the first whose size range covers the call and
+   that runs on this communicator;
+3. the rules measured on this machine (``tuning.py``), then ``DEFAULT_TABLE``: the first rule whose collective,
+   platform, world size and size range match;
+4. ``"lax"`` (also what a rule may say): the lax collective is emitted instead of ours, and so it is whenever the
+   communicator cannot run here (``Communicator.fallback_reason``).
+
+The GPU rules of ``DEFAULT_TABLE`` come from measurements on two H200s joined by NVLink
+(``bench/results/``, docs/benchmarking.md): ours where it was faster than lax in the same run, lax elsewhere, so
+that ``auto`` is never slower than lax there. For world sizes not measured, only the small-message rules (one
+LL hop, latency-bound) apply and the rest stays lax.
 """
 
 from __future__ import annotations
@@ -10,18 +22,20 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ._types import ALGORITHMS_OF, Collective
+from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, Collective
+
+ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
 
 # Algorithms each platform's backend runs.
 PLATFORM_ALGORITHMS = {
     "cpu": {
-        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2ph"),
+        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2ph"),
         Collective.ALL_GATHER: ("allpairs",),
         Collective.REDUCE_SCATTER: ("allpairs",),
         Collective.ALL_TO_ALL: ("allpairs",),
     },
     "gpu": {
-        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls", "2ph"),
+        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls", "2ph"),
         Collective.ALL_GATHER: ("allpairs",),
         Collective.REDUCE_SCATTER: ("allpairs",),
         Collective.ALL_TO_ALL: ("allpairs",),
@@ -35,22 +49,114 @@ class Rule:
     platform: str
     max_bytes: int | None  # per-rank input bytes, inclusive; None = no limit
     algorithm: str
+    world: int | None = None  # the world size the rule was measured at; None = any
 
+    def matches(self, collective: Collective, platform: str, nbytes: int, world: int | None) -> bool:
+        return (self.collective == collective and self.platform == platform
+                and (self.world is None or world is None or self.world == world)
+                and (self.max_bytes is None or nbytes <= self.max_bytes))
+
+
+_AR, _AG, _RS, _A2A = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
+                       Collective.ALL_TO_ALL)
+_KiB, _MiB = 1 << 10, 1 << 20
 
 DEFAULT_TABLE = (
-    Rule(Collective.ALL_REDUCE, "cpu", 16 * 1024, "1pa_ll"),
-    Rule(Collective.ALL_REDUCE, "cpu", None, "2pa_hb"),
-    Rule(Collective.ALL_GATHER, "cpu", None, "allpairs"),
-    Rule(Collective.REDUCE_SCATTER, "cpu", None, "allpairs"),
-    Rule(Collective.ALL_TO_ALL, "cpu", None, "allpairs"),
-    # GPU: one LL hop for the latency-bound sizes, two LL phases up to 1 MiB, then bandwidth (HB).
-    Rule(Collective.ALL_REDUCE, "gpu", 32 * 1024, "1pa_ll"),
-    Rule(Collective.ALL_REDUCE, "gpu", 1 << 20, "2pa_ll"),
-    Rule(Collective.ALL_REDUCE, "gpu", None, "2pa_hb"),
-    Rule(Collective.ALL_GATHER, "gpu", None, "allpairs"),
-    Rule(Collective.REDUCE_SCATTER, "gpu", None, "allpairs"),
-    Rule(Collective.ALL_TO_ALL, "gpu", None, "allpairs"),
+    Rule(_AR, "cpu", 16 * _KiB, "1pa_ll"),
+    Rule(_AR, "cpu", None, "2pa_hb"),
+    Rule(_AG, "cpu", None, "allpairs"),
+    Rule(_RS, "cpu", None, "allpairs"),
+    Rule(_A2A, "cpu", None, "allpairs"),
+    # GPU, two ranks (two H200s over NVLink, bench/results/bench_gpu_*): one LL hop while latency-bound, the
+    # streaming one-shot push for large messages, lax between.
+    Rule(_AR, "gpu", 64 * _KiB, "1pa_ll", world=2),
+    Rule(_AR, "gpu", 8 * _MiB, "lax", world=2),
+    Rule(_AR, "gpu", None, "1pa_hb", world=2),
+    Rule(_AG, "gpu", 64 * _KiB, "allpairs", world=2),
+    Rule(_AG, "gpu", None, "lax", world=2),
+    Rule(_RS, "gpu", 64 * _KiB, "allpairs", world=2),
+    Rule(_RS, "gpu", 8 * _MiB, "lax", world=2),
+    Rule(_RS, "gpu", None, "allpairs", world=2),
+    Rule(_A2A, "gpu", 64 * _KiB, "allpairs", world=2),
+    Rule(_A2A, "gpu", None, "lax", world=2),
+    # GPU, other world sizes (not measured here): the latency-bound sizes only.
+    Rule(_AR, "gpu", 32 * _KiB, "1pa_ll"),
+    Rule(_AG, "gpu", 16 * _KiB, "allpairs"),
+    Rule(_RS, "gpu", 16 * _KiB, "allpairs"),
+    Rule(_A2A, "gpu", 16 * _KiB, "allpairs"),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """How one call is lowered: ``kind`` is "native" (one of our kernels, ``algorithm``), "plan" (a registered
+    plan, ``plan`` and ``plan_dict``), "composed" (``algorithm`` built from other collectives) or "lax"."""
+
+    kind: str
+    algorithm: str
+    plan: object = None
+    plan_dict: dict | None = None
+
+
+def requested_algorithm(collective: Collective, platform: str, algorithm: str | None) -> str | None:
+    """``algorithm`` if given, else JAX_MSCCLPP_ALGORITHM when it means something for this collective here."""
+    from . import plans
+
+    if algorithm is not None:
+        return algorithm
+    name = os.environ.get(ENV_ALGORITHM) or None
+    if name is None or name in ALGORITHMS_OF[collective]:
+        return name
+    entry = plans.registered(name)
+    return name if entry is not None and entry.collective == collective and platform in entry.platforms else None
+
+
+def choose(collective: Collective, platform: str, nbytes: int, requested: str | None, world: int | None = None) -> str:
+    """The built-in algorithm to run (or "lax"), from ``requested`` or the rules. Raises ValueError for a forced
+    algorithm that this platform's backend does not run."""
+    supported = PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ())
+    if requested is not None:
+        if requested != "lax" and requested not in supported:
+            raise ValueError(
+                f"jax_mscclpp: algorithm {requested!r} does not run on platform {platform!r} for "
+                f"{collective.name.lower()}; there it runs: {', '.join(supported) or 'none'} (or 'lax')"
+            )
+        return requested
+    for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
+        if rule.matches(collective, platform, nbytes, world):
+            return rule.algorithm
+    return "lax"
+
+
+def decide(collective: Collective, platform: str, *, nbytes: int, world: int, block_count: int, itemsize: int,
+           algorithm: str | None, communicator) -> Decision:
+    """How to lower one call. ``communicator()`` returns the call's Communicator (made on first use; only called
+    when one of our algorithms may run)."""
+    from . import plans
+
+    requested = requested_algorithm(collective, platform, algorithm)
+    wants_plan = plans.registered(requested) is not None
+    if wants_plan or (requested is None and plans.registered_for(collective, platform)):
+        comm = communicator()
+        if comm.fallback_reason is None:
+            # The host backend has every port channel; on GPUs they exist only if the communicator was made so.
+            port_channels = platform == "cpu" or comm.port_channels
+            limit = comm.scratch_half_bytes if platform == "cpu" else comm.scratch_bytes
+            picked = plans.pick(collective, platform, requested, nbytes, world, block_count, itemsize, limit,
+                                port_channels)
+            if picked is not None:
+                return Decision("plan", picked[0].name, picked[0], picked[1])
+        if wants_plan:  # a requested plan whose communicator falls back to lax
+            return Decision("lax", "lax")
+    chosen = choose(collective, platform, nbytes, requested, world)
+    if chosen in COMPOSED_ALGORITHMS:
+        return Decision("composed", chosen)
+    if chosen == "lax" or communicator().fallback_reason is not None:
+        return Decision("lax", "lax")
+    if chosen == "2pr" and platform == "gpu" and not communicator().port_channels:
+        raise ValueError("jax_mscclpp: algorithm '2pr' needs port channels: create the communicator with "
+                         "Communicator(mesh, axes, port_channels=True) before the first call")
+    return Decision("native", chosen)
 
 
 def check_algorithm(collective: Collective, algorithm: str | None, api_name: str) -> None:
@@ -69,29 +175,6 @@ def check_algorithm(collective: Collective, algorithm: str | None, api_name: str
     )
 
 
-def choose(collective: Collective, platform: str, nbytes: int, requested: str | None) -> str:
-    """The algorithm to run, or "lax" to emit the lax collective. Raises ValueError for a forced algorithm that
-    this platform's backend does not run."""
-    supported = PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ())
-    if requested is None:
-        env = os.environ.get("JAX_MSCCLPP_ALGORITHM")
-        if env and env in ALGORITHMS_OF[collective]:
-            requested = env
-    if requested is not None:
-        if requested != "lax" and requested not in supported:
-            raise ValueError(
-                f"jax_mscclpp: algorithm {requested!r} does not run on platform {platform!r} for "
-                f"{collective.name.lower()}; there it runs: {', '.join(supported) or 'none'} (or 'lax')"
-            )
-        return requested
-    # Rules measured on this machine (``tuning.py``: JAX_MSCCLPP_TUNING_FILE or the topology's default file) first.
-    for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
-        if rule.collective == collective and rule.platform == platform:
-            if rule.max_bytes is None or nbytes <= rule.max_bytes:
-                return rule.algorithm
-    return "lax"
-
-
 def _tuned_rules(platform: str | None) -> tuple:
     from . import tuning
 
@@ -106,6 +189,7 @@ def table() -> list[dict]:
         {
             "collective": r.collective.name.lower(),
             "platform": r.platform,
+            "world": r.world,
             "max_bytes": r.max_bytes,
             "algorithm": r.algorithm,
             "source": source,

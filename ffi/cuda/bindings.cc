@@ -9,7 +9,7 @@
 #include <string>
 
 #include "check.h"
-#include "collectives/all_reduce_1pa_ll.h"
+#include "collectives/algorithms.h"
 #include "collectives/collective.h"
 #include "harness_rank.h"
 #include "memory.h"
@@ -99,7 +99,8 @@ void register_bindings(nb::module_& m) {
       },
       nb::arg("devices"), nb::arg("bytes"),
       "Creates and frees an NVLink multicast buffer (opt-in: JAX_MSCCLPP_NVLS=1, refused when NCCL_NVLS_ENABLE=0).");
-  m.def("all_reduce_1pa_ll_scratch_bytes", &all_reduce_1pa_ll_scratch_bytes, nb::arg("bytes"), nb::arg("nranks"));
+  m.def("all_reduce_1pa_ll_scratch_bytes", &collectives::all_reduce_1pa_ll_scratch_bytes, nb::arg("bytes"),
+        nb::arg("nranks"));
   m.def("collective_supported", &collective_supported, nb::arg("collective"), nb::arg("algorithm"), nb::arg("dtype"),
         nb::arg("op"), "Whether launch_collective implements (collective, algorithm) for this dtype/op code.");
   m.def("collective_launch_count", &collective_launch_count, nb::arg("collective"), nb::arg("algorithm"),
@@ -150,19 +151,20 @@ void register_bindings(nb::module_& m) {
       .def(
           "__init__",
           [](HarnessRank* self, int rank, int nranks, int device, size_t buffer_bytes, size_t scratch_bytes,
-             int channels_per_peer, double timeout_s, bool port_channels, bool collective_ports) {
+             int channels_per_peer, double timeout_s, bool port_channels, bool collective_ports, int stream_blocks) {
             RankOptions o;
             o.device = device;
             o.rank = rank;
             o.nranks = nranks;
             o.scratch_bytes = scratch_bytes;
             o.channels_per_peer = channels_per_peer;
+            o.stream_blocks = stream_blocks;
             o.timeout_s = timeout_s;
             new (self) HarnessRank(o, buffer_bytes, port_channels, collective_ports);
           },
           nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("buffer_bytes") = 1 << 20,
           nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1, nb::arg("timeout_s") = 0.0,
-          nb::arg("port_channels") = false, nb::arg("collective_ports") = false)
+          nb::arg("port_channels") = false, nb::arg("collective_ports") = false, nb::arg("stream_blocks") = 0)
       .def_prop_ro("rank", &HarnessRank::rank)
       .def_prop_ro("nranks", &HarnessRank::nranks)
       .def("endpoint", [](const HarnessRank& r) { return to_bytes(r.endpoint()); })

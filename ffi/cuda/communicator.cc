@@ -12,35 +12,42 @@ GpuRank::GpuRank(const RankOptions& options, bool port_channels)
     : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels) {}
 
 void GpuRank::finalize() {
-  const int n = ctx_->nranks(), cpp = ctx_->channels_per_peer(), me = ctx_->rank();
+  const int n = ctx_->nranks(), cpp = ctx_->channels_per_peer(), me = ctx_->rank(), sb = ctx_->stream_blocks();
   std::vector<MemoryChannelDeviceHandle> mem(size_t(n) * cpp);
   std::vector<PortChannelDeviceHandle> port(port_channels_ ? size_t(n) * cpp : 0);
+  std::vector<D2DSemaphoreDeviceHandle> stream(size_t(n) * sb * RankContext::kStreamKinds);
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
     for (int c = 0; c < cpp; ++c) {
       mem[size_t(p) * cpp + c] = ctx_->memory_channel(p, c, ctx_->scratch());
       if (port_channels_) port[size_t(p) * cpp + c] = ctx_->port_channel(p, c, ctx_->scratch(), ctx_->scratch_bytes());
     }
+    for (int b = 0; b < sb; ++b)
+      for (int k = 0; k < RankContext::kStreamKinds; ++k)
+        stream[(size_t(p) * sb + b) * RankContext::kStreamKinds + k] = ctx_->stream_semaphore(p, b, k);
   }
   DeviceGuard guard(ctx_->device());
-  memory_channels_ = DeviceBuffer(ctx_->device(), mem.size() * sizeof(mem[0]) + 1);
-  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(memory_channels_.get(), mem.data(), mem.size() * sizeof(mem[0]),
-                                    cudaMemcpyHostToDevice));
-  if (port_channels_) {
-    port_channel_handles_ = DeviceBuffer(ctx_->device(), port.size() * sizeof(port[0]) + 1);
-    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(port_channel_handles_.get(), port.data(), port.size() * sizeof(port[0]),
-                                      cudaMemcpyHostToDevice));
-  }
+  auto upload = [](DeviceBuffer& buf, int device, const auto& v) {
+    buf = DeviceBuffer(device, v.size() * sizeof(v[0]) + 1);
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(buf.get(), v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
+  };
+  upload(memory_channels_, ctx_->device(), mem);
+  if (port_channels_) upload(port_channel_handles_, ctx_->device(), port);
+  upload(stream_semaphores_, ctx_->device(), stream);
+  device_ = CollectiveContext{};
   device_.rank = me;
   device_.nranks = n;
   device_.channels_per_peer = cpp;
+  device_.stream_blocks = sb;
   device_.scratch = ctx_->scratch();
   device_.scratch_bytes = ctx_->scratch_bytes();
   device_.mem = memory_channels_.get<MemoryChannelDeviceHandle>();
   device_.port = port_channels_ ? port_channel_handles_.get<PortChannelDeviceHandle>() : nullptr;
-  device_.sw = ctx_->switch_channel_emulated();
+  device_.stream = sb > 0 ? stream_semaphores_.get<D2DSemaphoreDeviceHandle>() : nullptr;
+  // A group larger than a SwitchChannel's members has none: 2PA-NVLS is refused there (collective.cu).
+  if (n <= kMaxSwitchMembers) device_.sw = ctx_->switch_channel_emulated();
   device_.epoch = ctx_->epoch();
-  device_.blocks_done = ctx_->blocks_done();
+  for (int q = 0; q < n && q < kDirectPeers; ++q) device_.peer_scratch[q] = ctx_->peer_scratch(q);
   ready_ = true;
 }
 

@@ -48,7 +48,7 @@ class GpuRank {
   std::unique_ptr<RankContext> ctx_;
   bool port_channels_;
   bool ready_ = false;
-  DeviceBuffer memory_channels_, port_channel_handles_;
+  DeviceBuffer memory_channels_, port_channel_handles_, stream_semaphores_;
   CollectiveContext device_{};
   // Declared last: freed first, while the channel tables their device tables point into still exist.
   mutable std::mutex plans_mutex_;

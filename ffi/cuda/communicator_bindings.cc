@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "bindings.h"
+#include "check.h"
+#include "collectives/epilogue.h"
 #include "communicator.h"
 #include "host_plan.h"
 
@@ -28,18 +30,22 @@ void register_communicator_bindings(nb::module_& m) {
   m.def(
       "comm_create_rank",
       [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
-         bool port_channels) {
+         bool port_channels, int stream_blocks) {
         RankOptions options;
         options.device = device;
         options.rank = rank;
         options.nranks = nranks;
         options.scratch_bytes = scratch_bytes;
         options.channels_per_peer = channels_per_peer;
+        // Streaming kernels wait across ranks block by block: every block must be resident at once.
+        int sms = 0;
+        JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        options.stream_blocks = stream_blocks < sms ? stream_blocks : sms;
         std::string endpoint = create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
         return nb::bytes(endpoint.data(), endpoint.size());
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),
-      nb::arg("channels_per_peer"), nb::arg("port_channels"),
+      nb::arg("channels_per_peer"), nb::arg("port_channels"), nb::arg("stream_blocks"),
       "Allocates one rank's registered scratch and semaphores on `device`; returns its endpoint bytes.");
   m.def(
       "comm_connect",
@@ -83,6 +89,9 @@ void register_communicator_bindings(nb::module_& m) {
         return ok != 0;
       },
       nb::arg("device"), nb::arg("peer"));
+  m.def("epilogue_supported", &epilogue_supported, nb::arg("nranks"), nb::arg("count"), nb::arg("row"),
+        nb::arg("dtype"), nb::arg("scratch_bytes"),
+        "Whether the fused all_reduce + epilogue kernel runs a call of `count` elements in rows of `row`.");
 }
 
 }  // namespace jax_mscclpp::cuda

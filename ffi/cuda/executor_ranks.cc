@@ -99,7 +99,6 @@ void ExecutorRank::build() {
   for (int p = 0; p < n; ++p) all = all && ctx_->connected(p);
   if (all && n <= kMaxSwitchMembers) context_.sw = ctx_->switch_channel_emulated();
   context_.epoch = ctx_->epoch();
-  context_.blocks_done = ctx_->blocks_done();
   built_ = true;
 }
 

@@ -1,8 +1,8 @@
 // XLA FFI handlers of platform CUDA: decode XLA's buffers and attributes, find this device's rank of the
 // communicator (by the device ordinal XLA runs the call on), and launch the collective on XLA's stream.
 //
-// Operands and attributes are those of the CPU handlers (ffi/handlers_cpu.cc); the partition operand is not
-// needed here: a process holds at most one rank per device and communicator. Algorithm kPlan runs the execution
+// Attributes are those of the CPU handlers (ffi/handlers_cpu.cc); there is no partition operand here: a process
+// holds at most one rank per device and communicator, found by the device ordinal. Algorithm kPlan runs the execution
 // plan bound to the rank as `plan_id` (GpuRank::bind_plan, at lowering) on the plan executor. Everything a
 // launch depends on is fixed per (communicator, plan, shapes), and the epoch lives in device memory, so the
 // handlers are command-buffer compatible: XLA may record a call once and replay it.
@@ -11,6 +11,7 @@
 #include "call_decoding.h"
 #include "collective_types.h"
 #include "collectives/collective.h"
+#include "collectives/epilogue.h"
 #include "communicator.h"
 #include "executor/executor.h"
 #include "handlers.h"
@@ -66,17 +67,23 @@ ffi::Error run_plan_cuda(const cuda::GpuRank& rank, const CollectiveContext& ctx
   return ffi::Error::Success();
 }
 
-template <Collective kCollective>
-ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer partition,
-                           ffi::Result<ffi::AnyBuffer> y, int64_t comm_id, int32_t op, int32_t algorithm,
-                           int64_t plan_id) {
-  (void)partition;
+// The rank of communicator `comm_id` on `device`, or null.
+cuda::GpuRank* find_rank(int64_t comm_id, int32_t device) {
   auto comm = cuda::find_gpu_communicator(comm_id);
   cuda::GpuRank* rank = comm ? comm->rank(device) : nullptr;
-  if (!rank || !rank->ready())
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jax_mscclpp: communicator " + std::to_string(comm_id) + " has no rank on device " +
-                          std::to_string(device));
+  return rank && rank->ready() ? rank : nullptr;
+}
+
+ffi::Error no_rank(int64_t comm_id, int32_t device) {
+  return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jax_mscclpp: communicator " + std::to_string(comm_id) +
+                                                             " has no rank on device " + std::to_string(device));
+}
+
+template <Collective kCollective>
+ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                           int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks) {
+  cuda::GpuRank* rank = find_rank(comm_id, device);
+  if (!rank) return no_rank(comm_id, device);
   // DType codes equal those of jax_mscclpp/reduce.cuh, which the kernels take.
   const int32_t dtype = int32_t(to_dtype(x.element_type()));
   if (to_dtype(x.element_type()) == DType::kInvalid || y->element_type() != x.element_type())
@@ -89,7 +96,7 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
   if (Algorithm(algorithm) == Algorithm::kPlan)
     return run_plan_cuda(*rank, ctx, stream, device, x, y, comm_id, dtype, op, plan_id);
   const cudaError_t err = launch_collective(ctx, int32_t(kCollective), algorithm, x.untyped_data(),
-                                            y->untyped_data(), block, dtype, op, stream);
+                                            y->untyped_data(), block, dtype, op, stream, max_blocks);
   if (err != cudaSuccess)
     return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_mscclpp: launching ") +
                                                      collective_name(kCollective) + " failed: " +
@@ -103,18 +110,77 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
                                     .Ctx<ffi::PlatformStream<cudaStream_t>>() \
                                     .Ctx<ffi::DeviceOrdinal>()              \
                                     .Arg<ffi::AnyBuffer>()                  \
-                                    .Arg<ffi::AnyBuffer>()                  \
                                     .Ret<ffi::AnyBuffer>()                  \
                                     .Attr<int64_t>("comm_id")               \
                                     .Attr<int32_t>("op")                    \
                                     .Attr<int32_t>("algorithm")             \
-                                    .Attr<int64_t>("plan_id"),              \
+                                    .Attr<int64_t>("plan_id")               \
+                                    .Attr<int32_t>("max_blocks"),           \
                                 {ffi::Traits::kCmdBufferCompatible});
 
 JAX_MSCCLPP_CUDA_HANDLER(AllReduceCuda, Collective::kAllReduce)
 JAX_MSCCLPP_CUDA_HANDLER(AllGatherCuda, Collective::kAllGather)
 JAX_MSCCLPP_CUDA_HANDLER(ReduceScatterCuda, Collective::kReduceScatter)
 JAX_MSCCLPP_CUDA_HANDLER(AllToAllCuda, Collective::kAllToAll)
+
+// all_reduce (sum) with a fused epilogue (collectives/epilogue.h): (x, residual[, weight]) -> (new_residual[,
+// normed]). The row length is the weight's length (RMSNorm) or the attribute `row` (residual only).
+ffi::Error epilogue_cuda(Epilogue kind, cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer residual,
+                         const void* weight, uint64_t row, ffi::AnyBuffer new_residual, void* normed, int64_t comm_id,
+                         float eps) {
+  cuda::GpuRank* rank = find_rank(comm_id, device);
+  if (!rank) return no_rank(comm_id, device);
+  const DType dtype = to_dtype(x.element_type());
+  if (residual.element_type() != x.element_type() || new_residual.element_type() != x.element_type() ||
+      residual.element_count() != x.element_count() || new_residual.element_count() != x.element_count())
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: fused all_reduce: mismatched operands");
+  EpilogueCall call{x.untyped_data(), residual.untyped_data(), weight, new_residual.untyped_data(), normed,
+                    x.element_count(), row, eps};
+  const cudaError_t err = launch_all_reduce_epilogue(rank->context(), kind, call, int32_t(dtype), stream);
+  if (err != cudaSuccess)
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_mscclpp: launching the fused all_reduce failed: ") + cudaGetErrorString(err));
+  return ffi::Error::Success();
+}
+
+ffi::Error all_reduce_residual_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer residual,
+                                    ffi::Result<ffi::AnyBuffer> new_residual, int64_t comm_id, int64_t row) {
+  return epilogue_cuda(Epilogue::kResidual, stream, device, x, residual, nullptr, uint64_t(row), *new_residual, nullptr,
+                       comm_id, 0.f);
+}
+
+ffi::Error all_reduce_rmsnorm_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer residual,
+                                   ffi::AnyBuffer weight, ffi::Result<ffi::AnyBuffer> normed,
+                                   ffi::Result<ffi::AnyBuffer> new_residual, int64_t comm_id, float eps) {
+  if (weight.element_type() != x.element_type() || normed->element_type() != x.element_type())
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: fused all_reduce: mismatched operands");
+  return epilogue_cuda(Epilogue::kResidualRMSNorm, stream, device, x, residual, weight.untyped_data(),
+                       weight.element_count(), *new_residual, normed->untyped_data(), comm_id, eps);
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCuda, all_reduce_residual_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("comm_id")
+                                  .Attr<int64_t>("row"),
+                              {ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCuda, all_reduce_rmsnorm_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("comm_id")
+                                  .Attr<float>("eps"),
+                              {ffi::Traits::kCmdBufferCompatible});
 
 }  // namespace
 
@@ -124,6 +190,8 @@ const HandlerList& cuda_handlers() {
       {target_name(Collective::kAllGather), reinterpret_cast<void*>(AllGatherCuda)},
       {target_name(Collective::kReduceScatter), reinterpret_cast<void*>(ReduceScatterCuda)},
       {target_name(Collective::kAllToAll), reinterpret_cast<void*>(AllToAllCuda)},
+      {kAllReduceResidualTarget, reinterpret_cast<void*>(AllReduceResidualCuda)},
+      {kAllReduceRMSNormTarget, reinterpret_cast<void*>(AllReduceRMSNormCuda)},
   };
   return handlers;
 }

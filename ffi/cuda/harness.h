@@ -11,6 +11,7 @@
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
 #include "jax_mscclpp/switch_channel.cuh"
+#include "collectives/collective.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -61,7 +62,9 @@ struct RankArgs {
   const PortChannelDeviceHandle* collective_port;
   SwitchChannelDeviceHandle sw;          // emulated, members = every rank's scratch
   uint64_t* epoch;
-  uint64_t* blocks_done;
+  const D2DSemaphoreDeviceHandle* stream;  // [nranks * stream_blocks * 2] (collectives/stream.cuh)
+  int32_t stream_blocks;
+  char* peer_scratch[kDirectPeers];
   unsigned long long* counters;  // kHarnessCounters, zeroed by the host before a launch
   WaitSite site;
 };

@@ -101,6 +101,18 @@ void HarnessRank::build() {
   bool all = true;
   for (int p = 0; p < n; ++p) all = all && ctx_->connected(p);
   if (all && n <= kMaxSwitchMembers) sw_ = ctx_->switch_channel_emulated();
+  if (all && opts_.stream_blocks > 0) {
+    const int sb = opts_.stream_blocks, kinds = RankContext::kStreamKinds;
+    std::vector<D2DSemaphoreDeviceHandle> sems(static_cast<size_t>(n) * sb * kinds);
+    for (int p = 0; p < n; ++p) {
+      if (p == opts_.rank) continue;
+      for (int b = 0; b < sb; ++b)
+        for (int k = 0; k < kinds; ++k) sems[(static_cast<size_t>(p) * sb + b) * kinds + k] = ctx_->stream_semaphore(p, b, k);
+    }
+    stream_table_ = DeviceBuffer(opts_.device, sems.size() * sizeof(D2DSemaphoreDeviceHandle));
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpyAsync(stream_table_.get(), sems.data(), sems.size() * sizeof(sems[0]),
+                                           cudaMemcpyHostToDevice, stream_));
+  }
   JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(stream_));
   built_ = true;
 }
@@ -159,7 +171,10 @@ RankArgs HarnessRank::args() const {
   a.collective_port = collective_ports_ ? collective_port_table_.get<PortChannelDeviceHandle>() : nullptr;
   a.sw = sw_;
   a.epoch = ctx_->epoch();
-  a.blocks_done = ctx_->blocks_done();
+  a.stream = opts_.stream_blocks > 0 ? stream_table_.get<D2DSemaphoreDeviceHandle>() : nullptr;
+  a.stream_blocks = opts_.stream_blocks;
+  for (int q = 0; q < opts_.nranks && q < kDirectPeers; ++q)
+    a.peer_scratch[q] = ctx_->connected(q) ? ctx_->peer_scratch(q) : nullptr;
   a.counters = counters_.get<unsigned long long>();
   a.site = ctx_->site(-1);
   return a;

@@ -83,6 +83,7 @@ class HarnessRank {
   DeviceBuffer mem_table_;
   DeviceBuffer port_table_;
   DeviceBuffer collective_port_table_;
+  DeviceBuffer stream_table_;
   SwitchChannelDeviceHandle sw_{};
   cudaGraphExec_t graph_ = nullptr;
   cudaStream_t stream_ = nullptr;

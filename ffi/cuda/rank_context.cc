@@ -15,16 +15,18 @@ struct EndpointHeader {
   int32_t rank;
   int32_t nranks;
   int32_t channels_per_peer;
+  int32_t stream_blocks;
 };
 
 }  // namespace
 
 RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
-  if (opts.nranks < 1 || opts.rank < 0 || opts.rank >= opts.nranks || opts.channels_per_peer < 1)
+  if (opts.nranks < 1 || opts.rank < 0 || opts.rank >= opts.nranks || opts.channels_per_peer < 1 ||
+      opts.stream_blocks < 0 || opts.stream_blocks > kEpochSlots)
     throw std::invalid_argument("jax_mscclpp: bad rank options");
   config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s);
   scratch_ = DeviceBuffer(opts.device, opts.scratch_bytes);
-  const size_t words = kFirstSemaphoreWord + static_cast<size_t>(opts.nranks) * opts.channels_per_peer * 2 * 2;
+  const size_t words = stream_semaphore_word(opts.nranks, 0, 0);
   pool_ = DeviceBuffer(opts.device, words * sizeof(uint64_t));
   peer_scratch_.resize(opts.nranks);
   peer_pool_.resize(opts.nranks);
@@ -43,8 +45,13 @@ size_t RankContext::semaphore_word(int sender, int index, Kind kind) const {
   return kFirstSemaphoreWord + ((static_cast<size_t>(sender) * opts_.channels_per_peer + index) * 2 + kind) * 2;
 }
 
+size_t RankContext::stream_semaphore_word(int sender, int block, int kind) const {
+  const size_t first = semaphore_word(opts_.nranks, 0, kMemory);
+  return first + ((static_cast<size_t>(sender) * opts_.stream_blocks + block) * kStreamKinds + kind) * 2;
+}
+
 std::string RankContext::endpoint() const {
-  EndpointHeader h{kEndpointMagic, opts_.rank, opts_.nranks, opts_.channels_per_peer};
+  EndpointHeader h{kEndpointMagic, opts_.rank, opts_.nranks, opts_.channels_per_peer, opts_.stream_blocks};
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   out += MemoryHandle::make(scratch_.get(), scratch_.bytes(), opts_.device).serialize();
   out += MemoryHandle::make(pool_.get(), pool_.bytes(), opts_.device).serialize();
@@ -60,7 +67,8 @@ void RankContext::connect(int peer, const std::string& remote) {
   EndpointHeader h;
   std::memcpy(&h, remote.data(), sizeof(h));
   if (h.magic != kEndpointMagic) throw std::invalid_argument("jax_mscclpp: connect: not an endpoint");
-  if (h.rank != peer || h.nranks != opts_.nranks || h.channels_per_peer != opts_.channels_per_peer)
+  if (h.rank != peer || h.nranks != opts_.nranks || h.channels_per_peer != opts_.channels_per_peer ||
+      h.stream_blocks != opts_.stream_blocks)
     throw std::invalid_argument("jax_mscclpp: connect: endpoint of rank " + std::to_string(h.rank) + "/" +
                                 std::to_string(h.nranks) + " does not match peer " + std::to_string(peer) + "/" +
                                 std::to_string(opts_.nranks));
@@ -100,6 +108,20 @@ MemoryChannelDeviceHandle RankContext::memory_channel(int peer, int index, char*
   h.remote = peer_scratch_[peer].get();
   h.local = local;
   h.packets = scratch_.get();
+  return h;
+}
+
+D2DSemaphoreDeviceHandle RankContext::stream_semaphore(int peer, int block, int kind) const {
+  check_peer(peer, 0);
+  if (block < 0 || block >= opts_.stream_blocks || kind < 0 || kind >= kStreamKinds)
+    throw std::invalid_argument("jax_mscclpp: stream semaphore out of range");
+  uint64_t* mine = pool_.get<uint64_t>();
+  uint64_t* theirs = reinterpret_cast<uint64_t*>(peer_pool_[peer].get());
+  D2DSemaphoreDeviceHandle h;
+  h.inbound = mine + stream_semaphore_word(peer, block, kind);
+  h.expected = h.inbound + 1;
+  h.remote_inbound = theirs + stream_semaphore_word(opts_.rank, block, kind);
+  h.site = site(peer);
   return h;
 }
 

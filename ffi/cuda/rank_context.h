@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "jax_mscclpp/epoch.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
 #include "jax_mscclpp/switch_channel.cuh"
@@ -30,6 +31,7 @@ struct RankOptions {
   int nranks = 1;
   size_t scratch_bytes = 1 << 20;
   int channels_per_peer = 1;  // semaphores per peer and kind: one channel per thread block, typically
+  int stream_blocks = 0;      // thread blocks of the streaming kernels: two stream semaphores per peer and block
   double timeout_s = 0;       // <= 0: JAX_MSCCLPP_TIMEOUT_S or 300
 };
 
@@ -45,12 +47,12 @@ class RankContext {
   int device() const { return opts_.device; }
   int channels_per_peer() const { return opts_.channels_per_peer; }
 
+  int stream_blocks() const { return opts_.stream_blocks; }
+
   char* scratch() const { return scratch_.get(); }
   size_t scratch_bytes() const { return scratch_.bytes(); }
-  // This call's epoch counter (device memory; kernels read it, use epoch + 1, and bump it at their end).
+  // The replicated epoch count, kEpochSlots words of device memory (jax_mscclpp/epoch.cuh).
   uint64_t* epoch() const { return pool_.get<uint64_t>() + kEpochWord; }
-  // Block-completion counter for "the last block bumps the epoch" (device memory, kept at 0 between calls).
-  uint64_t* blocks_done() const { return pool_.get<uint64_t>() + kBlocksDoneWord; }
   RuntimeConfigHost& config() { return *config_; }
   WaitSite site(int peer) const { return config_->site(peer); }
 
@@ -69,14 +71,21 @@ class RankContext {
   // device buffer owned by this context.
   SwitchChannelDeviceHandle switch_channel_emulated();
 
+  // The streaming kernels' semaphores to `peer` for thread block `block` (< stream_blocks): kind 0 carries
+  // "chunk written" signals, kind 1 "slot consumed" credits (kernels/collectives/stream.cuh).
+  static constexpr int kStreamKinds = 2;
+  D2DSemaphoreDeviceHandle stream_semaphore(int peer, int block, int kind) const;
+
  private:
+  // Pool words: [epoch slots | channel semaphores | stream semaphores], each semaphore two words (inbound,
+  // expected) at a place that depends only on (sender, index, kind), the same on every rank.
   static constexpr size_t kEpochWord = 0;
-  static constexpr size_t kBlocksDoneWord = 8;
-  static constexpr size_t kFirstSemaphoreWord = 16;
+  static constexpr size_t kFirstSemaphoreWord = kEpochSlots;
   enum Kind { kMemory = 0, kPort = 1 };
   // Index of the inbound word, on the receiving rank, of semaphore (sender, index, kind); the word after it
   // is the receiver's `expected` count.
   size_t semaphore_word(int sender, int index, Kind kind) const;
+  size_t stream_semaphore_word(int sender, int block, int kind) const;
   void check_peer(int peer, int index) const;
 
   RankOptions opts_;

@@ -235,7 +235,9 @@ class Runner:
         if algorithm != "auto":
             return algorithm
         try:
-            return selection.choose(COLLECTIVE[op], self.sel_platform, selection_bytes, None)
+            collective = COLLECTIVE[op]
+            requested = selection.requested_algorithm(collective, self.sel_platform, None)
+            return selection.choose(collective, self.sel_platform, selection_bytes, requested, self.world)
         except ValueError:
             return "?"
 

@@ -56,6 +56,7 @@ ALGORITHM_CODES = {
     "allpairs": 5,
     "allpairs_ll": 7,
     "allpairs_hb": 8,
+    "1pa_hb": 9,
 }
 
 
@@ -139,6 +140,7 @@ class VirtualRanks(RankData):
         timeout_s: float | None = None,
         port_channels: bool = False,
         collective_ports: bool = False,
+        stream_blocks: int = 4,
     ):
         cuda = native_cuda()
         if cuda is None:
@@ -162,6 +164,7 @@ class VirtualRanks(RankData):
                         timeout_s or 0.0,
                         port_channels,
                         collective_ports,
+                        stream_blocks,
                     )
                 )
             connect_all(self.ranks)

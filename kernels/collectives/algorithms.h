@@ -1,16 +1,19 @@
 // The collective algorithms behind launch_collective (collective.h), each a kernel plus a raw-pointer launcher
-// that issues ONE launch (one epoch) over one Piece of the call; collective.cu cuts a call into pieces that fit
-// the scratch and picks the launcher. Sizes and grids depend only on (sizes, nranks, scratch size, channels per
-// peer), the same on every rank, so every rank issues the same launches with the same grids.
+// that issues ONE launch (one epoch); collective.cu picks the launcher, and for the LL, ring and switch
+// algorithms cuts a call into pieces that fit the scratch. Sizes and grids depend only on (sizes, nranks,
+// scratch size, channels per peer, stream blocks), the same on every rank, so every rank issues the same launches
+// with the same grids.
 //
-//   launcher                      collectives                         protocol
-//   launch_all_pairs_reduce_ll    all_reduce (2PA-LL), reduce_scatter  LL16 packets, no semaphores
-//   launch_all_pairs_reduce_hb    all_reduce (2PA-HB), reduce_scatter  puts + one channel per block
-//   launch_all_pairs_copy_ll      all_gather, all_to_all               LL16 packets
-//   launch_all_pairs_copy_hb      all_gather, all_to_all               puts + one channel per block
-//   launch_all_reduce_ring        all_reduce (2PR)                     PortChannel DMA, one ring per block
-//   launch_all_reduce_switch      all_reduce (2PA-NVLS)                SwitchChannel reduce/broadcast + barriers
-// 1PA-LL has its own header (all_reduce_1pa_ll.h).
+//   launcher                      collectives                              protocol
+//   launch_all_reduce_1pa_ll      all_reduce (1PA-LL)                      LL16 packets, one phase
+//   launch_all_pairs_reduce_ll    all_reduce (2PA-LL), reduce_scatter      LL16 packets, no semaphores
+//   launch_all_pairs_copy_ll      all_gather, all_to_all                   LL16 packets
+//   launch_stream_reduce          all_reduce (1PA-HB, 2PA-HB phase 1),     streaming HB (stream.cuh): chunk slots,
+//                                 reduce_scatter                           a signal and a credit per chunk
+//   launch_stream_copy            all_gather, all_to_all,                  streaming HB
+//                                 all_reduce (2PA-HB phase 2)
+//   launch_all_reduce_ring        all_reduce (2PR)                         PortChannel DMA, one ring per block
+//   launch_all_reduce_switch      all_reduce (2PA-NVLS)                    SwitchChannel reduce/broadcast + barriers
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,11 +22,14 @@
 
 #include "collectives/collective.h"
 #include "collectives/collective_common.cuh"
+#include "collectives/stream.cuh"
 
 namespace jax_mscclpp::collectives {
 
 constexpr int kLLThreads = 256;
 constexpr int kLLMaxBlocks = 16;
+constexpr int k1paLLThreads = 512;
+constexpr uint64_t k1paLLBytesPerBlock = 4 << 10;
 constexpr int kHBThreads = 512;
 constexpr int kHBMaxBlocks = 32;
 constexpr int kRingMaxBlocks = 8;
@@ -35,24 +41,26 @@ inline int blocks_for(uint64_t work, uint64_t per_block, int cap) {
   return static_cast<int>(b < static_cast<uint64_t>(cap) ? b : cap);
 }
 
-// Largest piece (bytes of one block per launch) each algorithm fits into the scratch; 0 when none fits.
+// Largest piece (bytes of one block per launch) each piecewise algorithm fits into the scratch; 0 when none fits.
 uint64_t piece_cap_1pa_ll(int nranks, const ScratchLayout& s);
+// The smallest scratch in which 1PA-LL runs `bytes` in one launch; 0 when no scratch can (the LL halves are capped).
+uint64_t all_reduce_1pa_ll_scratch_bytes(uint64_t bytes, int nranks);
 uint64_t piece_cap_reduce_ll(int32_t collective, int nranks, const ScratchLayout& s);
-uint64_t piece_cap_reduce_hb(int32_t collective, int nranks, const ScratchLayout& s);
 uint64_t piece_cap_copy_ll(int nranks, const ScratchLayout& s);
-uint64_t piece_cap_copy_hb(int nranks, const ScratchLayout& s);
 uint64_t piece_cap_ring(int nranks, const ScratchLayout& s);
 uint64_t piece_cap_switch(int nranks, const ScratchLayout& s);
 
-// `collective` is a Collective code (ffi/collective_types.h); dtype/op codes of reduce.cuh.
+// `collective` is a Collective code (ffi/collective_types.h); dtype/op codes of reduce.cuh. blocks / threads
+// <= 0 pick the grid from the size (tests and benchmarks may force one).
+cudaError_t launch_all_reduce_1pa_ll(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
+                                     cudaStream_t stream, int blocks = 0, int threads = 0);
 cudaError_t launch_all_pairs_reduce_ll(const CollectiveContext& c, const Piece& p, int32_t collective, int32_t dtype,
-                                       int32_t op, cudaStream_t stream);
-cudaError_t launch_all_pairs_reduce_hb(const CollectiveContext& c, const Piece& p, int32_t collective, int32_t dtype,
                                        int32_t op, cudaStream_t stream);
 cudaError_t launch_all_pairs_copy_ll(const CollectiveContext& c, const Piece& p, int32_t collective,
                                      cudaStream_t stream);
-cudaError_t launch_all_pairs_copy_hb(const CollectiveContext& c, const Piece& p, int32_t collective,
-                                     cudaStream_t stream);
+cudaError_t launch_stream_reduce(const CollectiveContext& c, const StreamArgs& a, int32_t dtype, int32_t op,
+                                 cudaStream_t stream);
+cudaError_t launch_stream_copy(const CollectiveContext& c, const StreamArgs& a, cudaStream_t stream);
 cudaError_t launch_all_reduce_ring(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
                                    cudaStream_t stream);
 cudaError_t launch_all_reduce_switch(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,

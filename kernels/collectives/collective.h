@@ -6,7 +6,7 @@
 //   all_reduce in[n] -> out[n]; all_gather in[n] -> out[world][n]; reduce_scatter in[world][n] -> out[n];
 //   all_to_all in[world][n] -> out[world][n].
 // Every launch reads this call's epoch from ctx.epoch (device memory), uses epoch + 1 as its flag and scratch
-// half, and the last block bumps the epoch: a launch sequence can be captured once and replayed (CUDA graphs,
+// half, and its blocks store the new count at their end (jax_mscclpp/epoch.cuh): a launch sequence can be captured once and replayed (CUDA graphs,
 // XLA command buffers). Messages larger than one round of scratch are pipelined: launch_collective issues as
 // many launches (each one epoch) as needed, the number depending only on the sizes.
 #pragma once
@@ -22,18 +22,25 @@
 
 namespace jax_mscclpp {
 
+// Peers whose scratch a kernel finds in its arguments (CollectiveContext::peer_scratch) rather than in the
+// channel table in device memory: the latency-bound kernels store to a peer without a dependent load first.
+constexpr int kDirectPeers = 16;
+
 struct CollectiveContext {
   int32_t rank;
   int32_t nranks;
   int32_t channels_per_peer;
-  int32_t reserved;
-  char* scratch;                         // registered scratch of this rank (both halves)
+  int32_t stream_blocks;                 // most thread blocks a streaming kernel may use (0: none)
+  char* scratch;                         // registered scratch of this rank (every region)
   uint64_t scratch_bytes;
   const MemoryChannelDeviceHandle* mem;  // device array [nranks * channels_per_peer]; entry p*cpp + c reaches p
   const PortChannelDeviceHandle* port;   // device array [nranks * channels_per_peer], or null (no proxy)
   SwitchChannelDeviceHandle sw;          // emulated over every rank's scratch (hardware multicast: opt-in only)
-  uint64_t* epoch;                       // device counter of calls completed
-  uint64_t* blocks_done;                 // device word, 0 between calls
+  // Device array [nranks * stream_blocks * 2]: entry (p * stream_blocks + b) * 2 + kind is the semaphore pair with
+  // peer p for block b, kind 0 "chunk written", kind 1 "slot consumed" (collectives/stream.cuh).
+  const D2DSemaphoreDeviceHandle* stream;
+  uint64_t* epoch;                       // the replicated epoch count (jax_mscclpp/epoch.cuh)
+  char* peer_scratch[kDirectPeers];      // rank q's scratch as mapped here (q < min(nranks, kDirectPeers))
 };
 
 // Collective and algorithm codes: ffi/collective_types.h (Collective, Algorithm). dtype / op codes:
@@ -63,8 +70,10 @@ uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t
 
 // Launches one call on `stream`. cudaErrorInvalidValue for an unsupported combination or a scratch too small for
 // one piece; cudaErrorNotReady when the context lacks what the algorithm needs (e.g. port channels, an emulated
-// or usable SwitchChannel).
+// or usable SwitchChannel). `max_blocks` > 0 caps the streaming kernels' grid below ctx.stream_blocks (a kernel
+// that runs beside compute leaves it most multiprocessors).
 cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
-                              void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream);
+                              void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                              int32_t max_blocks = 0);
 
 }  // namespace jax_mscclpp

@@ -98,6 +98,10 @@ struct Chunks {
 JAX_MSCCLPP_DEVICE_INLINE const MemoryChannelDeviceHandle& mem_channel(const CollectiveContext& c, int peer, int i) {
   return c.mem[peer * c.channels_per_peer + i];
 }
+// Rank q's scratch as mapped here: from the kernel arguments when the context carries it.
+JAX_MSCCLPP_DEVICE_INLINE char* remote_scratch(const CollectiveContext& c, int q) {
+  return q < kDirectPeers ? c.peer_scratch[q] : mem_channel(c, q, 0).remote;
+}
 JAX_MSCCLPP_DEVICE_INLINE const PortChannelDeviceHandle& port_channel(const CollectiveContext& c, int peer, int i) {
   return c.port[peer * c.channels_per_peer + i];
 }
@@ -107,9 +111,9 @@ JAX_MSCCLPP_DEVICE_INLINE uint64_t launch_epoch(const CollectiveContext& c) {
   return ::jax_mscclpp::launch_epoch(c.epoch);
 }
 
-// The last block to get here publishes epoch `e` for the next launch on this stream.
-__device__ inline void finish_launch(const CollectiveContext& c, uint64_t e) {
-  ::jax_mscclpp::publish_epoch(c.epoch, c.blocks_done, e);
+// Every thread of every block, at the end of a launch: epoch `e` becomes the count the next launch reads.
+JAX_MSCCLPP_DEVICE_INLINE void finish_launch(const CollectiveContext& c, uint64_t e) {
+  ::jax_mscclpp::publish_epoch(c.epoch, e);
 }
 
 // Block-wide (every thread calls): signal every peer on channel b, thread k - 1 signalling peer rank + k, so the

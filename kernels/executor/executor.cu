@@ -589,8 +589,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     i += group;
   }
 
-  // The last block to finish publishes the next epoch.
-  publish_epoch(ctx.epoch, ctx.blocks_done, e);
+  publish_epoch(ctx.epoch, e);
 }
 
 }  // namespace

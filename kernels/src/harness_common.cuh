@@ -36,13 +36,11 @@ __device__ inline uint32_t pattern(uint32_t rank, uint64_t epoch, uint64_t i) {
   return x;
 }
 
-__device__ inline uint64_t read_epoch(const RankArgs& a) { return *reinterpret_cast<volatile uint64_t*>(a.epoch); }
+// The count of completed launches, as this block sees it (jax_mscclpp/epoch.cuh).
+__device__ inline uint64_t read_epoch(const RankArgs& a) { return launch_epoch(a.epoch) - 1; }
 
-// Every block read the epoch at entry; the last block to get here stores the new one (and rearms the
-// counter), so the next launch on this stream sees it.
-__device__ inline void finish_epoch(const RankArgs& a, uint64_t new_epoch) {
-  publish_epoch(a.epoch, a.blocks_done, new_epoch);
-}
+// Every thread of every block at the end of a launch: the next launch on this stream sees `new_epoch`.
+__device__ inline void finish_epoch(const RankArgs& a, uint64_t new_epoch) { publish_epoch(a.epoch, new_epoch); }
 
 __device__ inline const MemoryChannelDeviceHandle& mem(const RankArgs& a, int peer, int c) {
   return a.mem[peer * a.channels_per_peer + c];

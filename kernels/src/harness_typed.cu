@@ -2,7 +2,7 @@
 // local N-input reduce, and the 1PA-LL all_reduce collective. Specialized through the one dispatch switch of
 // reduce.cuh.
 #include "harness_common.cuh"
-#include "collectives/all_reduce_1pa_ll.h"
+#include "collectives/algorithms.h"
 #include "collectives/collective.h"
 
 namespace jax_mscclpp::cuda {
@@ -87,30 +87,25 @@ constexpr bool kSwitchCase = std::is_same_v<T, float> || std::is_same_v<T, __hal
 cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cudaStream_t stream) {
   const dim3 grid(p.blocks), block(p.threads);
   const auto op = static_cast<HarnessOp>(p.op);
+  CollectiveContext c{};
+  c.rank = a.rank;
+  c.nranks = a.nranks;
+  c.channels_per_peer = a.channels_per_peer;
+  c.stream_blocks = a.stream_blocks;
+  c.scratch = a.scratch;
+  c.scratch_bytes = a.scratch_bytes;
+  c.mem = a.mem;
+  c.port = a.collective_port;
+  c.sw = a.sw;
+  c.stream = a.stream;
+  c.epoch = a.epoch;
+  for (int q = 0; q < kDirectPeers; ++q) c.peer_scratch[q] = a.peer_scratch[q];
   if (op == HarnessOp::kAllReduce1paLL) {
-    AllReduce1paLLArgs c;
-    c.rank = a.rank;
-    c.nranks = a.nranks;
-    c.channels = a.mem;
-    c.channels_per_peer = a.channels_per_peer;
-    c.scratch = a.scratch;
-    c.scratch_bytes = a.scratch_bytes;
-    c.epoch = a.epoch;
-    c.blocks_done = a.blocks_done;
-    return launch_all_reduce_1pa_ll(c, a.input, a.output, p.count, p.dtype, p.reduce_op, p.blocks, p.threads, stream);
+    const uint64_t bytes = p.count * dtype_bytes(p.dtype);
+    collectives::Piece piece{a.input, a.output, 0, 0, 0, bytes};
+    return collectives::launch_all_reduce_1pa_ll(c, piece, p.dtype, p.reduce_op, stream, p.blocks, p.threads);
   }
   if (op == HarnessOp::kCollective) {
-    CollectiveContext c{};
-    c.rank = a.rank;
-    c.nranks = a.nranks;
-    c.channels_per_peer = a.channels_per_peer;
-    c.scratch = a.scratch;
-    c.scratch_bytes = a.scratch_bytes;
-    c.mem = a.mem;
-    c.port = a.collective_port;
-    c.sw = a.sw;
-    c.epoch = a.epoch;
-    c.blocks_done = a.blocks_done;
     for (int i = 0; i < (p.iters > 1 ? p.iters : 1); ++i) {
       const cudaError_t e = launch_collective(c, p.collective, p.algorithm, a.input + p.src_off, a.output + p.dst_off,
                                               p.count, p.dtype, p.reduce_op, stream);

@@ -47,15 +47,15 @@ def test_a_written_file_changes_the_choice(tmp_path, monkeypatch, no_tuning):
     # A request or JAX_MSCCLPP_ALGORITHM still overrides the file.
     assert selection.choose(AR, "cpu", 1024, small) == small
     monkeypatch.setenv("JAX_MSCCLPP_ALGORITHM", _other_than(tuned))
-    assert selection.choose(AR, "cpu", 1024, None) == _other_than(tuned)
+    assert selection.choose(AR, "cpu", 1024, selection.requested_algorithm(AR, "cpu", None)) == _other_than(tuned)
 
 
 def test_the_table_shows_tuned_rules_first(tmp_path, monkeypatch):
     path = _file(tmp_path / "sel.json", [_rule(4096, "2pa_ll")])
     monkeypatch.setenv(tuning.ENV_FILE, path)
     table = selection.table()
-    assert table[0] == {"collective": "all_reduce", "platform": "cpu", "max_bytes": 4096, "algorithm": "2pa_ll",
-                        "source": path}
+    assert table[0] == {"collective": "all_reduce", "platform": "cpu", "world": None, "max_bytes": 4096,
+                        "algorithm": "2pa_ll", "source": path}
     assert all(row["source"] == "default" for row in table[1:])
     assert len(table) == 1 + len(selection.DEFAULT_TABLE)
 

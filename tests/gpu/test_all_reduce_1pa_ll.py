@@ -11,7 +11,7 @@ pytestmark = pytest.mark.gpu
 
 CASES = [("float32", "sum"), ("bfloat16", "sum"), ("float16", "sum"), ("int32", "sum"), ("float32", "max"),
          ("int8", "min"), ("float64", "sum")]
-COUNTS = [1, 7, 1000, 4099, 65_539]
+COUNTS = [1, 7, 1000, 4099, 16_411]  # the largest fits one launch on 8 ranks
 
 
 @pytest.mark.parametrize("nranks", [2, 3, 4, 5, 6, 7, 8])
@@ -27,7 +27,7 @@ def test_all_reduce_1pa_ll(cuda, rng, nranks):
                 for r in range(nranks):
                     vr.upload(r, INPUT, data[r])
                     vr.fill(r, OUTPUT, 0xEE)
-                vr.run("all_reduce_1pa_ll", dtype=dtype, reduce_op=op, count=count, blocks=0, threads=256)
+                vr.run("all_reduce_1pa_ll", dtype=dtype, reduce_op=op, count=count, blocks=0, threads=0)
                 calls += 1
                 outs = [vr.download(r, OUTPUT, count * dt.itemsize, dtype=dt) for r in range(nranks)]
                 for r in range(1, nranks):

@@ -26,8 +26,8 @@ JAX_MSCCLPP_DEVICE_INLINE bool reached(uint64_t v, uint64_t target) {
 
 template <bool kAcquire>
 JAX_MSCCLPP_DEVICE_INLINE void wait_inbound(const uint64_t* inbound, uint64_t* expected, const WaitSite& site,
-                                            WaitOp op) {
-  const uint64_t target = *expected + 1;
+                                            WaitOp op, uint64_t count = 1) {
+  const uint64_t target = *expected + count;
   *expected = target;
   SpinBound bound(site);
   for (;;) {
@@ -73,6 +73,11 @@ struct D2DSemaphoreDeviceHandle {
   // Acquire: spins (bounded) until the peer's signals reach expected+1, then consumes one.
   JAX_MSCCLPP_DEVICE_INLINE void wait() const {
     detail::wait_inbound<true>(inbound, expected, site, WaitOp::kSemaphoreWait);
+  }
+
+  // wait() for `count` signals at once (count >= 1).
+  JAX_MSCCLPP_DEVICE_INLINE void wait(uint64_t count) const {
+    detail::wait_inbound<true>(inbound, expected, site, WaitOp::kSemaphoreWait, count);
   }
 
   // Like wait() but with relaxed loads: pairs with relaxed_signal(); gives no visibility guarantee for data.

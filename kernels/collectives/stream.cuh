@@ -1,0 +1,213 @@
+// The streaming HB protocol (internal to this folder): every thread block of every rank pipelines its share of
+// a message through a ring of chunk slots in each peer's scratch, one "chunk written" signal per chunk and one
+// "slot consumed" credit back, so one launch moves any message size through a bounded scratch.
+//
+// Geometry (StreamGeometry, computed on the host from the sizes alone, the same on every rank): G blocks; each
+// segment (what one rank sends to one peer) is cut into G parts of `part` bytes, part b handled by block b on
+// every rank; part b is cut into chunks of `chunk` bytes. Receiver t holds, in the HB half of this launch's epoch
+// (collective_common.cuh), S slots of `chunk` bytes per (sender, block):
+//
+//   slot (sender s, block b, i) of receiver t at  hb(e) + ((j * G + b) * S + i) * chunk,  j = (s - t - 1) mod n
+//
+// Per block b and peer q, chunk k goes to slot k % S. The sender waits for the credit of chunk k - S before
+// writing chunk k (the receiver gives it after reading the slot), puts the chunk, and signals after a block
+// barrier (release); the receiver waits for the signal (acquire), reads, and credits after a block barrier.
+// Every launch consumes every signal it produces: the sender drains its last credits before the launch ends,
+// so the semaphore counts carry nothing from one launch to the next and a recorded launch replays unchanged.
+// Scratch halves by epoch parity (collective_common.cuh) keep a launch with another geometry from writing
+// slots a slow peer still reads.
+//
+// Semaphores: ctx.stream, entry (peer * stream_blocks + b) * 2 + kind (kind 0 data, kind 1 credit), one waiter
+// each: thread i of a block waits for / signals peer (rank + 1 + i) mod n.
+#pragma once
+
+#include "collectives/collective_common.cuh"
+
+namespace jax_mscclpp::collectives {
+
+constexpr int kStreamData = 0;
+constexpr int kStreamCredit = 1;
+
+// Launch geometry of one streaming launch (host and device agree on it).
+struct StreamGeometry {
+  int32_t blocks;    // G (0: cannot run)
+  int32_t slots;     // S
+  uint64_t part;     // bytes of every segment per block (16-multiple)
+  uint64_t chunk;    // bytes per chunk (16-multiple)
+};
+
+// What one rank sends and where what it receives goes. Segment i is `seg` bytes long, clipped to `total`
+// (segment i holds bytes [i * seg, (i + 1) * seg) of `total`; with total = n * seg every segment is whole).
+//   reduce kernels: peer q gets src + q * src_stride (segment q); the rank folds segment r of every rank into dst.
+//   copy kernels:   peer q gets src + q * src_stride (segment r's length); data from q lands at
+//                   dst + q * dst_stride (segment q's length); the rank's own segment is copied locally.
+struct StreamArgs {
+  const char* src;
+  uint64_t src_stride;
+  char* dst;
+  uint64_t dst_stride;
+  uint64_t seg;
+  uint64_t total;
+  StreamGeometry geo;
+
+  JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t seg_len(int i) const {
+    const uint64_t lo = min_u64(static_cast<uint64_t>(i) * seg, total);
+    return min_u64(seg, total - lo);
+  }
+};
+
+#if defined(__CUDACC__)
+
+JAX_MSCCLPP_DEVICE_INLINE const D2DSemaphoreDeviceHandle& stream_semaphore(const CollectiveContext& c, int peer,
+                                                                          int b, int kind) {
+  return c.stream[(static_cast<uint64_t>(peer) * c.stream_blocks + b) * 2 + kind];
+}
+
+// dst[i] = src(0)[i] (op) ... (op) src(n-1)[i] over `bytes`, threads [tid, nthreads): the rank-order fold of
+// fold_rank_order (same bits), with kUnroll 16-byte loads of each source in flight per thread. Every pointer
+// must be 16-byte aligned; the tail shorter than 16 bytes is folded element by element.
+template <class T, class Op, int kUnroll = 4, class Src>
+__device__ inline void fold_aligned(Src src, int n, char* dst, uint64_t bytes, uint32_t tid, uint32_t nthreads) {
+  using Tr = ReduceTraits<T>;
+  const uint64_t nvec = bytes / 16;
+  for (uint64_t base = tid; base < nvec; base += kUnroll * static_cast<uint64_t>(nthreads)) {
+    VecAccumulator<T, Op> acc[kUnroll];
+    for (int q = 0; q < n; ++q) {
+      const uint4* s = reinterpret_cast<const uint4*>(src(q));
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t i = base + u * static_cast<uint64_t>(nthreads);
+        if (i < nvec) v[u] = s[i];
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (base + u * static_cast<uint64_t>(nthreads) < nvec) {
+          if (q == 0) {
+            acc[u].init(v[u]);
+          } else {
+            acc[u].add(v[u]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const uint64_t i = base + u * static_cast<uint64_t>(nthreads);
+      if (i < nvec) reinterpret_cast<uint4*>(dst)[i] = acc[u].result();
+    }
+  }
+  for (uint64_t i = nvec * (16 / sizeof(T)) + tid; i < bytes / sizeof(T); i += nthreads) {
+    typename Tr::Acc a = Tr::widen(reinterpret_cast<const T*>(src(0))[i]);
+    for (int q = 1; q < n; ++q) a = combine<Op>(a, Tr::widen(reinterpret_cast<const T*>(src(q))[i]));
+    reinterpret_cast<T*>(dst)[i] = Tr::narrow(a);
+  }
+}
+
+// One block's view of a streaming launch: its part of every segment, its slots, its semaphores. Held by value
+// and used through force-inlined members only, so it lives in registers.
+struct StreamBlock {
+  CollectiveContext c;
+  StreamArgs a;
+  int r, n, b;
+  uint64_t lo, hi;     // this block's byte range of every segment
+  uint64_t half;       // this launch's HB half (scratch offset)
+  uint32_t chunks;     // chunks of this block (the same for every segment and on every rank)
+
+  JAX_MSCCLPP_DEVICE_INLINE StreamBlock(const CollectiveContext& ctx, const StreamArgs& args, uint64_t e)
+      : c(ctx), a(args), r(ctx.rank), n(ctx.nranks), b(blockIdx.x) {
+    const Span s = part_of(args.seg, b, args.geo.part);
+    lo = s.lo;
+    hi = s.hi;
+    half = ScratchLayout::of(ctx.scratch_bytes).hb(e);
+    chunks = static_cast<uint32_t>(ceil_div(hi - lo, args.geo.chunk));
+  }
+
+  // Bytes [first, first + len) of chunk k within a segment of `seg_len` bytes (len may be 0).
+  JAX_MSCCLPP_DEVICE_INLINE Span chunk_of(uint32_t k, uint64_t seg_len) const {
+    const uint64_t first = min_u64(lo + k * a.geo.chunk, hi);
+    const uint64_t last = min_u64(first + a.geo.chunk, hi);
+    return {min_u64(first, seg_len), min_u64(last, seg_len)};
+  }
+  // Slot (sender, this block, k % S) in receiver's scratch, as an offset.
+  JAX_MSCCLPP_DEVICE_INLINE uint64_t slot_offset(int sender, int receiver, uint32_t k) const {
+    const uint64_t j = static_cast<uint64_t>((sender - receiver - 1 + 2 * n) % n);
+    return half + ((j * gridDim.x + b) * a.geo.slots + k % a.geo.slots) * a.geo.chunk;
+  }
+  JAX_MSCCLPP_DEVICE_INLINE int peer(int i) const { return (r + 1 + i) % n; }
+
+  // Block-wide: wait for `count` signals of `kind` from every peer (one waiter thread per peer), then a barrier.
+  JAX_MSCCLPP_DEVICE_INLINE void wait_all(int kind, uint64_t count) const {
+    if (count != 0)
+      for (int i = threadIdx.x; i < n - 1; i += blockDim.x) stream_semaphore(c, peer(i), b, kind).wait(count);
+    __syncthreads();
+  }
+  // Block-wide: a barrier (so the block's accesses are done), then one signal of `kind` to every peer.
+  JAX_MSCCLPP_DEVICE_INLINE void signal_all(int kind) const {
+    __syncthreads();
+    for (int i = threadIdx.x; i < n - 1; i += blockDim.x) stream_semaphore(c, peer(i), b, kind).signal();
+  }
+
+  // Sends chunk k of the segment each peer gets (reduce: segment q; copy: segment r), after the credit of
+  // chunk k - S.
+  template <bool kReduce>
+  JAX_MSCCLPP_DEVICE_INLINE void send(uint32_t k) const {
+    if (k >= static_cast<uint32_t>(a.geo.slots)) wait_all(kStreamCredit, 1);
+    for (int i = 0; i < n - 1; ++i) {
+      const int q = peer(i);
+      const Span s = chunk_of(k, a.seg_len(kReduce ? q : r));
+      const char* from = a.src + q * a.src_stride + s.lo;
+      mem_channel(c, q, 0).put_from(slot_offset(r, q, k), from, s.size(), threadIdx.x, blockDim.x);
+    }
+    signal_all(kStreamData);
+  }
+
+  // Waits for chunk k from every peer; the caller reads the slots, then calls release(k).
+  JAX_MSCCLPP_DEVICE_INLINE void receive(uint32_t k) const { wait_all(kStreamData, 1); }
+  JAX_MSCCLPP_DEVICE_INLINE void release(uint32_t k) const { signal_all(kStreamCredit); }
+
+  // Drains the credits not yet waited for, so this launch consumes every signal it caused.
+  JAX_MSCCLPP_DEVICE_INLINE void finish() const {
+    const uint32_t s = static_cast<uint32_t>(a.geo.slots);
+    wait_all(kStreamCredit, chunks < s ? chunks : s);
+  }
+
+  JAX_MSCCLPP_DEVICE_INLINE const char* slot(int sender, uint32_t k) const { return c.scratch + slot_offset(sender, r, k); }
+};
+
+#endif  // __CUDACC__
+
+// Host: the geometry of a streaming launch over segments of `seg` bytes on `nranks` ranks, with `hb_half` bytes
+// per HB half and at most `max_blocks` blocks; blocks 0 when the scratch cannot hold one 16-byte slot per
+// (peer, block). Tuning knobs in StreamTuning.
+struct StreamTuning {
+  uint64_t block_bytes;   // a block per this many bytes of a segment, up to max_blocks
+  int32_t max_blocks;
+  int32_t slots;
+  uint64_t max_chunk;     // largest chunk
+  uint32_t min_chunks;    // aim for at least this many chunks per block (pipelining)
+};
+
+inline StreamGeometry stream_geometry(uint64_t seg, int nranks, uint64_t hb_half, int max_blocks,
+                                      const StreamTuning& t) {
+  StreamGeometry g{0, t.slots < 1 ? 1 : t.slots, 0, 0};
+  if (nranks < 2 || max_blocks < 1) return g;
+  int blocks = static_cast<int>(ceil_div(seg == 0 ? 1 : seg, t.block_bytes));
+  if (blocks > t.max_blocks) blocks = t.max_blocks;
+  if (blocks > max_blocks) blocks = max_blocks;
+  if (blocks < 1) blocks = 1;
+  for (; blocks >= 1; blocks /= 2) {
+    const uint64_t cap = round_down(hb_half / (static_cast<uint64_t>(nranks - 1) * blocks * g.slots), 16);
+    if (cap < 16) continue;
+    g.blocks = blocks;
+    g.part = round_up(ceil_div(seg, blocks), 16);
+    uint64_t chunk = round_up(ceil_div(g.part, t.min_chunks < 1 ? 1 : t.min_chunks), 16);
+    if (chunk > t.max_chunk) chunk = t.max_chunk;
+    if (chunk > cap) chunk = cap;
+    g.chunk = chunk < 16 ? 16 : chunk;
+    return g;
+  }
+  return g;
+}
+
+}  // namespace jax_mscclpp::collectives
