@@ -125,6 +125,7 @@ void register_bindings(nb::module_& m) {
   ops["port_latency"] = static_cast<int>(HarnessOp::kPortLatency);
   ops["all_reduce_1pa_ll"] = static_cast<int>(HarnessOp::kAllReduce1paLL);
   ops["collective"] = static_cast<int>(HarnessOp::kCollective);
+  ops["all_reduce_epilogue"] = static_cast<int>(HarnessOp::kAllReduceEpilogue);
   m.attr("HARNESS_OPS") = ops;
 
   nb::class_<HarnessParams>(m, "HarnessParams")

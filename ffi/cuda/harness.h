@@ -39,6 +39,9 @@ enum class HarnessOp : int32_t {
   kCollective = 15,      // launch_collective (kernels/collectives/collective.h): `collective`, `algorithm`, dtype,
                          // reduce_op, count (elements per block) on input + src_off -> output + dst_off, iters
                          // calls in a row; the context is built from RankArgs (port channels: collective_port)
+  kAllReduceEpilogue = 16,  // collectives/epilogue.h: input = [x | residual | weight (`bytes` elements)], output =
+                            // [new_residual | normed], `count` elements, rows of `bytes`; mode 0 residual,
+                            // 1 residual + RMSNorm (eps 1e-6)
 };
 
 constexpr int kHarnessCounters = 8;
@@ -92,7 +95,8 @@ struct HarnessParams {
 // Launches `p.op` for one rank on `stream` (asynchronous). Returns the launch error, or
 // cudaErrorInvalidValue for an unknown op / dtype.
 cudaError_t launch_harness(const RankArgs& a, const HarnessParams& p, cudaStream_t stream);
-// The dtype/op specialized part (kReducePut, kSwitchAllReduce, kReduceLocal, kAllReduce1paLL, kCollective).
+// The dtype/op specialized part (kReducePut, kSwitchAllReduce, kReduceLocal, kAllReduce1paLL, kCollective,
+// kAllReduceEpilogue).
 cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cudaStream_t stream);
 
 // FIFO probe: `pushers` threads push `ntriggers` custom triggers (handler id 1) in total, each payload

@@ -388,7 +388,8 @@ cudaError_t launch_harness(const RankArgs& a, const HarnessParams& p, cudaStream
     case HarnessOp::kSwitchAllReduce:
     case HarnessOp::kReduceLocal:
     case HarnessOp::kAllReduce1paLL:
-    case HarnessOp::kCollective: return launch_harness_typed(a, p, stream);
+    case HarnessOp::kCollective:
+    case HarnessOp::kAllReduceEpilogue: return launch_harness_typed(a, p, stream);
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -3,6 +3,7 @@
 // reduce.cuh.
 #include "harness_common.cuh"
 #include "collectives/algorithms.h"
+#include "collectives/epilogue.h"
 #include "collectives/collective.h"
 
 namespace jax_mscclpp::cuda {
@@ -104,6 +105,13 @@ cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cuda
     const uint64_t bytes = p.count * dtype_bytes(p.dtype);
     collectives::Piece piece{a.input, a.output, 0, 0, 0, bytes};
     return collectives::launch_all_reduce_1pa_ll(c, piece, p.dtype, p.reduce_op, stream, p.blocks, p.threads);
+  }
+  if (op == HarnessOp::kAllReduceEpilogue) {
+    const uint64_t es = dtype_bytes(p.dtype);
+    EpilogueCall call{a.input, a.input + p.count * es, a.input + 2 * p.count * es, a.output, a.output + p.count * es,
+                      p.count, p.bytes, 1e-6f};
+    return launch_all_reduce_epilogue(c, p.mode == 0 ? Epilogue::kResidual : Epilogue::kResidualRMSNorm, call,
+                                      p.dtype, stream);
   }
   if (op == HarnessOp::kCollective) {
     for (int i = 0; i < (p.iters > 1 ? p.iters : 1); ++i) {

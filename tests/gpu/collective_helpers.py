@@ -9,7 +9,7 @@ from .gpu_helpers import INPUT, OUTPUT, is_float, numpy_dtype
 
 POISON = 0xEE
 
-ALL_REDUCE_ALGORITHMS = ["1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls"]
+ALL_REDUCE_ALGORITHMS = ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls"]
 ALL_PAIRS_ALGORITHMS = ["allpairs", "allpairs_ll", "allpairs_hb"]
 COMBOS = [("all_reduce", a) for a in ALL_REDUCE_ALGORITHMS] + [
     (c, a) for c in ("all_gather", "reduce_scatter", "all_to_all") for a in ALL_PAIRS_ALGORITHMS
