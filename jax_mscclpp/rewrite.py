@@ -41,10 +41,10 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 from jax import lax
-from jax.extend.core import Primitive
+from jax.extend.core import Literal, Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _compat, collectives, plans
+from . import _compat, collectives, plans, selection
 from ._types import ALGORITHMS_OF, SUPPORTED_DTYPES, Collective
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
@@ -109,8 +109,6 @@ class _Config:
         registered after ``rewrite`` count)."""
         if isinstance(self.algorithm, tuple):
             for name, algorithm in self.algorithm:
-                from . import selection
-
                 selection.check_algorithm(COLLECTIVES[name], algorithm, f"jax_mscclpp.rewrite ({name})")
         elif self.algorithm is not None and not any(self.algorithm_for(name) for name in COLLECTIVES):
             known = sorted({a for c in set(COLLECTIVES.values()) for a in ALGORITHMS_OF[c]})
@@ -186,7 +184,7 @@ def _evaluate(jaxpr, consts, args, config: _Config) -> list:
     env = {}
 
     def read(atom):
-        return atom.val if isinstance(atom, jax.extend.core.Literal) else env[atom]
+        return atom.val if isinstance(atom, Literal) else env[atom]
 
     for var, value in zip(jaxpr.constvars, consts):
         env[var] = value
@@ -343,9 +341,9 @@ def _replace_pvary(eqn, x, config: _Config):
 
 # ---- higher-order primitives ---------------------------------------------------------------------------------
 
-# Rewritten jaxprs, per original jaxpr, per (config, trace context): a jaxpr is rewritten once, and the same
-# rewritten object comes back each time, so jit's compilation cache keeps hitting when ``rewrite(jax.jit(step))``
-# is called again outside any trace.
+# Rewritten jaxprs (and shard_map functions), per original jaxpr, per (config, trace context, ...): a jaxpr is
+# rewritten once and the same object comes back each time, so JAX's compilation caches keep hitting when
+# ``rewrite(jax.jit(step))`` is called again outside any trace.
 _rewritten_jaxprs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _contains: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -425,19 +423,24 @@ def _remat(eqn, invals, config):
 
 def _shard_map(eqn, invals, config):
     """shard_map's body is traced in its own context (manual axes, check_vma): bound again through the public
-    ``jax.shard_map`` with the same mesh, specs and axes, around the rewritten body."""
+    ``jax.shard_map`` with the same mesh, specs and axes, around the rewritten body. The mapped function is made
+    once per body, so JAX's caches keep hitting when it runs outside any trace."""
     params = eqn.params
-    if not _contains_collective(params["jaxpr"]):
+    body = params["jaxpr"]
+    if not _contains_collective(body):
         return _compat.bind_equation(eqn, invals, params)
-    body, consts = _compat.jaxpr_and_consts(params["jaxpr"])
+    settings = dict(mesh=params["mesh"], in_specs=tuple(params["in_specs"]), out_specs=tuple(params["out_specs"]),
+                    axis_names=frozenset(params["newly_manual_axes"]), check_vma=params["check_vma"])
+    key = ("shard_map", config, _compat.retrace_context_key(), *settings.values())
+    per_jaxpr = _rewritten_jaxprs.setdefault(body, {})
+    if key not in per_jaxpr:
+        inner, consts = _compat.jaxpr_and_consts(body)
 
-    def rewritten_body(*args):
-        return tuple(_evaluate(body, consts, args, config))
+        def rewritten_body(*args):
+            return tuple(_evaluate(inner, consts, args, config))
 
-    mapped = jax.shard_map(rewritten_body, mesh=params["mesh"], in_specs=tuple(params["in_specs"]),
-                           out_specs=tuple(params["out_specs"]), axis_names=set(params["newly_manual_axes"]),
-                           check_vma=params["check_vma"])
-    return list(mapped(*invals))
+        per_jaxpr[key] = jax.shard_map(rewritten_body, **settings)
+    return list(per_jaxpr[key](*invals))
 
 
 def _retraced_rule(rule, config: _Config, result_jaxpr_index: int = 0):
