@@ -49,7 +49,8 @@ from ._types import ALGORITHMS_OF, SUPPORTED_DTYPES, Collective
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
 
-# The collectives ``rewrite`` can replace: name -> (the jax_mscclpp collective, its Collective for algorithm names).
+# The collectives ``rewrite`` can replace (the names ``collectives=`` and ``algorithm=`` take), with the Collective
+# whose algorithm names each one knows.
 COLLECTIVES = {
     "psum": Collective.ALL_REDUCE,
     "pmax": Collective.ALL_REDUCE,
@@ -144,7 +145,10 @@ def rewrite(fun: Callable | None = None, *, collectives: Iterable[str] | None = 
 
 
 def _is_traced_argument(leaf) -> bool:
-    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.core.Tracer))
+    """Arrays (and tracers) are traced; every other leaf is passed to the function as it is."""
+    if isinstance(leaf, (jax.Array, jax.core.Tracer)):
+        return True
+    return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "biufc"
 
 
 def _rewritten(fun: Callable, config: _Config) -> Callable:
