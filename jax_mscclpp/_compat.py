@@ -7,6 +7,7 @@ through this module, which is tested on the CI's JAX (0.10) and the GPU machine'
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import jax
@@ -187,8 +188,6 @@ def wrap_like(fn, wrapped_fun: Any) -> Any:
 def equation_context(eqn: Any):
     """The context ``core.eval_jaxpr`` evaluates ``eqn`` under: its source location and name stack, and its
     equation context (compute type, mesh, ...)."""
-    import contextlib
-
     stack = contextlib.ExitStack()
     name_stack = _source_info_util.current_name_stack() + eqn.source_info.name_stack
     stack.enter_context(_source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack))
