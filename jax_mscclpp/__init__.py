@@ -19,6 +19,7 @@ from .collectives import (
 from .communicator import Communicator
 from .info import info
 from .plans import register_algorithm, unregister_algorithm
+from .rewrite import rewrite
 
 __version__ = "0.1.0"
 
@@ -35,4 +36,5 @@ __all__ = [
     "psum",
     "psum_scatter",
     "reduce_scatter",
+    "rewrite",
 ]

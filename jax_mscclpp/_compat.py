@@ -7,6 +7,7 @@ through this module, which is tested on the CI's JAX (0.10) and the GPU machine'
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import jax
@@ -115,9 +116,148 @@ def kv_get_bytes(key: str, timeout_s: float) -> bytes:
     return coordination_client().blocking_key_value_get_bytes(key, int(timeout_s * 1000))
 
 
+# ---- jaxpr interpretation, for ``rewrite.py`` ------------------------------------------------------------------
+#
+# ``jax_mscclpp.rewrite`` traces a function to a jaxpr and evaluates it again, equation by equation, replacing the
+# lax collectives. That needs JAX's tracing entry point, its collective primitives and the way a jaxpr carries its
+# constants, all internal. The parts that differ between releases:
+#   - jax 0.10 has two classes, ``Jaxpr`` (open) and ``ClosedJaxpr`` (a Jaxpr and its constants); jax 0.11 merged
+#     them into one ``Jaxpr`` with attached constants (``ClosedJaxpr`` is an alias, ``.jaxpr`` returns itself).
+#     ``ClosedJaxpr(jaxpr, consts)``, ``.jaxpr``, ``.consts``, ``.constvars``, ``.invars`` mean the same in both.
+#   - primitive names and parameters of the collectives and of the higher-order primitives are the same in both.
+
+from jax._src import api_util as _api_util
+from jax._src import linear_util as _lu
+from jax._src import mesh as _mesh
+from jax._src import source_info_util as _source_info_util
+from jax._src.interpreters import partial_eval as _pe
+from jax._src.lax import lax as _lax_internal
+from jax._src.lax import parallel as _parallel
+
+# The lax collectives rewrite.py replaces, by primitive, with the public jax_mscclpp function each one maps to.
+# psum_invariant is psum under check_vma=True; psum_p is psum under check_vma=False and in transposes there.
+LAX_COLLECTIVES = {
+    _parallel.psum_p: "psum",
+    _parallel.psum_invariant_p: "psum",
+    _parallel.pmax_p: "pmax",
+    _parallel.pmin_p: "pmin",
+    _parallel.all_gather_p: "all_gather",
+    _parallel.reduce_scatter_p: "psum_scatter",
+    _parallel.all_to_all_p: "all_to_all",
+}
+
+# pvary: the invariant -> varying cast that check_vma inserts; its transpose is a psum (psum_invariant).
+pvary_p = _core.pvary_p
+
+
+def pvary_abstract_eval(aval: Any, axes: tuple) -> Any:
+    """The type of ``pvary(x, axes)``: lax's own rule, so a replacement types exactly as pvary."""
+    out = _core.pvary_p.abstract_eval(aval, axes=axes)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def collective_axes(params: dict) -> tuple:
+    """The axis names of a lax collective equation (``axes`` for the reductions, ``axis_name`` for the others)."""
+    axes = params["axes"] if "axes" in params else params["axis_name"]
+    return tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+
+
+def mesh_axes() -> tuple[frozenset, frozenset]:
+    """(all axes, manual axes) of the mesh where the caller is being traced; manual axes are those an enclosing
+    shard_map maps over (empty outside shard_map)."""
+    mesh = _mesh.get_abstract_mesh()
+    return frozenset(mesh.axis_names), frozenset(mesh.manual_axes)
+
+
+def is_jaxpr(value: Any) -> bool:
+    return isinstance(value, (_core.Jaxpr, _core.ClosedJaxpr))
+
+
+def jaxpr_and_consts(jaxpr: Any) -> tuple:
+    """(jaxpr, consts) of a closed or open jaxpr; evaluate with ``constvars <- consts, invars <- args``."""
+    if isinstance(jaxpr, _core.ClosedJaxpr):
+        return jaxpr.jaxpr, list(jaxpr.consts)
+    return jaxpr, list(getattr(jaxpr, "consts", ()))
+
+
+def closed_jaxpr(jaxpr: Any, consts: list) -> Any:
+    """The closed jaxpr of ``jaxpr`` (open in jax 0.10) with ``consts`` for its constvars."""
+    return _core.ClosedJaxpr(jaxpr, consts)
+
+
+def trace_to_closed_jaxpr(flat_fun, in_avals: list, debug_info: Any) -> Any:
+    """Traces ``flat_fun`` (flat arrays in, flat list of arrays out) at ``in_avals`` in the current context (axis
+    env, mesh, check_vma) into a closed jaxpr."""
+    wrapped = _lu.wrap_init(flat_fun, debug_info=debug_info)
+    jaxpr, _, consts = _pe.trace_to_jaxpr_dynamic(wrapped, in_avals)
+    return _core.ClosedJaxpr(jaxpr, consts)
+
+
+def consts_as_arguments(closed: Any) -> tuple:
+    """(open jaxpr taking the constants as leading arguments, the constants), for primitives whose jaxpr parameter
+    must be open (remat)."""
+    return _pe.convert_constvars_jaxpr(closed.jaxpr), list(closed.consts)
+
+
+def function_debug_info(fun, args: tuple, kwargs: dict) -> Any:
+    """Debug info naming ``fun`` for a trace whose arguments are not ``fun``'s own (rewrite traces array leaves)."""
+    info = _api_util.debug_info("jax_mscclpp.rewrite", fun, args, kwargs)
+    return info._replace(arg_names=None)
+
+
+def wrap_like(fn, wrapped_fun: Any) -> Any:
+    """``fn`` as a ``linear_util.WrappedFun`` carrying ``wrapped_fun``'s debug info (the custom_jvp/vjp parameters
+    ``jvp_jaxpr_fun``, ``fwd_jaxpr_thunk`` and ``bwd`` are WrappedFuns)."""
+    return _lu.wrap_init(fn, debug_info=wrapped_fun.debug_info)
+
+
+def equation_context(eqn: Any):
+    """The context ``core.eval_jaxpr`` evaluates ``eqn`` under: its source location and name stack, and its
+    equation context (compute type, mesh, ...)."""
+    stack = contextlib.ExitStack()
+    name_stack = _source_info_util.current_name_stack() + eqn.source_info.name_stack
+    stack.enter_context(_source_info_util.user_context(eqn.source_info.traceback, name_stack=name_stack))
+    stack.enter_context(eqn.ctx.manager)
+    return stack
+
+
+def bind_equation(eqn: Any, args: list, params: dict) -> list:
+    """Binds ``eqn``'s primitive to ``args`` with ``params`` (``eqn.params``, possibly with rewritten jaxprs) as
+    ``core.eval_jaxpr`` does; returns the list of results."""
+    prim = eqn.primitive
+    out = prim.bind(*args, **prim.get_bind_params(params))
+    return list(out) if prim.multiple_results else [out]
+
+
+def retrace_context_key() -> tuple:
+    """What a retraced jaxpr depends on besides the jaxpr itself: JAX's trace context and the bound axes."""
+    return (_config.trace_context(), tuple(sorted(bound_axis_sizes().items(), key=repr)))
+
+
+def with_weak_type(x: Any, weak_type: bool) -> Any:
+    """``x`` with the same dtype, weakly or strongly typed (lax.all_to_all's result is strongly typed)."""
+    return _lax_internal._convert_element_type(x, _core.typeof(x).dtype, weak_type=weak_type)
+
+
 __all__ = [
+    "LAX_COLLECTIVES",
+    "bind_equation",
     "bound_axis_sizes",
     "call_on_stream",
+    "closed_jaxpr",
+    "collective_axes",
+    "consts_as_arguments",
+    "equation_context",
+    "function_debug_info",
+    "is_jaxpr",
+    "jaxpr_and_consts",
+    "mesh_axes",
+    "pvary_abstract_eval",
+    "pvary_p",
+    "retrace_context_key",
+    "trace_to_closed_jaxpr",
+    "with_weak_type",
+    "wrap_like",
     "coordination_client",
     "kv_get_bytes",
     "kv_set_bytes",
