@@ -20,7 +20,7 @@ namespace jax_mscclpp::host {
 enum class PlanBuffer : int32_t { kInput = 0, kOutput = 1, kScratch = 2, kNone = -1 };
 enum class PlanChannelType : int32_t { kMemory = 0, kPort = 1, kSwitch = 2 };
 
-// Operation codes of the integer encoding; keep in step with jax_mscclpp/plans.py (OPCODES).
+// Operation codes of the integer encoding: the op table, jax_mscclpp/dsl/ops.py (tests/dsl/test_dsl_ops.py checks).
 enum class PlanOpCode : int32_t {
   kCopy = 0, kReduce = 1, kPut = 2, kPutPackets = 3, kReadPackets = 4, kSignal = 5, kWait = 6, kFlush = 7,
   kPutWithSignal = 8, kReducePut = 9, kReducePackets = 10, kBarrier = 11, kSwitchReduce = 12,

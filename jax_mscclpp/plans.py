@@ -19,15 +19,14 @@ import dataclasses
 import itertools
 import math
 import threading
-from typing import Any, Callable
+from typing import Any
 
 from ._types import Collective
+from .dsl import ops as _ops
 
-OPCODES = {
-    "copy": 0, "reduce": 1, "put": 2, "put_packets": 3, "read_packets": 4, "signal": 5, "wait": 6, "flush": 7,
-    "put_with_signal": 8, "reduce_put": 9, "reduce_packets": 10, "barrier": 11, "switch_reduce": 12,
-    "switch_broadcast": 13,
-}
+# Operation name -> code: the op table's opcodes (dsl/ops.py), which ffi/host_plan.h and
+# kernels/executor/executor.h repeat (tests/dsl/test_dsl_ops.py compares them).
+OPCODES = {name: spec.opcode for name, spec in _ops.OPS.items()}
 _BUFFERS = {"input": 0, "output": 1, "scratch": 2}
 _CHANNEL_TYPES = {"memory": 0, "port": 1, "switch": 2}
 _COLLECTIVES = {c.name.lower(): c for c in Collective}
@@ -41,8 +40,10 @@ def _chunk(ref: dict | None) -> list[int]:
 
 
 def encode_op(op: dict) -> list[int]:
+    """The words of one operation (module docstring); an operation the op table does not know is refused."""
+    code = _ops.spec_of(op["op"]).opcode
     srcs, packet_srcs, remotes = op.get("srcs", []), op.get("packet_srcs", []), op.get("remotes", [])
-    words = [OPCODES[op["op"]], op.get("channel", -1), len(srcs), len(packet_srcs), len(remotes)]
+    words = [code, op.get("channel", -1), len(srcs), len(packet_srcs), len(remotes)]
     words += _chunk(op.get("dst")) + _chunk(op.get("src"))
     for ref in srcs:
         words += _chunk(ref)

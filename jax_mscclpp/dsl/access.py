@@ -1,50 +1,71 @@
-"""Which chunks a plan operation reads and writes, and which operations are thread-block-wide sync points.
+"""Which chunks a plan operation reads and writes, read off its row of the op table (ops.py).
 
 A chunk key is ``(rank, buffer, index)``. Remote chunks are resolved through the operation's channel: the
 peer of a memory/port channel, every member of a switch channel. Lowering uses this to place barriers and to
-find fusable chains; the verifier uses it to check barriers.
+find fusable chains; the verifier and the simulator use ``placed_refs`` to run operations.
 """
 
 from __future__ import annotations
 
-# Operations that the executor runs as a barrier point of the whole thread block: every thread finishes
-# what came before before any thread starts what comes after (PLAN.md, "Barriers").
-SYNC_OPS = frozenset({"barrier", "signal", "wait", "flush", "put_with_signal"})
+import dataclasses
+
+from .ops import LOCAL, READ, REF, REFS, Operand, spec_of
+
+
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """One chunk reference of an operation, on the rank whose memory it names. ``channel`` is the channel it
+    goes through (the sender of packets it reads is that channel's peer); None for references of a local
+    operation."""
+
+    operand: Operand
+    rank: int
+    ref: dict
+    channel: int | None
 
 
 def chunk_keys(rank: int, ref: dict) -> list[tuple[int, str, int]]:
     return [(rank, ref["buffer"], ref["index"] + t) for t in range(ref["count"])]
 
 
-def channel_ranks(rank: int, channel: dict) -> list[int]:
+def channel_ranks(channel: dict) -> list[int]:
     """The ranks whose memory an operation on ``channel`` addresses remotely."""
     return list(channel["peers"]) if channel["type"] == "switch" else [channel["peer"]]
 
 
-def _on(ranks: list[int], ref: dict) -> list[tuple[int, str, int]]:
-    return [key for r in ranks for key in chunk_keys(r, ref)]
+def operand_refs(operand: Operand, op: dict) -> list[tuple[dict, int | None]]:
+    """(reference, channel it goes through) for each chunk reference of ``operand`` in ``op``."""
+    value = op[operand.field]
+    if operand.shape == REF:
+        return [(value, op.get("channel"))]
+    if operand.shape == REFS:
+        return [(ref, None) for ref in value]
+    return [(item[operand.entry_key], item["channel"]) for item in value]
+
+
+def placed_refs(op: dict, rank: int, channels: list[dict]) -> list[Placed]:
+    """Every chunk reference of ``op`` running on ``rank`` (whose channel list is ``channels``), in operand
+    order, a remote reference once per rank it reaches."""
+    placed = []
+    for operand in spec_of(op["op"]).operands:
+        for ref, channel in operand_refs(operand, op):
+            ranks = [rank] if operand.place == LOCAL else channel_ranks(channels[channel])
+            placed.extend(Placed(operand, r, ref, channel) for r in ranks)
+    return placed
 
 
 def op_accesses(op: dict, rank: int, channels: list[dict]) -> tuple[list, list]:
     """(chunks read, chunks written) by ``op`` running on ``rank`` whose channel list is ``channels``."""
-    name = op["op"]
-    local = [rank]
-    if name in ("copy", "read_packets"):
-        return chunk_keys(rank, op["src"]), chunk_keys(rank, op["dst"])
-    if name in ("put", "put_packets", "put_with_signal"):
-        return chunk_keys(rank, op["src"]), _on(channel_ranks(rank, channels[op["channel"]]), op["dst"])
-    if name in ("reduce", "reduce_put", "reduce_packets"):
-        reads = [key for ref in op["srcs"] for key in chunk_keys(rank, ref)]
-        reads += [key for item in op.get("packet_srcs", []) for key in chunk_keys(rank, item["src"])]
-        writes = chunk_keys(rank, op["dst"])
-        for item in op.get("remotes", []):
-            writes += _on(channel_ranks(rank, channels[item["channel"]]), item["dst"])
-        return reads, writes
-    if name == "switch_reduce":
-        return _on(channel_ranks(rank, channels[op["channel"]]), op["src"]), _on(local, op["dst"])
-    if name == "switch_broadcast":
-        return _on(local, op["src"]), _on(channel_ranks(rank, channels[op["channel"]]), op["dst"])
-    return [], []
+    reads, writes = [], []
+    for place in placed_refs(op, rank, channels):
+        (reads if place.operand.access == READ else writes).extend(chunk_keys(place.rank, place.ref))
+    return reads, writes
+
+
+def is_barrier_point(op: dict) -> bool:
+    """Whether the executor runs ``op`` as a barrier point of the whole thread block: every thread finishes
+    what came before before any thread starts what comes after (PLAN.md, "Barriers")."""
+    return spec_of(op["op"]).barrier_point
 
 
 def conflicts(reads: list, writes: list, pending: dict) -> bool:

@@ -2,7 +2,8 @@
 
 The threads of a thread block split each data operation among themselves, each operation its own way, so
 two data operations that touch a common chunk (at least one writing it) need a barrier between them unless a
-sync operation (access.SYNC_OPS: barrier, signal, wait, flush, put_with_signal) already separates them.
+barrier point (an operation with a synchronization role in the op table: barrier, signal, wait, flush,
+put_with_signal) already separates them.
 
 Placement tracks, per thread block, the chunks read and written since the last barrier point (their last
 writer and active readers) and puts a barrier right before the first operation that conflicts. Existing
@@ -13,7 +14,8 @@ possible gives the fewest barriers.
 
 from __future__ import annotations
 
-from .access import SYNC_OPS, add_pending, conflicts, op_accesses
+from .access import add_pending, conflicts, is_barrier_point, op_accesses
+from .ops import BARRIER_OP
 
 
 def place_barriers(plan: dict) -> None:
@@ -27,14 +29,14 @@ def _with_barriers(ops: list, rank: int, channels: list) -> list:
     out: list = []
     pending: dict = {}  # chunk key -> written since the last barrier point?
     for op in ops:
-        if op["op"] == "barrier":
+        if op["op"] == BARRIER_OP:
             continue
-        if op["op"] in SYNC_OPS:
+        if is_barrier_point(op):
             pending = {}
         else:
             reads, writes = op_accesses(op, rank, channels)
             if conflicts(reads, writes, pending):
-                out.append({"op": "barrier"})
+                out.append({"op": BARRIER_OP})
                 pending = {}
             add_pending(reads, writes, pending)
         out.append(op)

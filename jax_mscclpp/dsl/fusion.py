@@ -1,15 +1,20 @@
-"""Operation fusion: merge chains of one thread block into single plan operations.
+"""Operation fusion: merge chains of one thread block into single plan operations, as the op table allows
+(ops.py: ``reduction``, ``fuses_into``, ``fused_from``).
 
 Three rewrites, each only across operations with no intervening access to the chunks involved (barriers do
-not count: they are placed afterwards):
+not count: they are placed afterwards). With the current table they are:
 
-* ``read_packets(T <- S)`` ... ``reduce(D <- [.., T, ..])`` -> ``reduce_packets(D <- [..], packet_srcs=[S])``
-  when scratch chunk T is a temporary: the reduction is its only reader anywhere in the plan. The packets
-  are then unpacked into registers instead of a round trip through T.
-* ``reduce(D <- ...)`` immediately followed by puts of exactly D -> ``reduce_put`` (HB memory channels) or
-  ``reduce_packets`` with ``remotes`` (LL memory channels): the result goes to the peers from registers.
-  Port channels are left alone: their DMA reads memory, so the local write is needed anyway.
-* ``put`` immediately followed by ``signal`` on the same channel -> ``put_with_signal``.
+* sources: ``read_packets(T <- S)`` ... ``reduce(D <- [.., T, ..])`` -> ``reduce_packets(D <- [..],
+  packet_srcs=[S])`` when scratch chunk T is a temporary: the reduction is its only reader anywhere in the
+  plan. The packets are then unpacked into registers instead of a round trip through T.
+* destinations: ``reduce(D <- ...)`` immediately followed by puts of exactly D -> ``reduce_put`` (HB memory
+  channels) or ``reduce_packets`` with ``remotes`` (LL memory channels): the result goes to the peers from
+  registers. Port channels are left alone (no reduction sends over them): their DMA reads memory, so the
+  local write is needed anyway.
+* pairs: ``put`` immediately followed by ``signal`` on the same channel -> ``put_with_signal``.
+
+The fused reduction is the first reduction of the table that holds all its entries (ops.py); when none does,
+the operations stay apart.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .access import chunk_keys, op_accesses
+from .ops import BARRIER_OP, FUSED_PAIRS, READ, REDUCTIONS, VIA, WRITE, Operand, spec_of
 
 
 def fuse_plan(plan: dict) -> None:
@@ -26,10 +32,10 @@ def fuse_plan(plan: dict) -> None:
         channels = rank_plan["channels"]
         for block in rank_plan["threadblocks"]:
             # Barriers are re-derived after fusion (barriers.py): they neither block nor survive it.
-            ops = [op for op in block["ops"] if op["op"] != "barrier"]
-            ops = _fold_packet_reads(ops, rank, channels, readers)
-            ops = _fold_result_puts(ops, channels)
-            block["ops"] = _fold_put_signal(ops)
+            ops = [op for op in block["ops"] if op["op"] != BARRIER_OP]
+            ops = _fold_sources(ops, rank, channels, readers)
+            ops = _fold_destinations(ops, channels)
+            block["ops"] = _fold_pairs(ops)
 
 
 def _reader_counts(plan: dict) -> Counter:
@@ -43,41 +49,96 @@ def _reader_counts(plan: dict) -> Counter:
     return readers
 
 
-def _with_src_line(op: dict, origin: dict) -> dict:
+# Reductions and their entries ---------------------------------------------------------------------------
+
+def _target(op: dict) -> Operand | None:
+    """The VIA operand of the reductions that ``op`` can become an entry of (ops.py, ``fuses_into``), or None.
+    A read operand takes an operation ``dst <- src`` that fills a temporary; a written one an operation that
+    sends the reduction's result."""
+    field = spec_of(op["op"]).fuses_into
+    if field is None:
+        return None
+    return next(reduction.operand(field) for reduction in REDUCTIONS if reduction.operand(field))
+
+
+def _entry(op: dict, operand: Operand) -> tuple[dict, bool]:
+    """The entry of ``operand`` that ``op`` becomes, with whether its chunk carries packets."""
+    key = operand.entry_key
+    return {"channel": op["channel"], key: op[key]}, spec_of(op["op"]).operand(key).packets
+
+
+def _entries(reduction: dict) -> dict[str, list[tuple[dict, bool]]]:
+    """The VIA entries of a reduction, by field, each with whether its chunk carries packets."""
+    return {operand.field: [(entry, operand.packets) for entry in reduction[operand.field]]
+            for operand in spec_of(reduction["op"]).operands if operand.shape == VIA}
+
+
+def _holds(spec, entries: dict, channels: list) -> bool:
+    for operand in spec.operands:
+        if operand.shape == VIA and len(entries.get(operand.field, [])) < operand.min_entries:
+            return False
+    for field, items in entries.items():
+        operand = spec.operand(field)
+        if items and (operand is None or operand.shape != VIA):
+            return False
+        for entry, packets in items:
+            channel = channels[entry["channel"]]
+            if packets != operand.packets or (channel["type"], channel["protocol"]) not in spec.channel_kinds:
+                return False
+    return True
+
+
+def _reduction(origin: dict, srcs: list, entries: dict, channels: list) -> dict | None:
+    """The reduction of ``origin``'s destination over ``srcs`` with ``entries``, named after the first
+    reduction of the table that holds them; None when none does."""
+    spec = next((spec for spec in REDUCTIONS if _holds(spec, entries, channels)), None)
+    if spec is None:
+        return None
+    fused = {"op": spec.name}
+    for operand in spec.operands:
+        if operand.shape == VIA:
+            fused[operand.field] = [entry for entry, _ in entries.get(operand.field, [])]
+        else:
+            fused[operand.field] = srcs if operand.field == "srcs" else origin[operand.field]
     if "src_line" in origin:
-        op["src_line"] = origin["src_line"]
-    return op
+        fused["src_line"] = origin["src_line"]
+    return fused
 
 
-def _fold_packet_reads(ops: list, rank: int, channels: list, readers: Counter) -> list:
-    out: list = []  # removed read_packets become None until the end
+# The three rewrites -------------------------------------------------------------------------------------
+
+def _fold_sources(ops: list, rank: int, channels: list, readers: Counter) -> list:
+    out: list = []  # absorbed operations become None until the end
     for op in ops:
-        if op["op"] == "reduce":
-            op = _absorb_packet_reads(op, out, rank, channels, readers)
+        if spec_of(op["op"]).reduction:
+            op = _absorb_sources(op, out, rank, channels, readers)
         out.append(op)
     return [op for op in out if op is not None]
 
 
-def _absorb_packet_reads(reduce: dict, out: list, rank: int, channels: list, readers: Counter) -> dict:
-    srcs, packet_srcs = [], []
-    for src in reduce["srcs"]:
-        position = _feeding_packet_read(src, out, rank, channels, readers)
+def _absorb_sources(reduction: dict, out: list, rank: int, channels: list, readers: Counter) -> dict:
+    srcs, entries, absorbed = [], _entries(reduction), []
+    for src in reduction["srcs"]:
+        position = _feeding_source(src, out, rank, channels, readers)
         if position is None:
             srcs.append(src)
             continue
-        read = out[position]
+        feeder = out[position]
+        target = _target(feeder)
+        entries[target.field] = entries.get(target.field, []) + [_entry(feeder, target)]
+        absorbed.append((position, feeder))
         out[position] = None
-        packet_srcs.append({"channel": read["channel"], "src": read["src"]})
-    if not packet_srcs:
-        return reduce
-    fused = {"op": "reduce_packets", "dst": reduce["dst"], "srcs": srcs, "packet_srcs": packet_srcs,
-             "remotes": []}
-    return _with_src_line(fused, reduce)
+    fused = _reduction(reduction, srcs, entries, channels) if absorbed else None
+    if fused is None:
+        for position, feeder in absorbed:
+            out[position] = feeder
+        return reduction
+    return fused
 
 
-def _feeding_packet_read(temp: dict, out: list, rank: int, channels: list, readers: Counter) -> int | None:
-    """Position in ``out`` of the read_packets whose only purpose is to fill ``temp`` for the reduction
-    being built, or None."""
+def _feeding_source(temp: dict, out: list, rank: int, channels: list, readers: Counter) -> int | None:
+    """Position in ``out`` of the operation whose only purpose is to fill ``temp`` for the reduction being
+    built, and that can become one of its source entries; or None."""
     temp_keys = set(chunk_keys(rank, temp))
     if temp["buffer"] != "scratch" or any(readers[key] != 1 for key in temp_keys):
         return None
@@ -88,7 +149,8 @@ def _feeding_packet_read(temp: dict, out: list, rank: int, channels: list, reade
         reads, writes = op_accesses(op, rank, channels)
         if not temp_keys & (set(reads) | set(writes)):
             continue
-        if op["op"] != "read_packets" or op["dst"] != temp:
+        target = _target(op)
+        if target is None or target.access != READ or op["dst"] != temp:
             return None
         slot_keys = set(chunk_keys(rank, op["src"]))
         between = [o for o in out[position + 1:] if o is not None]
@@ -98,52 +160,37 @@ def _feeding_packet_read(temp: dict, out: list, rank: int, channels: list, reade
     return None
 
 
-def _result_put_target(op: dict, result: dict, channels: list) -> str | None:
-    """The fused operation a put of ``result`` right after its reduction belongs in, or None."""
-    if op["op"] not in ("put", "put_packets") or op["src"] != result:
-        return None
-    channel = channels[op["channel"]]
-    if op["op"] == "put" and channel["type"] == "memory" and channel["protocol"] == "HB":
-        return "reduce_put"
-    if op["op"] == "put_packets":
-        return "reduce_packets"
-    return None
-
-
-def _fold_result_puts(ops: list, channels: list) -> list:
+def _fold_destinations(ops: list, channels: list) -> list:
     out, i = [], 0
     while i < len(ops):
         op = ops[i]
         i += 1
-        if op["op"] not in ("reduce", "reduce_packets"):
+        if not spec_of(op["op"]).reduction:
             out.append(op)
             continue
-        target = "reduce_packets" if op["op"] == "reduce_packets" else None
-        remotes = []
+        fused, entries = op, _entries(op)
         while i < len(ops):
-            kind = _result_put_target(ops[i], op["dst"], channels)
-            if kind is None or (target is not None and kind != target):
+            target = _target(ops[i])
+            if target is None or target.access != WRITE or ops[i]["src"] != op["dst"]:
                 break
-            target = kind
-            remotes.append({"channel": ops[i]["channel"], "dst": ops[i]["dst"]})
+            more = {**entries, target.field: entries.get(target.field, []) + [_entry(ops[i], target)]}
+            candidate = _reduction(op, op["srcs"], more, channels)
+            if candidate is None:
+                break
+            fused, entries = candidate, more
             i += 1
-        if not remotes:
-            out.append(op)
-            continue
-        fused = {"op": target, "dst": op["dst"], "srcs": op["srcs"], "remotes": op.get("remotes", []) + remotes}
-        if target == "reduce_packets":
-            fused["packet_srcs"] = op.get("packet_srcs", [])
-        out.append(_with_src_line(fused, op))
+        out.append(fused)
     return out
 
 
-def _fold_put_signal(ops: list) -> list:
+def _fold_pairs(ops: list) -> list:
+    """A fused pair keeps the first operation's fields (the second contributes its channel only)."""
     out: list = []
     for op in ops:
         previous = out[-1] if out else None
-        if op["op"] == "signal" and previous is not None and previous["op"] == "put" \
-                and previous["channel"] == op["channel"]:
-            out[-1] = {**previous, "op": "put_with_signal"}
+        fused = FUSED_PAIRS.get((previous["op"], op["op"])) if previous is not None else None
+        if fused is not None and previous["channel"] == op["channel"]:
+            out[-1] = {**previous, "op": fused}
             continue
         out.append(op)
     return out

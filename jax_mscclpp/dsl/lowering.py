@@ -18,11 +18,9 @@ import copy
 
 from . import barriers, fusion
 from .errors import VerificationError
+from .ops import OPS, RECV, SEND, spec_of
 from .plan import PLAN_VERSION, iter_ops, validate_plan
 from .program import Chunk, Operation, Program, members
-
-_SENDER_OPS = ("put", "put_packets", "put_with_signal", "signal", "flush")
-_PACKET_OPS = ("put_packets", "read_packets")
 
 
 def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bool = True) -> dict:
@@ -42,7 +40,7 @@ def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bo
         buffers[name]["chunks_per_block"] *= instances
     plan = {"version": PLAN_VERSION, "name": program.name, "collective": program.collective,
             "world_size": program.world_size, "buffers": buffers, "ranks": ranks}
-    buffers["scratch"]["packets"] = any(op["op"] in _PACKET_OPS for *_, op in iter_ops(plan))
+    buffers["scratch"]["packets"] = any(spec_of(op["op"]).uses_packets for *_, op in iter_ops(plan))
     validate_plan(plan)
     if fuse:
         fusion.fuse_plan(plan)
@@ -69,8 +67,8 @@ class _Layout:
                 key = id(operation.channel)
                 copies[key] = max(copies.get(key, 0), len(group))
         self.channels: list[list[dict]] = [[] for _ in range(program.world_size)]
-        # (id(channel), instance, group member, side) -> channel index on that side's rank; side is "send", "recv"
-        # or, for a switch channel, the member rank.
+        # (id(channel), instance, group member, side) -> channel index on that side's rank; side is SEND or RECV
+        # (ops.py) or, for a switch channel, the member rank.
         self.endpoints: dict[tuple, int] = {}
         for instance in range(instances):
             for channel in program.channels:
@@ -91,8 +89,8 @@ class _Layout:
         self.channels[channel.dst].append({**base, "peer": channel.src})
         self.channels[channel.src][sender]["peer_channel"] = receiver
         self.channels[channel.dst][receiver]["peer_channel"] = sender
-        self.endpoints[id(channel), instance, member, "send"] = sender
-        self.endpoints[id(channel), instance, member, "recv"] = receiver
+        self.endpoints[id(channel), instance, member, SEND] = sender
+        self.endpoints[id(channel), instance, member, RECV] = receiver
 
     def _add_switch(self, channel) -> None:
         indices = [len(self.channels[r]) for r in channel.ranks]
@@ -103,6 +101,9 @@ class _Layout:
 
     def expand(self, operation: Operation, instance: int):
         """(thread block, plan op) for each member of the operation's thread block group, in one instance."""
+        if operation.name not in OPS:
+            raise VerificationError("program", f"unknown operation {operation.name!r}", src_line=operation.src_line)
+        spec = OPS[operation.name]
         group = members(operation.tb)
         base_tb = instance * self.tb_count[operation.rank]
         for member, tb in enumerate(group):
@@ -117,10 +118,11 @@ class _Layout:
                 empty = empty or any(ref["count"] == 0 for ref in refs)
             if operation.channel is not None:
                 op["channel"] = self._channel(operation, instance, member)
-            if empty:
-                if operation.name != "put_with_signal":
-                    continue  # this member's share of the chunks is empty
-                op = {"op": "signal", "channel": op["channel"]}
+            if empty:  # this member's share of the chunks is empty: what remains is the part without chunks
+                rest = [part for part in spec.fused_from or () if not OPS[part].operands]
+                if not rest:
+                    continue
+                op = {"op": rest[0], "channel": op["channel"]}
             if operation.src_line:
                 op["src_line"] = operation.src_line
             yield base_tb + tb, op
@@ -129,8 +131,7 @@ class _Layout:
         channel = operation.channel
         if channel.type == "switch":
             return self.endpoints[id(channel), 0, 0, operation.rank]
-        side = "send" if operation.name in _SENDER_OPS else "recv"
-        return self.endpoints[id(channel), instance, member, side]
+        return self.endpoints[id(channel), instance, member, OPS[operation.name].side]
 
     def _ref(self, chunk: Chunk, instance: int, member: int, group_size: int, operation: Operation) -> dict:
         """The plan reference of ``chunk`` in ``instance``, narrowed to a group member's share."""

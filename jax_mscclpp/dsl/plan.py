@@ -10,32 +10,14 @@ from __future__ import annotations
 import json
 
 from . import geometry
+from .access import operand_refs
 from .errors import OpLocation, VerificationError
+from .ops import READ, REF, REFS, VIA, spec_of
 
 PLAN_VERSION = 1
 
 CHANNEL_TYPES = ("memory", "port", "switch")
 
-# Field kinds of operations: a chunk reference, a list of them, a channel index, remote destinations
-# ({"channel", "dst"}) and packet sources ({"channel", "src"}).
-REF, REFS, CHANNEL, REMOTES, PACKET_SRCS = "ref", "refs", "channel", "remotes", "packet_srcs"
-
-OP_FIELDS = {
-    "copy": {"dst": REF, "src": REF},
-    "reduce": {"dst": REF, "srcs": REFS},
-    "put": {"channel": CHANNEL, "dst": REF, "src": REF},
-    "put_packets": {"channel": CHANNEL, "dst": REF, "src": REF},
-    "put_with_signal": {"channel": CHANNEL, "dst": REF, "src": REF},
-    "read_packets": {"channel": CHANNEL, "dst": REF, "src": REF},
-    "signal": {"channel": CHANNEL},
-    "wait": {"channel": CHANNEL},
-    "flush": {"channel": CHANNEL},
-    "reduce_put": {"dst": REF, "srcs": REFS, "remotes": REMOTES},
-    "reduce_packets": {"dst": REF, "srcs": REFS, "packet_srcs": PACKET_SRCS, "remotes": REMOTES},
-    "barrier": {},
-    "switch_reduce": {"channel": CHANNEL, "dst": REF, "src": REF},
-    "switch_broadcast": {"channel": CHANNEL, "dst": REF, "src": REF},
-}
 OPTIONAL_OP_FIELDS = ("src_line",)
 
 # Containers whose children plan_to_json writes one per line.
@@ -56,8 +38,10 @@ def plan_from_json(text: str) -> dict:
 
 
 def _inline(value) -> str:
-    """One-line JSON with sorted keys, except that an operation's "op" comes first."""
+    """One-line JSON with sorted keys, except that an operation's "op" comes first (an operation the op
+    table does not know is refused)."""
     if isinstance(value, dict) and "op" in value:
+        spec_of(value["op"])
         rest = json.dumps({k: v for k, v in value.items() if k != "op"}, sort_keys=True)
         return "{" + f'"op": {json.dumps(value["op"])}' + (", " + rest[1:] if len(value) > 1 else "}")
     return json.dumps(value, sort_keys=True)
@@ -94,22 +78,6 @@ def iter_ops(plan: dict):
 
 def locate(rank: int, tb: int, index: int, op: dict) -> OpLocation:
     return OpLocation(rank, tb, index, op.get("op", "?"), op.get("src_line"))
-
-
-def op_refs(op: dict) -> list[tuple[dict, int | None]]:
-    """Every chunk reference of an operation with the channel it goes through (None for local refs of
-    local fields; the op's own channel for ``dst``/``src`` of channel operations)."""
-    refs = []
-    for field, kind in OP_FIELDS[op["op"]].items():
-        if kind == REF:
-            refs.append((op[field], op.get("channel")))
-        elif kind == REFS:
-            refs.extend((ref, None) for ref in op[field])
-        elif kind == REMOTES:
-            refs.extend((item["dst"], item["channel"]) for item in op[field])
-        elif kind == PACKET_SRCS:
-            refs.extend((item["src"], item["channel"]) for item in op[field])
-    return refs
 
 
 def validate_plan(plan: dict) -> None:
@@ -204,36 +172,36 @@ def _channel_at(ranks: list, rank: int, index) -> dict | None:
 
 
 def _check_op(plan: dict, rank: int, op: dict, at: OpLocation) -> None:
-    if not isinstance(op, dict) or op.get("op") not in OP_FIELDS:
-        raise _schema(f"unknown operation {op.get('op') if isinstance(op, dict) else op!r}", at)
-    fields = OP_FIELDS[op["op"]]
+    if not isinstance(op, dict):
+        raise _schema(f"an operation is a JSON object, got {op!r}", at)
+    spec = spec_of(op.get("op"), at)
+    fields = spec.fields
     keys = set(op) - {"op"}
     if not set(fields) <= keys or keys - set(fields) - set(OPTIONAL_OP_FIELDS):
         raise _schema(f"fields must be {sorted(fields)} (plus optional {list(OPTIONAL_OP_FIELDS)})", at)
     channel_count = len(plan["ranks"][rank]["channels"])
-    channels = [op["channel"]] if "channel" in op else []
-    for field, kind in fields.items():
-        if kind in (REFS, REMOTES, PACKET_SRCS) and not isinstance(op[field], list):
-            raise _schema(f"{field} must be a list", at)
-        if kind in (REMOTES, PACKET_SRCS):
-            inner = "dst" if kind == REMOTES else "src"
-            for item in op[field]:
-                if not isinstance(item, dict) or set(item) != {"channel", inner}:
-                    raise _schema(f"{field} entries are {{'channel', '{inner}'}}", at)
+    channels = [op["channel"]] if spec.channel else []
+    for operand in spec.operands:
+        if operand.shape in (REFS, VIA) and not isinstance(op[operand.field], list):
+            raise _schema(f"{operand.field} must be a list", at)
+        if operand.shape == VIA:
+            for item in op[operand.field]:
+                if not isinstance(item, dict) or set(item) != {"channel", operand.entry_key}:
+                    raise _schema(f"{operand.field} entries are {{'channel', '{operand.entry_key}'}}", at)
                 channels.append(item["channel"])
     for channel in channels:
         if not _is_int(channel) or channel >= channel_count:
             raise _schema(f"channel {channel!r} is not one of rank {rank}'s {channel_count} channels", at)
-    refs = [ref for ref, _ in op_refs(op)]
-    for ref in refs:
+    refs = [(operand, ref) for operand in spec.operands for ref, _ in operand_refs(operand, op)]
+    for _, ref in refs:
         _check_ref(plan, ref, at)
-    if len({ref["count"] for ref in refs}) > 1:
+    if len({ref["count"] for _, ref in refs}) > 1:
         raise _schema("all chunk references of an operation span the same number of chunks", at)
-    sources = len(op.get("srcs", [])) + len(op.get("packet_srcs", []))
-    if op["op"] in ("reduce", "reduce_put", "reduce_packets") and sources < 2:
-        raise _schema("a reduction needs at least two sources", at)
-    if op["op"] == "reduce_put" and not op["remotes"]:
-        raise _schema("reduce_put needs at least one remote destination", at)
+    if sum(operand.access == READ for operand, _ in refs) < spec.min_sources:
+        raise _schema(f"{spec.name} needs at least {spec.min_sources} sources", at)
+    for operand in spec.operands:
+        if operand.shape != REF and len(op[operand.field]) < operand.min_entries:
+            raise _schema(f"{spec.name} needs at least {operand.min_entries} {operand.field} entries", at)
 
 
 def _check_ref(plan: dict, ref, at: OpLocation) -> None:

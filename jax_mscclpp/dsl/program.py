@@ -13,7 +13,7 @@ import dataclasses
 import inspect
 import os
 
-from . import geometry
+from . import geometry, ops
 from .errors import VerificationError
 
 PROTOCOLS = ("LL", "HB")
@@ -195,7 +195,14 @@ class Program:
         return [(rank + k) % self.world_size for k in range(1, self.world_size)]
 
     def record(self, name: str, rank: int, tb: int | ThreadBlockGroup, args: dict, channel=None) -> None:
-        """Append one operation run by ``rank`` on ``tb``; chunk arguments must all span the same count."""
+        """Append one operation run by ``rank`` on ``tb``: ``args`` maps the plan fields of the operation's
+        operands (ops.py) to chunks, or lists of chunks; chunk arguments must all span the same count."""
+        spec = ops.OPS.get(name)
+        if spec is None:
+            raise program_error(f"unknown operation {name!r}; the operations are {', '.join(ops.OPS)}")
+        if set(args) != {operand.field for operand in spec.operands} or spec.channel != (channel is not None):
+            raise program_error(f"{name} takes the chunk arguments {[o.field for o in spec.operands]}"
+                                + (" and a channel" if spec.channel else ""))
         for t in members(tb):
             if not isinstance(t, int) or t < 0:
                 raise program_error(f"thread block must be a non-negative int or a ThreadBlockGroup, got {tb!r}")

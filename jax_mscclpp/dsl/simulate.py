@@ -16,9 +16,12 @@ from collections import Counter
 
 import numpy as np
 
+from .access import placed_refs
 from .errors import VerificationError
 from .geometry import ElementGeometry
+from .ops import LOCAL, READ, SIGNAL, WAIT, WRITE, spec_of
 from .plan import locate, validate_plan
+from .verify import check_channel_kinds
 
 REDUCTIONS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -26,6 +29,7 @@ REDUCTIONS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.m
 def run_plan(plan: dict, inputs: list, op: str = "sum") -> list[np.ndarray]:
     """Run ``plan`` on one input array per rank (same dtype and size, flattened); return each rank's output."""
     validate_plan(plan)
+    check_channel_kinds(plan)
     if len(inputs) != plan["world_size"]:
         raise ValueError(f"the plan has {plan['world_size']} ranks but got {len(inputs)} inputs")
     if op not in REDUCTIONS:
@@ -112,22 +116,24 @@ class _Machine:
             result = self.reduction(result, value).astype(result.dtype)
         return result
 
-    # Operations -----------------------------------------------------------------------------------------
+    # Operations (ops.py: the data step, then the synchronization role) --------------------------------
 
-    def _peer(self, rank: int, channel: int) -> int:
-        return self.channels[rank][channel]["peer"]
+    def _placed(self, rank: int, op: dict) -> list:
+        """(rank, ref) of every chunk reference of ``op``, with its operand."""
+        return [(place.operand, (place.rank, place.ref)) for place in placed_refs(op, rank, self.channels[rank])]
 
     def _packet_places(self, rank: int, op: dict) -> list:
-        """Per chunk, the scratch places whose packets ``op`` consumes."""
-        if op["op"] == "read_packets":
-            return [[segment[0]] for segment in self._segments([(rank, op["src"]), (rank, op["dst"])])]
-        if op["op"] == "reduce_packets":
-            placed = [(rank, item["src"]) for item in op["packet_srcs"]] + [(rank, op["dst"])]
-            return [segment[:-1] for segment in self._segments(placed)]
-        return []
+        """Per chunk, the scratch places whose packets ``op`` consumes: over the common valid length of those
+        chunks and the local chunks it writes."""
+        placed = self._placed(rank, op)
+        packets = [where for operand, where in placed if operand.access == READ and operand.packets]
+        if not packets:
+            return []
+        local = [where for operand, where in placed if operand.access == WRITE and operand.place == LOCAL]
+        return [segment[:len(packets)] for segment in self._segments(packets + local)]
 
     def _ready(self, rank: int, op: dict) -> bool:
-        if op["op"] == "wait":
+        if spec_of(op["op"]).sync == WAIT:
             channel = self.channels[rank][op["channel"]]
             return self.signals[channel["peer"], channel["peer_channel"]] > self.waits[rank, op["channel"]]
         for places in self._packet_places(rank, op):
@@ -137,44 +143,20 @@ class _Machine:
         return True
 
     def _execute(self, rank: int, op: dict) -> None:
-        name = op["op"]
-        if name in ("copy", "read_packets"):
-            for src, dst in self._segments([(rank, op["src"]), (rank, op["dst"])]):
-                self._store(dst, self._view(src))
-        elif name in ("put", "put_packets", "put_with_signal"):
-            peer = self._peer(rank, op["channel"])
-            for src, dst in self._segments([(rank, op["src"]), (peer, op["dst"])]):
-                self._store(dst, self._view(src))
-            if name == "put_packets":
-                self._flag_packets(peer, op["dst"])
-        elif name in ("reduce", "reduce_put", "reduce_packets"):
-            self._execute_reduction(rank, op)
-        elif name == "switch_reduce":
-            members = self.channels[rank][op["channel"]]["peers"]
-            placed = [(m, op["src"]) for m in members] + [(rank, op["dst"])]
-            for segment in self._segments(placed):
-                self._store(segment[-1], self._reduce([self._view(place) for place in segment[:-1]]))
-        elif name == "switch_broadcast":
-            members = self.channels[rank][op["channel"]]["peers"]
-            placed = [(rank, op["src"])] + [(m, op["dst"]) for m in members]
-            for src, *dsts in self._segments(placed):
-                value = self._view(src).copy()
-                for dst in dsts:
-                    self._store(dst, value)
-        elif name == "wait":
+        spec = spec_of(op["op"])
+        if spec.operands:
+            placed = self._placed(rank, op)
+            sources = [where for operand, where in placed if operand.access == READ]
+            destinations = [(operand, where) for operand, where in placed if operand.access == WRITE]
+            for segment in self._segments(sources + [where for _, where in destinations]):
+                result = self._reduce([self._view(place) for place in segment[:len(sources)]])
+                for place in segment[len(sources):]:
+                    self._store(place, result)
+            for operand, (peer, ref) in destinations:
+                if operand.packets:
+                    self._flag_packets(peer, ref)
+        if spec.sync == WAIT:
             self.waits[rank, op["channel"]] += 1
-        if name in ("signal", "put_with_signal"):
+        elif spec.sync == SIGNAL:
             self.signals[rank, op["channel"]] += 1
         # flush and barrier order nothing in this sequentially consistent model.
-
-    def _execute_reduction(self, rank: int, op: dict) -> None:
-        sources = [(rank, ref) for ref in op["srcs"]] + [(rank, item["src"]) for item in op.get("packet_srcs", [])]
-        remotes = [(self._peer(rank, item["channel"]), item["dst"]) for item in op.get("remotes", [])]
-        for segment in self._segments(sources + [(rank, op["dst"])] + remotes):
-            result = self._reduce([self._view(place) for place in segment[:len(sources)]])
-            self._store(segment[len(sources)], result)
-            for remote in segment[len(sources) + 1:]:
-                self._store(remote, result)
-        if op["op"] == "reduce_packets":
-            for peer, ref in remotes:
-                self._flag_packets(peer, ref)

@@ -25,25 +25,11 @@ import dataclasses
 from collections import Counter, defaultdict
 
 from . import geometry
-from .access import SYNC_OPS, add_pending, chunk_keys, conflicts, op_accesses
+from .access import add_pending, chunk_keys, conflicts, is_barrier_point, op_accesses, placed_refs
 from .errors import OpLocation, VerificationError
+from .ops import FLUSH, LOCAL, READ, SIGNAL, VIA, WAIT, WRITE, spec_of
 from .plan import describe_ref, iter_ops, locate, validate_plan
 from .program import Program
-
-# Channel (type, protocol) each operation may use for its own channel, remotes and packet sources.
-_CHANNEL_KINDS = {
-    "put": {("memory", "HB"), ("port", "HB")},
-    "put_with_signal": {("memory", "HB"), ("port", "HB")},
-    "put_packets": {("memory", "LL")},
-    "read_packets": {("memory", "LL")},
-    "signal": {("memory", "HB"), ("memory", "LL"), ("port", "HB")},
-    "wait": {("memory", "HB"), ("memory", "LL"), ("port", "HB")},
-    "flush": {("memory", "HB"), ("memory", "LL"), ("port", "HB")},
-    "switch_reduce": {("switch", "HB")},
-    "switch_broadcast": {("switch", "HB")},
-    "reduce_put": {("memory", "HB")},
-    "reduce_packets": {("memory", "LL")},
-}
 
 
 def verify(plan_or_program) -> dict:
@@ -65,9 +51,26 @@ def _describe_key(key: tuple) -> str:
 
 
 def _op_channels(op: dict) -> list[int]:
-    channels = [op["channel"]] if "channel" in op else []
-    channels += [item["channel"] for item in op.get("remotes", []) + op.get("packet_srcs", [])]
+    """Every channel ``op`` names: its own, then those of its VIA entries."""
+    spec = spec_of(op["op"])
+    channels = [op["channel"]] if spec.channel else []
+    channels += [item["channel"] for operand in spec.operands if operand.shape == VIA for item in op[operand.field]]
     return channels
+
+
+def check_channel_kinds(plan: dict) -> None:
+    """Raise a ``channel`` VerificationError unless every channel each operation names has a (type, protocol)
+    that the operation's row of the op table allows."""
+    for rank, tb, index, op in iter_ops(plan):
+        channels = plan["ranks"][rank]["channels"]
+        for channel_index in _op_channels(op):
+            _check_kind(op, channel_index, channels[channel_index], locate(rank, tb, index, op))
+
+
+def _check_kind(op: dict, channel_index: int, channel: dict, at: OpLocation) -> None:
+    if (channel["type"], channel["protocol"]) not in spec_of(op["op"], at).channel_kinds:
+        raise VerificationError("channel", f"{op['op']} cannot use channel {channel_index} "
+                                           f"({channel['type']}, {channel['protocol']})", at)
 
 
 def _check_channel_use(plan: dict) -> None:
@@ -76,30 +79,24 @@ def _check_channel_use(plan: dict) -> None:
     owners: dict[tuple[int, int], tuple[int, OpLocation]] = {}
     for rank, tb, index, op in iter_ops(plan):
         at = locate(rank, tb, index, op)
+        spec = spec_of(op["op"], at)
         channels = plan["ranks"][rank]["channels"]
         for channel_index in _op_channels(op):
-            channel = channels[channel_index]
-            if (channel["type"], channel["protocol"]) not in _CHANNEL_KINDS[op["op"]]:
-                raise VerificationError("channel", f"{op['op']} cannot use channel {channel_index} "
-                                                   f"({channel['type']}, {channel['protocol']})", at)
-            if channel["type"] == "switch":
+            _check_kind(op, channel_index, channels[channel_index], at)
+            if channels[channel_index]["type"] == "switch":
                 continue
             owner = owners.setdefault((rank, channel_index), (tb, at))
             if owner[0] != tb:
                 raise VerificationError("channel", f"channel {channel_index} is also used by {owner[1]}; each "
                                                    "channel endpoint belongs to one thread block", at)
-        remote = [op["dst"]] if op["op"] in ("put", "put_packets", "put_with_signal", "switch_broadcast") else []
-        remote += [item["dst"] for item in op.get("remotes", [])]
-        remote += [op["src"]] if op["op"] in ("read_packets", "switch_reduce") else []
-        remote += [item["src"] for item in op.get("packet_srcs", [])]
-        for ref in remote:
-            if ref["buffer"] != "scratch":
-                raise VerificationError("buffer", f"{describe_ref(ref)}: peers and packets only use scratch "
+        for place in placed_refs(op, rank, channels):
+            if (place.operand.place != LOCAL or place.operand.packets) and place.ref["buffer"] != "scratch":
+                raise VerificationError("buffer", f"{describe_ref(place.ref)}: peers and packets only use scratch "
                                                   "(XLA owns input and output)", at)
         _, writes = op_accesses(op, rank, channels)
         if any(buffer == "input" for _, buffer, _ in writes):
             raise VerificationError("buffer", "writes the input buffer, which is read-only", at)
-        if op["op"] in ("put_packets", "read_packets", "reduce_packets") and not plan["buffers"]["scratch"]["packets"]:
+        if spec.uses_packets and not plan["buffers"]["scratch"]["packets"]:
             raise VerificationError("schema", "uses LL packets but scratch 'packets' is false", at)
 
 
@@ -111,7 +108,7 @@ def _check_barriers(plan: dict) -> None:
             pending: dict = {}
             last_toucher: dict = {}
             for index, op in enumerate(block["ops"]):
-                if op["op"] in SYNC_OPS:
+                if is_barrier_point(op):
                     pending = {}
                     continue
                 reads, writes = op_accesses(op, rank, rank_plan["channels"])
@@ -194,10 +191,11 @@ class _SymbolicRun:
         self.signals_planned: Counter = Counter()
         self.packet_targets: set = set()
         for rank, _, _, op in iter_ops(plan):
-            if op["op"] in ("signal", "put_with_signal"):
+            if spec_of(op["op"]).sync == SIGNAL:
                 self.signals_planned[rank, op["channel"]] += 1
-            if op["op"] in ("put_packets", "reduce_packets"):
-                self.packet_targets.update(op_accesses(op, rank, self.channels[rank])[1])
+            for place in placed_refs(op, rank, self.channels[rank]):
+                if place.operand.access == WRITE and place.operand.packets:
+                    self.packet_targets.update(chunk_keys(place.rank, place.ref))
 
     # Scheduling -----------------------------------------------------------------------------------------
 
@@ -220,13 +218,13 @@ class _SymbolicRun:
         return entry["peer"], entry["peer_channel"]
 
     def _packet_keys(self, rank: int, op: dict) -> list:
-        if op["op"] == "read_packets":
-            return chunk_keys(rank, op["src"])
-        return [key for item in op.get("packet_srcs", []) for key in chunk_keys(rank, item["src"])]
+        """The chunks whose packets ``op`` unpacks (it waits until they have been written)."""
+        return [key for place in placed_refs(op, rank, self.channels[rank])
+                if place.operand.access == READ and place.operand.packets for key in chunk_keys(place.rank, place.ref)]
 
     def _ready(self, block: _Block) -> bool:
         op = block.ops[block.pc]
-        if op["op"] == "wait":
+        if spec_of(op["op"]).sync == WAIT:
             source = self._source(block.rank, op["channel"])
             return len(self.released[source]) > self.waited[block.rank, op["channel"]]
         return all(key in self.cells and self.cells[key].write is not None
@@ -238,7 +236,15 @@ class _SymbolicRun:
         block.pc += 1
         block.clock[block.agent] = block.pc
         me = _Access(block.agent, block.pc, at)
-        getattr(self, "_op_" + op["op"])(block, op, me)
+        spec = spec_of(op["op"], at)
+        if spec.operands:
+            self._data_step(block, op, me)
+        if spec.sync == SIGNAL:
+            self._signal(block, op["channel"], me)
+        elif spec.sync == WAIT:
+            self._wait(block, op["channel"])
+        elif spec.sync == FLUSH:
+            self._flush(block, op["channel"])
 
     # Memory ---------------------------------------------------------------------------------------------
 
@@ -306,100 +312,64 @@ class _SymbolicRun:
                 raise VerificationError("double_count", f"the reduction counts rank {a[0]}'s input[{a[1]}] twice", at)
         return tuple(merged)
 
-    # Operations -----------------------------------------------------------------------------------------
+    # Operations (ops.py: the data step, then the synchronization role) --------------------------------
 
-    def _op_barrier(self, block, op, me):
-        pass
-
-    def _op_copy(self, block, op, me):
-        for src, dst in zip(chunk_keys(block.rank, op["src"]), chunk_keys(block.rank, op["dst"])):
-            self._write(dst, self._read(src, me, block.clock), me, block.clock)
-
-    def _op_read_packets(self, block, op, me):
-        for src, dst in zip(chunk_keys(block.rank, op["src"]), chunk_keys(block.rank, op["dst"])):
-            self._write(dst, self._read_packets(src, me, block.rank, op["channel"]), me, block.clock)
-
-    def _op_reduce(self, block, op, me):
+    def _data_step(self, block: _Block, op: dict, me: _Access) -> None:
+        """Per chunk: read every source, reduce the values in order, write the result to every destination.
+        On a port channel the DMA stream of (thread block, channel) reads and writes, in FIFO order; the thread
+        block learns that they finished at ``flush``."""
         rank = block.rank
-        packet_sources = [(item["channel"], chunk_keys(rank, item["src"])) for item in op.get("packet_srcs", [])]
-        plain_sources = [chunk_keys(rank, ref) for ref in op["srcs"]]
-        for t, dst in enumerate(chunk_keys(rank, op["dst"])):
-            values = [self._read(keys[t], me, block.clock) for keys in plain_sources]
-            values += [self._read_packets(keys[t], me, rank, channel) for channel, keys in packet_sources]
-            result = self._combine(values, me.at)
-            self._write(dst, result, me, block.clock)
-            for item in op.get("remotes", []):
-                peer = self.channels[rank][item["channel"]]["peer"]
-                remote = chunk_keys(peer, item["dst"])[t]
-                packets = (rank, item["channel"]) if op["op"] == "reduce_packets" else None
-                self._write(remote, result, dataclasses.replace(me, packets_from=packets), block.clock)
-
-    _op_reduce_put = _op_reduce
-    _op_reduce_packets = _op_reduce
-
-    def _put(self, block, op, me, packets: bool = False) -> None:
-        rank, channel = block.rank, op["channel"]
-        entry = self.channels[rank][channel]
-        if entry["type"] == "port":
+        channel = op.get("channel")
+        if channel is not None and self.channels[rank][channel]["type"] == "port":
             block.dma_puts[channel] += 1
             agent = block.dma_agent(channel)
-            writer = _Access(agent, block.dma_puts[channel], me.at)
-            knowledge = {**block.clock, agent: writer.epoch}  # the stream's own FIFO order
+            actor = _Access(agent, block.dma_puts[channel], me.at)
+            knowledge = {**block.clock, agent: actor.epoch}  # the stream's own FIFO order
             block.last_put[channel] = me.at
         else:
-            writer = dataclasses.replace(me, packets_from=(rank, channel) if packets else None)
-            knowledge = block.clock
-        for src, dst in zip(chunk_keys(rank, op["src"]), chunk_keys(entry["peer"], op["dst"])):
-            value = self._read(src, dataclasses.replace(writer, packets_from=None), block.clock)
-            self._write(dst, value, writer, knowledge)
+            actor, knowledge = me, block.clock
+        placed = placed_refs(op, rank, self.channels[rank])
+        sources = [place for place in placed if place.operand.access == READ]
+        destinations = [place for place in placed if place.operand.access == WRITE]
+        for t in range(placed[0].ref["count"]):
+            values = []
+            for place in sources:
+                key = chunk_keys(place.rank, place.ref)[t]
+                if place.operand.packets:
+                    values.append(self._read_packets(key, actor, rank, place.channel))
+                else:
+                    values.append(self._read(key, actor, block.clock))
+            result = values[0] if len(values) == 1 else self._combine(values, me.at)
+            for place in destinations:
+                packets = (rank, place.channel) if place.operand.packets else None
+                writer = dataclasses.replace(actor, packets_from=packets)
+                self._write(chunk_keys(place.rank, place.ref)[t], result, writer, knowledge)
 
-    def _op_put(self, block, op, me):
-        self._put(block, op, me)
-
-    def _op_put_packets(self, block, op, me):
-        self._put(block, op, me, packets=True)
-
-    def _op_signal(self, block, op, me):
-        channel = op["channel"]
+    def _signal(self, block: _Block, channel: int, me: _Access) -> None:
+        """Release the thread block's clock, and its DMA puts on a port channel."""
         released = dict(block.clock)
         if block.dma_puts[channel]:
             released[block.dma_agent(channel)] = block.dma_puts[channel]
         self.released[block.rank, channel].append(released)
         self.last_signal[block.rank, channel] = me.at
 
-    def _op_put_with_signal(self, block, op, me):
-        self._put(block, op, me)
-        self._op_signal(block, op, me)
-
-    def _op_wait(self, block, op, me):
-        key = (block.rank, op["channel"])
+    def _wait(self, block: _Block, channel: int) -> None:
+        """Acquire what the matching signal released."""
+        key = (block.rank, channel)
         _join(block.clock, self.released[self._source(*key)][self.waited[key]])
         self.waited[key] += 1
 
-    def _op_flush(self, block, op, me):
-        channel = op["channel"]
+    def _flush(self, block: _Block, channel: int) -> None:
+        """Learn that the thread block's DMA puts on the channel have finished."""
         if block.dma_puts[channel]:
             _join(block.clock, {block.dma_agent(channel): block.dma_puts[channel]})
-
-    def _op_switch_reduce(self, block, op, me):
-        members = self.channels[block.rank][op["channel"]]["peers"]
-        for t, dst in enumerate(chunk_keys(block.rank, op["dst"])):
-            values = [self._read(chunk_keys(member, op["src"])[t], me, block.clock) for member in members]
-            self._write(dst, self._combine(values, me.at), me, block.clock)
-
-    def _op_switch_broadcast(self, block, op, me):
-        members = self.channels[block.rank][op["channel"]]["peers"]
-        for t, src in enumerate(chunk_keys(block.rank, op["src"])):
-            value = self._read(src, me, block.clock)
-            for member in members:
-                self._write(chunk_keys(member, op["dst"])[t], value, me, block.clock)
 
     # Diagnosis ------------------------------------------------------------------------------------------
 
     def _deadlock(self, pending: list) -> VerificationError:
         for block in pending:
             op, at = block.ops[block.pc], block.location()
-            if op["op"] == "wait":
+            if spec_of(op["op"]).sync == WAIT:
                 source = self._source(block.rank, op["channel"])
                 needed = self.waited[block.rank, op["channel"]] + 1
                 planned = self.signals_planned[source]

@@ -59,7 +59,7 @@
 namespace jax_mscclpp {
 
 namespace plan_codes {
-// Operation codes: jax_mscclpp/plans.py (OPCODES) and ffi/host_plan.h (PlanOpCode).
+// Operation codes: the op table (jax_mscclpp/dsl/ops.py) and ffi/host_plan.h; tests/dsl/test_dsl_ops.py checks.
 enum Op : uint8_t {
   kCopy = 0, kReduce = 1, kPut = 2, kPutPackets = 3, kReadPackets = 4, kSignal = 5, kWait = 6, kFlush = 7,
   kPutWithSignal = 8, kReducePut = 9, kReducePackets = 10, kBarrier = 11, kSwitchReduce = 12,
