@@ -16,6 +16,7 @@ from .collectives import (
     psum_scatter,
     reduce_scatter,
 )
+from . import fused
 from .communicator import Communicator
 from .info import info
 from .plans import register_algorithm, unregister_algorithm

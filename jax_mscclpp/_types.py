@@ -66,6 +66,10 @@ ALGORITHMS_OF = {
     Collective.ALL_TO_ALL: ("allpairs", "lax"),
 }
 
+# DType codes of the native side (ffi/collective_types.h, DType; kernels/include/jax_mscclpp/reduce.cuh).
+DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2, "float64": 3, "int8": 4, "uint8": 5, "int16": 6,
+               "uint16": 7, "int32": 8, "uint32": 9, "int64": 10, "uint64": 11}
+
 _ALWAYS = ("float32", "bfloat16", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 _WITH_X64 = ("float64", "int64", "uint64")
 SUPPORTED_DTYPES = tuple(np.dtype(jnp.dtype(n)) for n in _ALWAYS + _WITH_X64)

@@ -25,7 +25,7 @@ def test_matches_lax(mesh8, rng, dtype, op, count):
     )
 
 
-@pytest.mark.parametrize("algorithm", ["1pa_ll", "2pa_ll", "2pa_hb", "lax"])
+@pytest.mark.parametrize("algorithm", ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "lax"])
 @pytest.mark.parametrize("shape", [(8, 1), (8, 5, 7), (8 * 4099,)])
 def test_forced_algorithms(mesh8, rng, algorithm, shape):
     x = random_array(rng, shape, "float32")

@@ -29,20 +29,7 @@ import numpy as np
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 
 # Integer codes of ffi/collective_types.h and kernels/include/jax_mscclpp/reduce.cuh.
-DTYPE_CODES = {
-    "float32": 0,
-    "bfloat16": 1,
-    "float16": 2,
-    "float64": 3,
-    "int8": 4,
-    "uint8": 5,
-    "int16": 6,
-    "uint16": 7,
-    "int32": 8,
-    "uint32": 9,
-    "int64": 10,
-    "uint64": 11,
-}
+from jax_mscclpp._types import DTYPE_CODES  # noqa: E402  (the one table)
 REDUCE_CODES = {"sum": 0, "max": 1, "min": 2}
 # Collective and Algorithm codes of ffi/collective_types.h ("allpairs_ll" / "allpairs_hb": kAllPairs with the
 # protocol forced; the GPU kernels choose by size under plain "allpairs").

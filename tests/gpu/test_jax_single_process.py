@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent(r"""
     reducers = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
     quick = sys.argv[1] == "quick"
     sizes = [3, 40000] if quick else [1, 3, 1023, 8 * 4096 + 5, 1 << 20]
-    for algorithm in ["1pa_ll", "2pa_ll", "2pa_hb", "2pa_nvls", None]:
+    for algorithm in ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pa_nvls", None]:
         for dtype, op in [("float32", "sum"), ("bfloat16", "sum"), ("float16", "max"), ("int32", "sum"),
                           ("uint8", "min")][: 2 if quick else None]:
             for count in sizes:
@@ -45,6 +45,35 @@ SCRIPT = textwrap.dedent(r"""
         ]:
             assert_same(sharded(ours_fn, mesh, P("x"), P("x"))(x), sharded(ref_fn, mesh, P("x"), P("x"))(x))
             checks += 1
+    # Fused layer boundary against the lax composition: the fused kernel runs (its target is in the program).
+    def boundary_lax(a, r, w):
+        s = r + lax.psum(a, "x")
+        s32 = s.astype(jnp.float32)
+        s32 = s32 * lax.rsqrt(jnp.mean(s32 * s32, axis=-1, keepdims=True) + 1e-5)
+        return (s32 * w.astype(jnp.float32)).astype(a.dtype), s
+    for dtype in ["bfloat16", "float32"]:
+        for rows, row in [(1, 4096), (8, 4096), (64, 4096), (3, 40)]:
+            a = random_array(rng, (n * rows, row), dtype)
+            r = random_array(rng, (rows, row), dtype)
+            w = random_array(rng, (row,), dtype)
+            fused = sharded(lambda a, r, w: jm.fused.all_reduce_residual_rmsnorm(a, r, w, "x", eps=1e-5), mesh,
+                            (P("x"), P(), P()), (P(), P()))
+            assert "jax_mscclpp_all_reduce_rmsnorm" in fused.lower(a, r, w).as_text()
+            assert_same(fused(a, r, w), sharded(boundary_lax, mesh, (P("x"), P(), P()), (P(), P()))(a, r, w))
+            plain = sharded(lambda a, r: jm.fused.all_reduce_residual(a, r, "x"), mesh, (P("x"), P()), P())
+            assert_same(plain(a, r), sharded(lambda a, r: r + lax.psum(a, "x"), mesh, (P("x"), P()), P())(a, r))
+            checks += 2
+    # Overlapped (second stream, few blocks) and bucketed pytree sums.
+    for count in [5, 1 << 16, 3 << 20]:
+        x = random_array(rng, (n * count,), "bfloat16")
+        assert_same(sharded(lambda v: jm.psum(v, "x", overlap=True), mesh, P("x"), P())(x),
+                    sharded(lambda v: lax.psum(v, "x"), mesh, P("x"), P())(x))
+        checks += 1
+    tree = [random_array(rng, (n * c,), d) for c, d in [(3, "float32"), (999, "float32"), (17, "bfloat16"),
+                                                        (1 << 19, "float32")]]
+    specs, outs = [P("x")] * len(tree), [P()] * len(tree)
+    assert_same(sharded(lambda t: jm.psum(t, "x"), mesh, (specs,), outs)(tree),
+                sharded(lambda t: lax.psum(t, "x"), mesh, (specs,), outs)(tree))
     x = random_array(rng, (n * 4096,), "float32")
     loop = lambda psum: (lambda v: lax.fori_loop(0, 1000, lambda i, a: lax.pcast(psum(a, "x"), "x", to="varying") / n, v))
     assert_same(sharded(loop(jm.psum), mesh, P("x"), P("x"))(x), sharded(loop(lax.psum), mesh, P("x"), P("x"))(x))

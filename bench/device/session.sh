@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Device session steps (nvidia-h200 / nvidia-h200-x2): bench/device/session.sh STEP... with outputs under $OUT.
+# setup: use the module built for this machine's Python if it imports, else build it here (archs 90 only).
+# Every environment built here keeps NVLink multicast off.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+unset JAX_MSCCLPP_NVLS
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+log() { echo "== $(date +%T) $*"; }
+
+step_setup() {
+  nvidia-smi -L; nvidia-smi topo -m 2>/dev/null | head -5
+  if ! python3 -c "import jax_mscclpp as jm; assert jm.info()['cuda_built']" 2>/dev/null; then
+    log "building"; rm -f jax_mscclpp/_jax_mscclpp*.so
+    pip install -q --no-build-isolation --no-deps -e . -C cmake.define.JAX_MSCCLPP_CUDA_ARCHS=90 2>&1 | tail -3
+  fi
+  python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
+}
+
+step_kernels() {  # virtual ranks on GPU 0: every kernel against numpy
+  timeout 420 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
+    tests/gpu/test_all_reduce_1pa_ll.py tests/gpu/test_executor.py 2>&1 | tee "$OUT/kernels.log" | tail -15
+}
+
+step_jax2() {  # one process, two GPUs: the JAX path against lax
+  timeout 400 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_jax_single_process.py 2>&1 \
+    | tee "$OUT/jax2.log" | tail -8
+}
+
+step_ar() {  # all_reduce bandwidth, ours and lax, command buffers
+  python3 -m jax_mscclpp.bench --ops all_reduce --sizes 64K,1M,4M,16M,64M,256M,1G --dtype bfloat16 \
+    --algorithm 1pa_ll,1pa_hb,2pa_hb,auto --mode cmdbuf --iters 10 --warmup 3 --no-progress --out "$OUT" \
+    --name "ar-$(date +%H%M%S)" 2>&1 | tail -40
+}
+
+for s in "$@"; do log "$s"; "step_$s"; done

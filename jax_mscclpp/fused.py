@@ -1,0 +1,187 @@
+"""Collectives fused with the work that follows them at a transformer layer boundary.
+
+After a row-parallel projection, a tensor-parallel layer sums partial results over the tensor axis, adds the
+residual stream and normalizes for the next sublayer. XLA cannot fuse across a custom call, so these functions do
+the three in one GPU kernel (kernels/collectives/epilogue.h):
+
+    normed, new_residual = jm.fused.all_reduce_residual_rmsnorm(partial, residual, weight, "tp", eps=1e-5)
+    new_residual = jm.fused.all_reduce_residual(partial, residual, "tp")
+
+Semantics are those of the composition (``residual + psum(x)``, then RMSNorm over the last axis in float32:
+``x * rsqrt(mean(x**2) + eps) * weight``, cast back), which runs instead wherever the fused kernel does not (CPU
+devices, non-float dtypes, messages past one LL scratch half, ``algorithm="lax"`` or another algorithm forced).
+Gradients are the composition's; under ``vmap`` the composition runs.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import batching, mlir
+
+from . import _compat, _native
+from ._types import DTYPE_CODES, check_dtype
+from .collectives import _axes_and_world, psum
+from .communicator import Communicator
+
+RESIDUAL_TARGET = "jax_mscclpp_all_reduce_residual"
+RMSNORM_TARGET = "jax_mscclpp_all_reduce_rmsnorm"
+_FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _reference(x, residual, weight, *, axes, norm, eps, algorithm):
+    """The composition the fused kernel computes: (normed, new_residual) or (new_residual,)."""
+    total = lax.psum(x, axes) if algorithm == "lax" else psum(x, axes, algorithm=algorithm)
+    new_residual = residual + total
+    if not norm:
+        return (new_residual,)
+    x32 = new_residual.astype(jnp.float32)
+    x32 = x32 * lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return ((x32 * weight.astype(jnp.float32)).astype(x.dtype), new_residual)
+
+
+all_reduce_epilogue_p = Primitive("mscclpp_all_reduce_epilogue")
+all_reduce_epilogue_p.multiple_results = True
+
+
+def _abstract_eval(x, residual, *weight, axes, world, norm, eps, algorithm):
+    del world, eps, algorithm
+    varying = (_compat.varying_axes(x) - frozenset(axes)) | _compat.varying_axes(residual)
+    new_residual = _compat.with_varying_axes(residual.update(shape=x.shape, dtype=x.dtype), varying)
+    if not norm:
+        return (new_residual,)
+    normed = _compat.with_varying_axes(new_residual, varying | _compat.varying_axes(weight[0]))
+    return (normed, new_residual)
+
+
+def _fuses_here(ctx, x_aval, row, axes, world, algorithm):
+    """The communicator to run the fused kernel on, or None when the composition runs instead."""
+    if algorithm is not None or not _native.CUDA_BUILT or world < 2:
+        return None
+    mesh = _compat.lowering_mesh(ctx)
+    if mesh is None:
+        return None
+    comm = Communicator(mesh, axes)
+    count = int(np.prod(x_aval.shape, dtype=int))
+    dtype = np.dtype(x_aval.dtype).name
+    if comm.fallback_reason is not None or dtype not in _FLOAT_DTYPES:
+        return None
+    if not _native.native.cuda.epilogue_supported(world, count, row, DTYPE_CODES[dtype], comm.scratch_bytes):
+        return None
+    return comm
+
+
+def _lower_gpu(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
+    x_aval = ctx.avals_in[0]
+    row = x_aval.shape[-1] if x_aval.shape else 1
+    comm = _fuses_here(ctx, x_aval, row, axes, world, algorithm)
+    if comm is None:
+        return _lower_composition(ctx, x, residual, *weight, axes=axes, world=world, norm=norm, eps=eps,
+                                  algorithm=algorithm)
+    if norm:
+        return jax.ffi.ffi_lowering(RMSNORM_TARGET, has_side_effect=True)(
+            ctx, x, residual, weight[0], comm_id=np.int64(comm.id), eps=np.float32(eps))
+    return jax.ffi.ffi_lowering(RESIDUAL_TARGET, has_side_effect=True)(
+        ctx, x, residual, comm_id=np.int64(comm.id), row=np.int64(row))
+
+
+def _lower_composition(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
+    del world
+
+    def run(x, residual, *weight):
+        return _reference(x, residual, weight[0] if weight else None, axes=axes, norm=norm, eps=eps,
+                          algorithm=algorithm)
+
+    return mlir.lower_fun(run, multiple_results=True)(ctx, x, residual, *weight)
+
+
+def _batch(args, dims, *, axes, world, norm, eps, algorithm):
+    """Under vmap the composition runs (each mapped call its own collective)."""
+
+    def run(x, residual, *weight):
+        return _reference(x, residual, weight[0] if weight else None, axes=axes, norm=norm, eps=eps,
+                          algorithm=algorithm)
+
+    outs = jax.vmap(run, in_axes=tuple(d if isinstance(d, int) else None for d in dims))(*args)
+    return list(outs), [0] * len(outs)
+
+
+all_reduce_epilogue_p.def_impl(
+    lambda *a, **p: (_ for _ in ()).throw(RuntimeError("the fused collectives run inside jax.shard_map")))
+all_reduce_epilogue_p.def_abstract_eval(_abstract_eval)
+mlir.register_lowering(all_reduce_epilogue_p, _lower_composition)
+if _native.CUDA_BUILT:
+    mlir.register_lowering(all_reduce_epilogue_p, _lower_gpu, platform="cuda")
+batching.primitive_batchers[all_reduce_epilogue_p] = _batch
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _fused(x, residual, weight, static):
+    axes, world, norm, eps, algorithm = static
+    args = (x, residual, weight) if norm else (x, residual)
+    return tuple(all_reduce_epilogue_p.bind(*args, axes=axes, world=world, norm=norm, eps=eps, algorithm=algorithm))
+
+
+def _fused_fwd(x, residual, weight, static):
+    return _fused(x, residual, weight, static), (x, residual, weight)
+
+
+def _fused_bwd(static, saved, cts):
+    axes, _, norm, eps, algorithm = static
+    x, residual, weight = saved
+    _, vjp = jax.vjp(lambda a, b, c: _reference(a, b, c, axes=axes, norm=norm, eps=eps, algorithm=algorithm),
+                     x, residual, weight)
+    return vjp(cts)
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+
+
+def _checked(x, residual, weight, axis_name, api, algorithm):
+    from . import selection
+    from ._types import Collective
+
+    x, residual = jnp.asarray(x), jnp.asarray(residual)
+    selection.check_algorithm(Collective.ALL_REDUCE, algorithm, api)
+    axes, world = _axes_and_world(axis_name, api)
+    check_dtype(x.dtype, api)
+    if residual.shape != x.shape or residual.dtype != x.dtype:
+        raise ValueError(f"{api}: residual must have x's shape and dtype {x.shape} {x.dtype}, got "
+                         f"{residual.shape} {residual.dtype}")
+    if weight is not None:
+        weight = jnp.asarray(weight)
+        if x.ndim == 0 or weight.shape != x.shape[-1:] or weight.dtype != x.dtype:
+            raise ValueError(f"{api}: weight must be a vector of x's last dimension and dtype "
+                             f"{x.shape[-1:]} {x.dtype}, got {weight.shape} {weight.dtype}")
+    return x, residual, weight, axes, world
+
+
+def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None):
+    """``residual + psum(x, axis_name)`` in one kernel where it can (see the module docstring)."""
+    x, residual, _, axes, world = _checked(x, residual, None, axis_name, "all_reduce_residual", algorithm)
+    if world == 1:
+        return residual + x
+    x = _compat.make_varying(x, axes)
+    dummy = jnp.zeros((0,), x.dtype)
+    return _fused(x, residual, dummy, (axes, world, False, 0.0, algorithm))[0]
+
+
+def all_reduce_residual_rmsnorm(x, residual, weight, axis_name, *, eps: float = 1e-6,
+                                algorithm: str | None = None):
+    """``(rms_norm(r) * weight, r)`` with ``r = residual + psum(x, axis_name)``, the norm over the last axis in
+    float32; one kernel where it can (see the module docstring)."""
+    x, residual, weight, axes, world = _checked(x, residual, weight, axis_name, "all_reduce_residual_rmsnorm",
+                                                algorithm)
+    if world == 1:
+        return _reference(x, residual, weight, axes=(), norm=True, eps=float(eps), algorithm="lax")
+    x = _compat.make_varying(x, axes)
+    normed, new_residual = _fused(x, residual, weight, (axes, world, True, float(eps), algorithm))
+    return normed, new_residual
+
+
+__all__ = ["all_reduce_residual", "all_reduce_residual_rmsnorm"]
