@@ -20,8 +20,10 @@ step_setup() {
   python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
 }
 
-step_kernels() {  # virtual ranks on GPU 0: every kernel against numpy
-  timeout 420 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
+step_env() { env | grep -E "^(CUDA|NCCL|XLA|JAX)" | sort; }
+
+step_kernels() {  # virtual ranks on GPU 0: every kernel against numpy (a lost signal fails in 15 s, not 300)
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 420 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
     tests/gpu/test_all_reduce_1pa_ll.py tests/gpu/test_executor.py 2>&1 | tee "$OUT/kernels.log" | tail -15
 }
 
@@ -30,10 +32,23 @@ step_jax2() {  # one process, two GPUs: the JAX path against lax
     | tee "$OUT/jax2.log" | tail -8
 }
 
-step_ar() {  # all_reduce bandwidth, ours and lax, command buffers
-  python3 -m jax_mscclpp.bench --ops all_reduce --sizes 64K,1M,4M,16M,64M,256M,1G --dtype bfloat16 \
-    --algorithm 1pa_ll,1pa_hb,2pa_hb,auto --mode cmdbuf --iters 10 --warmup 3 --no-progress --out "$OUT" \
-    --name "ar-$(date +%H%M%S)" 2>&1 | tail -40
+bench() {  # bench NAME OPS SIZES ALGORITHMS [ENV=VALUE...]: ours and lax, command buffers
+  local name=$1 ops=$2 sizes=$3 algos=$4; shift 4
+  env "$@" python3 -m jax_mscclpp.bench --ops "$ops" --sizes "$sizes" --dtype bfloat16 --algorithm "$algos" \
+    --mode cmdbuf --iters 10 --warmup 3 --no-progress --quiet --out "$OUT" --name "$name" 2>&1 | tail -3
+  python3 - "$OUT/$name.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["records"]:
+    print(f"{r['op']:<15}{r['size']:>11}  {r['chosen']:<10}{r.get('ours_us') or 0:>9.1f}{r.get('lax_us') or 0:>9.1f}"
+          f"{r.get('ours_busbw') or 0:>8.1f}{r.get('lax_busbw') or 0:>8.1f} {r.get('speedup') or 0:>6.2f}x {r['check']}")
+PY
 }
+
+step_ar() { bench ar all_reduce 1M,4M,16M,64M,256M,1G 1pa_hb,2pa_hb; }
+step_mid() {
+  bench mid-bb32k all_reduce 1M,4M,16M 1pa_hb JAX_MSCCLPP_STREAM_BLOCK_BYTES=32768
+  bench mid-bb64k-c1 all_reduce 1M,4M,16M 1pa_hb JAX_MSCCLPP_STREAM_BLOCK_BYTES=65536 JAX_MSCCLPP_STREAM_SLOTS=4
+}
+step_others() { bench others all_gather,reduce_scatter,all_to_all 64K,1M,16M,256M,1G allpairs; }
 
 for s in "$@"; do log "$s"; "step_$s"; done
