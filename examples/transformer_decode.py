@@ -9,9 +9,13 @@ pmin. The whole decode step is one jitted ``shard_map`` and the KV cache is a do
 
     python examples/transformer_decode.py --preset tiny --steps 4
     python examples/transformer_decode.py --preset 8b --layers 2 --batch 1,8,64 --out decode.json
+    python examples/transformer_decode.py --preset 8b --layers 4 --batch 8 --profile /tmp/decode-profile
 
 With ``--collectives both`` (the default) each batch size runs with jax_mscclpp's collectives and with lax's,
-and the run fails (exit status 1) unless both produce the same tokens and close logits.
+and the run fails (exit status 1) unless both produce the same tokens and close logits. The jax_mscclpp variant
+ends each row-parallel projection with ``jm.fused.all_reduce_residual_rmsnorm`` (the all-reduce, the residual add
+and the next RMSNorm in one kernel on GPUs) unless ``--no-fused``. ``--profile DIR`` profiles decode steps of each
+variant and prints, per step, GPU busy and idle time and the collective kernels' time.
 """
 
 from __future__ import annotations
@@ -74,6 +78,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--cpu-devices", type=int, default=None,
                         help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True,
+                        help="jax_mscclpp variant: fused all-reduce + residual + RMSNorm (default: on)")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="profile --profile-steps decode steps per variant into DIR and print per-step figures")
+    parser.add_argument("--profile-steps", type=int, default=12)
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
     args = parser.parse_args(argv)
     try:
@@ -143,7 +152,10 @@ def new_cache(cfg: dict, batch: int, max_len: int, dtype, mesh):
     return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=NamedSharding(mesh, CACHE_SPEC))()
 
 
-def rms_norm(x, weight, eps=1e-5):
+RMS_EPS = 1e-5
+
+
+def rms_norm(x, weight, eps=RMS_EPS):
     x32 = x.astype(jnp.float32)
     x32 = x32 * lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     return (x32 * weight.astype(jnp.float32)).astype(x.dtype)
@@ -159,12 +171,21 @@ def rotary(x, pos, theta):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
-def make_decode_step(cfg: dict, mesh, collectives: str):
+def make_decode_step(cfg: dict, mesh, collectives: str, fused: bool = False):
     """One jitted decode step: (params, cache, tokens [B], pos) -> (next tokens [B], logits [B, V], cache).
 
-    Every sequence is at position ``pos``; the cache (donated) gets this position's keys and values.
+    Every sequence is at position ``pos``; the cache (donated) gets this position's keys and values. With
+    ``fused``, each row-parallel projection's psum, the residual add and the next RMSNorm are one call.
     """
     psum, pmax, pmin = COLLECTIVES[collectives]
+
+    def boundary(partial, x, norm_weight):
+        """(normed, new residual) after a row-parallel projection: psum, residual add, the next RMSNorm."""
+        if fused:
+            return jm.fused.all_reduce_residual_rmsnorm(partial, x, norm_weight, "tp", eps=RMS_EPS)
+        x = x + psum(partial, "tp")
+        return rms_norm(x, norm_weight), x
+
     tp = mesh.shape["tp"]
     heads, kv_heads, dh = cfg["n_heads"] // tp, cfg["n_kv_heads"] // tp, cfg["head_dim"]
     group = heads // kv_heads
@@ -182,8 +203,9 @@ def make_decode_step(cfg: dict, mesh, collectives: str):
         x = psum(x, "tp")  # [B, d_model]
 
         visible = (jnp.arange(max_len) <= pos)[None, None, None, :]
-        for i, layer in enumerate(params["layers"]):
-            h = rms_norm(x, layer["attn_norm"])
+        layers = params["layers"]
+        h = rms_norm(x, layers[0]["attn_norm"])
+        for i, layer in enumerate(layers):
             q = rotary((h @ layer["wq"]).reshape(batch, heads, dh), pos, theta)
             k = rotary((h @ layer["wk"]).reshape(batch, kv_heads, dh), pos, theta)
             v = (h @ layer["wv"]).reshape(batch, kv_heads, dh)
@@ -195,13 +217,13 @@ def make_decode_step(cfg: dict, mesh, collectives: str):
             scores = jnp.where(visible, scores / np.sqrt(dh), -jnp.inf)
             probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
             attn = jnp.einsum("bkgs,bskd->bkgd", probs, values).reshape(batch, heads * dh)
-            x = x + psum(attn @ layer["wo"], "tp")  # row-parallel output projection
+            h, x = boundary(attn @ layer["wo"], x, layer["mlp_norm"])  # row-parallel output projection
 
-            h = rms_norm(x, layer["mlp_norm"])
             hidden = jax.nn.silu(h @ layer["w_gate"]) * (h @ layer["w_up"])  # [B, d_ff/tp]
-            x = x + psum(hidden @ layer["w_down"], "tp")  # row-parallel down projection
+            next_norm = layers[i + 1]["attn_norm"] if i + 1 < len(layers) else params["final_norm"]
+            h, x = boundary(hidden @ layer["w_down"], x, next_norm)  # row-parallel down projection
 
-        logits = (rms_norm(x, params["final_norm"]) @ params["lm_head"]).astype(jnp.float32)  # [B, vocab/tp]
+        logits = (h @ params["lm_head"]).astype(jnp.float32)  # [B, vocab/tp]
         # Greedy argmax over the vocabulary shards; ties go to the lowest id, as jnp.argmax.
         best = jnp.max(logits, axis=-1)
         best_id = jnp.argmax(logits, axis=-1).astype(jnp.int32) + shard * logits.shape[-1]
@@ -254,6 +276,28 @@ def generate(step, params, cfg, prompt, steps: int, dtype, mesh) -> dict:
     }
 
 
+def profile_steps(step, params, cfg, prompt, steps: int, dtype, mesh, logdir: str) -> dict:
+    """Per-step kernel figures of ``steps`` decode steps (jax_mscclpp.bench.profile)."""
+    from jax_mscclpp.bench import profile
+
+    batch = prompt.shape[0]
+    max_len = steps + 2
+    replicated = NamedSharding(mesh, P())
+    cache = new_cache(cfg, batch, max_len, dtype, mesh)
+    compiled = step.lower(params, cache, jnp.asarray(prompt[:, 0]), jnp.int32(0)).compile()
+    state = {"cache": cache, "tokens": jax.device_put(jnp.asarray(prompt[:, 0]), replicated), "pos": 0}
+    positions = [jax.device_put(jnp.int32(t), replicated) for t in range(max_len)]
+
+    def one():
+        tokens, _, state["cache"] = compiled(params, state["cache"], state["tokens"], positions[state["pos"]])
+        state["tokens"], state["pos"] = tokens, state["pos"] + 1
+        return tokens
+
+    one()  # warm
+    path = profile.capture(one, steps, logdir)
+    return profile.summarize(path, steps)
+
+
 def compare(ours: dict, ref: dict) -> dict:
     """Tokens must match; logits are compared up to and including the first step whose tokens differ."""
     same = ours["tokens"] == ref["tokens"]
@@ -302,10 +346,10 @@ def run(args) -> dict:
           f"({cfg['n_kv_heads']} kv) x {cfg['head_dim']}, d_ff {cfg['d_ff']}, vocab {cfg['vocab']}; {dtype_name}; "
           f"{tp} {plat} devices on 'tp'; prompt {args.prompt_len} + {args.steps} generated tokens")
     params = init_params(jax.random.key(args.seed), cfg, dtype, mesh)
-    steps = {name: make_decode_step(cfg, mesh, name) for name in variants}
+    steps = {name: make_decode_step(cfg, mesh, name, fused=args.fused and name == "mscclpp") for name in variants}
     rng = np.random.default_rng(args.seed)
 
-    results, checks = [], []
+    results, checks, profiles = [], [], []
     print(f"{'batch':>5}  {'collectives':<11} {'compile s':>9}  {'median ms/step':>14}  {'p90 ms':>8}  "
           f"{'tokens/s':>10}")
     for batch in args.batch:
@@ -341,6 +385,14 @@ def run(args) -> dict:
                   f"(rel {check['logits_max_rel_diff']:.2e}, tolerance {tol:g}) "
                   f"{'PASS' if check['passed'] else 'FAIL'}")
         del runs
+        if args.profile:
+            for name in variants:
+                logdir = os.path.join(args.profile, f"{name}-b{batch}")
+                summary = profile_steps(steps[name], params, cfg, prompt, args.profile_steps, dtype, mesh, logdir)
+                profiles.append({"batch": batch, "collectives": name, **summary})
+                from jax_mscclpp.bench.profile import format_summary
+
+                print(format_summary(f"       profile batch {batch} {name}", summary))
 
     passed = all(c["passed"] for c in checks)
     if checks:
@@ -354,10 +406,11 @@ def run(args) -> dict:
         "devices": {"platform": plat, "kind": devices[0].device_kind, "count": len(devices), "tp": tp},
         "versions": versions(),
         "config": {"preset": args.preset, **cfg, "dtype": dtype_name, "prompt_len": args.prompt_len,
-                   "steps": args.steps, "batches": args.batch, "collectives": list(variants),
+                   "steps": args.steps, "batches": args.batch, "collectives": list(variants), "fused": args.fused,
                    "xla_flags": os.environ.get("XLA_FLAGS", "")},
         "results": results,
         "checks": checks,
+        "profiles": profiles,
         "passed": passed,
     }
 

@@ -1,6 +1,6 @@
 // Host-memory semaphores of the reference backend (platform "cpu").
 //
-// Contract (the same as the device semaphores of DESIGN.md): a peer's signal is a release fetch_add on the
+// Contract (the same as the device semaphores of docs/architecture.md): a peer's signal is a release fetch_add on the
 // semaphore it shares with me; my wait acquires until the count reaches an expected value that only I own and
 // bump. Every byte the peer wrote before its signal is visible after my wait returns. Waits are bounded: they
 // give up at a deadline instead of hanging when a peer never comes.

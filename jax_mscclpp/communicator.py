@@ -1,6 +1,6 @@
 """Communicator: the per-(mesh, axes) setup, made once and reused by every call.
 
-Ranks (DESIGN.md): for axes A of mesh M, a device's group is the devices that share its coordinates on the other
+Ranks (docs/architecture.md, "Protocols"): for axes A of mesh M, a device's group is the devices that share its coordinates on the other
 axes; its rank is its row-major position along A, in the order A is given (the order ``lax.axis_index`` uses).
 XLA numbers the devices of a shard_map program by their row-major position in ``mesh.devices`` (the partition
 id), whatever the device order of the mesh; the native side maps a partition id to (group, rank) through the

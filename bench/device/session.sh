@@ -51,4 +51,39 @@ step_mid() {
 }
 step_others() { bench others all_gather,reduce_scatter,all_to_all 64K,1M,16M,256M,1G allpairs; }
 
+step_kernels_stream() {  # the streaming and fused kernels, and what the epoch change touches
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
+    tests/gpu/test_all_reduce_1pa_ll.py -k "hb or allpairs or fused or supported or 1pa_ll or replay" 2>&1 \
+    | tee "$OUT/kernels.log" | tail -6
+}
+
+step_official() {  # the runtime's choice against lax, every op and size (issue command, cmdbuf)
+  timeout 300 python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
+    --dtype bfloat16 --algorithm auto --mode cmdbuf --iters 8 --warmup 2 --no-progress --quiet --out "$OUT" \
+    --name official 2>&1 | tail -3
+  python3 - "$OUT/official.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["records"]:
+    print(f"{r['op']:<15}{r['size']:>11}  {r['chosen']:<9}{r.get('ours_us') or 0:>9.1f}{r.get('lax_us') or 0:>9.1f}"
+          f"{r.get('ours_busbw') or 0:>7.0f}{r.get('lax_busbw') or 0:>7.0f} {r.get('speedup') or 0:>5.2f}x {r['check']}")
+PY
+}
+
+step_model() {
+  timeout 120 python3 -m jax_mscclpp.bench.model --rows 8,64 --layers 64 --iters 10 --profile "$OUT/prof" \
+    --out "$OUT" 2>&1 | tail -10
+}
+
+step_decode() {
+  timeout 200 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 \
+    --profile "$OUT/prof" --profile-steps 8 --out "$OUT/decode.json" 2>&1 | grep -v "^ \{4\}" | tail -24
+}
+
+step_train() {
+  timeout 200 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 --profile "$OUT/prof" \
+    --profile-steps 3 --out "$OUT/train.json" 2>&1 | grep -v "^ \{4\}  " | tail -16
+}
+
+step_pack() { rm -rf "$OUT/prof"; ls "$OUT"; }
+
 for s in "$@"; do log "$s"; "step_$s"; done

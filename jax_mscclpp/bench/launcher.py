@@ -8,7 +8,7 @@ device unless XLA_FLAGS says otherwise, and jax's CPU collectives (gloo) connect
 backend of jax_mscclpp runs within one process, so there only lax is timed.
 
 Children always run with ``NCCL_NVLS_ENABLE=0`` and without ``JAX_MSCCLPP_NVLS``: NVLink multicast stays off
-(DESIGN.md). Process 0 prints and writes the results; the others stay quiet unless they fail.
+(docs/architecture.md). Process 0 prints and writes the results; the others stay quiet unless they fail.
 """
 
 from __future__ import annotations

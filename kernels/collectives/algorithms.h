@@ -8,10 +8,10 @@
 //   launch_all_reduce_1pa_ll      all_reduce (1PA-LL)                      LL16 packets, one phase
 //   launch_all_pairs_reduce_ll    all_reduce (2PA-LL), reduce_scatter      LL16 packets, no semaphores
 //   launch_all_pairs_copy_ll      all_gather, all_to_all                   LL16 packets
-//   launch_stream_reduce          all_reduce (1PA-HB, 2PA-HB phase 1),     streaming HB (stream.cuh): chunk slots,
-//                                 reduce_scatter                           a signal and a credit per chunk
-//   launch_stream_copy            all_gather, all_to_all,                  streaming HB
-//                                 all_reduce (2PA-HB phase 2)
+//   launch_stream_reduce          all_reduce (1PA-HB), reduce_scatter      streaming HB (stream.cuh): chunk slots,
+//                                                                          a signal and a credit per chunk
+//   launch_stream_copy            all_gather, all_to_all                   streaming HB
+//   launch_stream_two_phase       all_reduce (2PA-HB)                      streaming HB, reduce then copy
 //   launch_all_reduce_ring        all_reduce (2PR)                         PortChannel DMA, one ring per block
 //   launch_all_reduce_switch      all_reduce (2PA-NVLS)                    SwitchChannel reduce/broadcast + barriers
 #pragma once
@@ -61,6 +61,8 @@ cudaError_t launch_all_pairs_copy_ll(const CollectiveContext& c, const Piece& p,
 cudaError_t launch_stream_reduce(const CollectiveContext& c, const StreamArgs& a, int32_t dtype, int32_t op,
                                  cudaStream_t stream);
 cudaError_t launch_stream_copy(const CollectiveContext& c, const StreamArgs& a, cudaStream_t stream);
+cudaError_t launch_stream_two_phase(const CollectiveContext& c, const StreamArgs& reduce, const StreamArgs& gather,
+                                    int32_t dtype, int32_t op, cudaStream_t stream);
 cudaError_t launch_all_reduce_ring(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
                                    cudaStream_t stream);
 cudaError_t launch_all_reduce_switch(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,

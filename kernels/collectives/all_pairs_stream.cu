@@ -1,72 +1,127 @@
 // All-pairs collectives on the streaming HB protocol (stream.cuh): for large messages. One launch moves the
-// whole message through a bounded scratch; every block pipelines its chunks (chunk k + 1 is sent before chunk k
-// is folded or copied out), so the link stays busy while the block works on what arrived.
+// whole message through a bounded scratch. Each block runs two groups of threads: senders stream the block's
+// chunks into the peers' slots (waiting only for slot credits), receivers fold or copy every chunk as it arrives
+// and hand its slot back, so puts and local work overlap.
 //
 //   reduce kernel (typed):  rank r sends segment q of its input to peer q and folds segment r of every rank in
 //                           rank order 0..n-1 (its own input in place of its slot) into its output. all_reduce
-//                           1PA-HB: every segment is the whole input (one-shot push, best for 2 ranks);
-//                           reduce_scatter: segment q is input block q; all_reduce 2PA-HB, first launch:
-//                           segment q is shard q of the input, folded into shard r of the output.
+//                           1PA-HB: every segment is the whole input (one-shot push); reduce_scatter: segment q is
+//                           input block q.
 //   copy kernel (untyped):  rank r sends segment q of its input (all_gather: its input; all_to_all: block q) to
 //                           peer q and copies what peer q sent into output block q; its own block is copied
-//                           locally. all_reduce 2PA-HB, second launch: shard r of the output to every peer.
+//                           locally.
+//   two-phase kernel:       all_reduce 2PA-HB: the reduce over shards (segment q is shard q of the input, folded
+//                           into shard r of the output), then the copy of shard r of the output to every peer.
 //
-// in == out (all_reduce, all_to_all): chunk k of every segment is sent (and the block barrier of its signal
-// passed) before chunk k of the output is written, and chunk k of the output depends on nothing later.
+// When the output overlaps the input (in == out for all_reduce and all_to_all), receivers write chunk k only after
+// the senders have read chunk k of every segment (`sent`, in shared memory). That wait cannot close a cycle: the
+// senders' chunk k needs the peer's receivers at chunk k - S, which need the peer's senders at k - S, which need
+// these receivers at k - 2S, already past.
 #include "collectives/algorithms.h"
 #include "collectives/stream.cuh"
 
 namespace jax_mscclpp::collectives {
 namespace {
 
+constexpr uint32_t kSenderThreads = kHBThreads / 2;
+
+// Whether [a, a + na) and [b, b + nb) share a byte.
+__device__ inline bool overlaps(const char* a, uint64_t na, const char* b, uint64_t nb) {
+  return a < b + nb && b < a + na;
+}
+
+template <bool kReduce, class Work>
+__device__ inline void stream_block(const StreamBlock& sb, bool alias, Work work) {
+  __shared__ uint32_t sent;
+  if (threadIdx.x == 0) sent = 0;
+  __syncthreads();
+  if (threadIdx.x < kSenderThreads) {
+    const Group g{0, kSenderThreads, 1};
+    for (uint32_t k = 0; k < sb.chunks; ++k) {
+      sb.send<kReduce>(g, k);
+      if (alias && g.tid() == 0) *reinterpret_cast<volatile uint32_t*>(&sent) = k + 1;
+    }
+    sb.drain(g);
+  } else {
+    const Group g{kSenderThreads, kHBThreads - kSenderThreads, 2};
+    for (uint32_t k = 0; k < sb.chunks; ++k) {
+      sb.receive(g, k);
+      if (alias)
+        while (*reinterpret_cast<volatile uint32_t*>(&sent) <= k) {
+        }
+      work(g, k);
+      sb.release(g, k);
+    }
+  }
+}
+
+// One block's part of a reduce launch (see the file comment).
 template <class T, class Op>
-__global__ void __launch_bounds__(kHBThreads) stream_reduce_kernel(CollectiveContext c, StreamArgs a) {
-  const uint64_t e = launch_epoch(c);
+__device__ inline void stream_reduce(const CollectiveContext& c, const StreamArgs& a, uint64_t e) {
   const StreamBlock sb(c, a, e);
   const int r = sb.r;
   const uint64_t len = a.seg_len(r);
   const char* mine = a.src + r * a.src_stride;
   const bool aligned = ((reinterpret_cast<uintptr_t>(mine) | reinterpret_cast<uintptr_t>(a.dst)) & 15) == 0;
-  if (sb.chunks != 0) sb.send<true>(0);
-  for (uint32_t k = 0; k < sb.chunks; ++k) {
-    if (k + 1 < sb.chunks) sb.send<true>(k + 1);
-    sb.receive(k);
+  const uint64_t span = a.src_stride != 0 ? c.nranks * a.src_stride : a.seg;
+  const bool alias = overlaps(a.src, span, a.dst, len);
+  stream_block<true>(sb, alias, [&](const Group& g, uint32_t k) {
     const Span s = sb.chunk_of(k, len);
     auto src = [&](int q) -> const char* { return q == r ? mine + s.lo : sb.slot(q, k); };
     if (aligned) {
-      fold_aligned<T, Op>(src, sb.n, a.dst + s.lo, s.size(), threadIdx.x, blockDim.x);
+      fold_aligned<T, Op>(src, sb.n, a.dst + s.lo, s.size(), g.tid(), g.count);
     } else {
       auto dst = [&](int) -> char* { return a.dst + s.lo; };
-      fold_rank_order<T, Op>(src, sb.n, dst, 1, s.size(), threadIdx.x, blockDim.x);
+      fold_rank_order<T, Op>(src, sb.n, dst, 1, s.size(), g.tid(), g.count);
     }
-    sb.release(k);
-  }
-  sb.finish();
+  });
+}
+
+// One block's part of a copy launch.
+__device__ inline void stream_copy(const CollectiveContext& c, const StreamArgs& a, uint64_t e) {
+  const StreamBlock sb(c, a, e);
+  const int r = sb.r, n = sb.n;
+  const char* mine = a.src + r * a.src_stride;
+  char* own = a.dst + r * a.dst_stride;
+  const uint64_t span = a.src_stride != 0 ? n * a.src_stride : a.seg;
+  const bool alias = overlaps(a.src, span, a.dst, n * a.dst_stride);
+  stream_block<false>(sb, alias, [&](const Group& g, uint32_t k) {
+    if (mine != own) {
+      const Span s = sb.chunk_of(k, a.seg_len(r));
+      copy_bytes(own + s.lo, mine + s.lo, s.size(), g.tid(), g.count);
+    }
+    for (int i = 0; i < n - 1; ++i) {
+      const int q = sb.peer(i);
+      const Span s = sb.chunk_of(k, a.seg_len(q));
+      copy_bytes(a.dst + q * a.dst_stride + s.lo, sb.slot(q, k), s.size(), g.tid(), g.count);
+    }
+  });
+}
+
+template <class T, class Op>
+__global__ void __launch_bounds__(kHBThreads) stream_reduce_kernel(CollectiveContext c, StreamArgs a) {
+  const uint64_t e = launch_epoch(c);
+  stream_reduce<T, Op>(c, a, e);
   finish_launch(c, e);
 }
 
 __global__ void __launch_bounds__(kHBThreads) stream_copy_kernel(CollectiveContext c, StreamArgs a) {
   const uint64_t e = launch_epoch(c);
-  const StreamBlock sb(c, a, e);
-  const int r = sb.r, n = sb.n;
-  const char* mine = a.src + r * a.src_stride;
-  char* own = a.dst + r * a.dst_stride;
-  if (sb.chunks != 0) sb.send<false>(0);
-  for (uint32_t k = 0; k < sb.chunks; ++k) {
-    if (k + 1 < sb.chunks) sb.send<false>(k + 1);
-    if (mine != own) {
-      const Span s = sb.chunk_of(k, a.seg_len(r));
-      copy_bytes(own + s.lo, mine + s.lo, s.size(), threadIdx.x, blockDim.x);
-    }
-    sb.receive(k);
-    for (int i = 0; i < n - 1; ++i) {
-      const int q = sb.peer(i);
-      const Span s = sb.chunk_of(k, a.seg_len(q));
-      copy_bytes(a.dst + q * a.dst_stride + s.lo, sb.slot(q, k), s.size(), threadIdx.x, blockDim.x);
-    }
-    sb.release(k);
-  }
-  sb.finish();
+  stream_copy(c, a, e);
+  finish_launch(c, e);
+}
+
+// all_reduce 2PA-HB in one launch: the reduce-scatter into shard r of the output, then (after a block barrier:
+// the block's own folded chunks are what it sends next) the all-gather of that shard, each phase in its own
+// slots (slot_base). A peer in the second phase has drained its first-phase credits, so every first-phase chunk it
+// sent was consumed: its second-phase signals cannot satisfy a first-phase wait.
+template <class T, class Op>
+__global__ void __launch_bounds__(kHBThreads)
+    stream_two_phase_kernel(CollectiveContext c, StreamArgs reduce, StreamArgs gather) {
+  const uint64_t e = launch_epoch(c);
+  stream_reduce<T, Op>(c, reduce, e);
+  __syncthreads();
+  stream_copy(c, gather, e);
   finish_launch(c, e);
 }
 
@@ -77,6 +132,16 @@ cudaError_t launch_stream_reduce(const CollectiveContext& c, const StreamArgs& a
   cudaError_t result = cudaErrorInvalidValue;
   dispatch_reduction(dtype, op, [&](auto t, auto o) {
     stream_reduce_kernel<decltype(t), decltype(o)><<<a.geo.blocks, kHBThreads, 0, stream>>>(c, a);
+    result = cudaGetLastError();
+  });
+  return result;
+}
+
+cudaError_t launch_stream_two_phase(const CollectiveContext& c, const StreamArgs& reduce, const StreamArgs& gather,
+                                    int32_t dtype, int32_t op, cudaStream_t stream) {
+  cudaError_t result = cudaErrorInvalidValue;
+  dispatch_reduction(dtype, op, [&](auto t, auto o) {
+    stream_two_phase_kernel<decltype(t), decltype(o)><<<reduce.geo.blocks, kHBThreads, 0, stream>>>(c, reduce, gather);
     result = cudaGetLastError();
   });
   return result;

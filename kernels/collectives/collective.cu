@@ -1,5 +1,5 @@
 // launch_collective: picks the algorithm's launcher and issues its launches on the stream. The streaming
-// algorithms take one launch (two for 2PA-HB) whatever the size; the LL, ring and switch algorithms cut a call
+// algorithms take one launch whatever the size; the LL, ring and switch algorithms cut a call
 // into pieces that fit the scratch (one launch, one epoch each; their number depends only on the sizes).
 #include "collectives/collective.h"
 
@@ -78,7 +78,7 @@ bool op_matters(int32_t collective) { return collective == kAllReduceCode || col
 // H200s over NVLink; JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} override them (read once per process).
 const StreamTuning& stream_tuning() {
   static const StreamTuning tuning = [] {
-    StreamTuning t{256 << 10, 128, 2, 256 << 10, 4};
+    StreamTuning t{32 << 10, 128, 2, 256 << 10, 4};
     auto env = [](const char* name, uint64_t fallback) {
       const char* v = std::getenv(name);
       if (v == nullptr || *v == '\0') return fallback;
@@ -117,22 +117,22 @@ cudaError_t launch_streaming(const CollectiveContext& c, Kind k, int32_t collect
   StreamArgs a{};
   if (k == Kind::kStreamTwoPhase) {  // 2PA-HB: reduce shard r of every rank into my shard, then share it
     const uint64_t shard = round_up(ceil_div(bytes, n), 16);
-    a = StreamArgs{in, shard, out + c.rank * shard, 0, shard, bytes, geometry(shard, n, c.scratch_bytes, max_blocks)};
-    if (a.geo.blocks == 0) return cudaErrorInvalidValue;
-    cudaError_t e = launch_stream_reduce(c, a, dtype, op, stream);
-    if (e != cudaSuccess) return e;
-    a = StreamArgs{out + c.rank * shard, 0, out, shard, shard, bytes, a.geo};
-    return launch_stream_copy(c, a, stream);
+    const uint64_t half = ScratchLayout::of(c.scratch_bytes).hb_half / 2;  // each phase its own slots
+    const StreamGeometry geo = stream_geometry(shard, n, half, max_blocks, stream_tuning());
+    if (geo.blocks == 0) return cudaErrorInvalidValue;
+    const StreamArgs reduce{in, shard, out + c.rank * shard, 0, shard, bytes, geo, 0};
+    const StreamArgs gather{out + c.rank * shard, 0, out, shard, shard, bytes, geo, half};
+    return launch_stream_two_phase(c, reduce, gather, dtype, op, stream);
   }
   const StreamGeometry geo = geometry(bytes, n, c.scratch_bytes, max_blocks);
   if (geo.blocks == 0) return cudaErrorInvalidValue;
   const uint64_t total = n * bytes;  // every segment whole
   if (k == Kind::kStreamReduce) {
     const uint64_t stride = collective == kReduceScatterCode ? bytes : 0;  // all_reduce 1PA-HB: the whole input
-    return launch_stream_reduce(c, StreamArgs{in, stride, out, 0, bytes, total, geo}, dtype, op, stream);
+    return launch_stream_reduce(c, StreamArgs{in, stride, out, 0, bytes, total, geo, 0}, dtype, op, stream);
   }
   const uint64_t stride = collective == kAllToAllCode ? bytes : 0;  // all_gather: the input to every peer
-  return launch_stream_copy(c, StreamArgs{in, stride, out, bytes, bytes, total, geo}, stream);
+  return launch_stream_copy(c, StreamArgs{in, stride, out, bytes, bytes, total, geo, 0}, stream);
 }
 
 }  // namespace
@@ -151,10 +151,11 @@ uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t
   const uint64_t bytes = block_count * esize;
   const Kind k = kind_of(collective, algorithm, bytes);
   if (k == Kind::kNone) return 0;
-  if (streaming(k)) {  // whether it runs at all does not depend on the grid: ask for the smallest
-    const uint64_t seg = k == Kind::kStreamTwoPhase ? round_up(ceil_div(bytes, nranks), 16) : bytes;
-    if (geometry(seg, nranks, scratch_bytes, 1).blocks == 0) return 0;
-    return k == Kind::kStreamTwoPhase ? 2 : 1;
+  if (streaming(k)) {  // one launch whatever the size; whether it runs at all does not depend on the grid
+    const bool two = k == Kind::kStreamTwoPhase;
+    const uint64_t seg = two ? round_up(ceil_div(bytes, nranks), 16) : bytes;
+    const uint64_t half = ScratchLayout::of(scratch_bytes).hb_half / (two ? 2 : 1);
+    return stream_geometry(seg, nranks, half, 1, stream_tuning()).blocks == 0 ? 0 : 1;
   }
   if (k == Kind::kSwitch && nranks > kMaxSwitchMembers) return 0;
   const uint64_t cap = piece_cap(k, collective, nranks, scratch_bytes);

@@ -18,7 +18,8 @@
 // slots a slow peer still reads.
 //
 // Semaphores: ctx.stream, entry (peer * stream_blocks + b) * 2 + kind (kind 0 data, kind 1 credit), one waiter
-// each: thread i of a block waits for / signals peer (rank + 1 + i) mod n.
+// each: thread i of the sender group waits for credits from / signals data to peer (rank + 1 + i) mod n, thread i
+// of the receiver group waits for data from / credits peer (rank + 1 + i) mod n.
 #pragma once
 
 #include "collectives/collective_common.cuh"
@@ -49,6 +50,7 @@ struct StreamArgs {
   uint64_t seg;
   uint64_t total;
   StreamGeometry geo;
+  uint64_t slot_base;  // offset of this launch's slots within the HB half (a second phase in the same launch)
 
   JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t seg_len(int i) const {
     const uint64_t lo = min_u64(static_cast<uint64_t>(i) * seg, total);
@@ -104,6 +106,15 @@ __device__ inline void fold_aligned(Src src, int n, char* dst, uint64_t bytes, u
   }
 }
 
+// A thread group of a block: `count` threads from `first`, synchronized by named barrier `id` (1..15). A
+// streaming block runs two: senders put chunks, receivers fold or copy what arrived, so the link stays busy while
+// the block works on the data.
+struct Group {
+  uint32_t first, count, id;
+  JAX_MSCCLPP_DEVICE_INLINE uint32_t tid() const { return threadIdx.x - first; }
+  JAX_MSCCLPP_DEVICE_INLINE void sync() const { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
+};
+
 // One block's view of a streaming launch: its part of every segment, its slots, its semaphores. Held by value
 // and used through force-inlined members only, so it lives in registers.
 struct StreamBlock {
@@ -119,7 +130,7 @@ struct StreamBlock {
     const Span s = part_of(args.seg, b, args.geo.part);
     lo = s.lo;
     hi = s.hi;
-    half = ScratchLayout::of(ctx.scratch_bytes).hb(e);
+    half = ScratchLayout::of(ctx.scratch_bytes).hb(e) + args.slot_base;
     chunks = static_cast<uint32_t>(ceil_div(hi - lo, args.geo.chunk));
   }
 
@@ -136,41 +147,40 @@ struct StreamBlock {
   }
   JAX_MSCCLPP_DEVICE_INLINE int peer(int i) const { return (r + 1 + i) % n; }
 
-  // Block-wide: wait for `count` signals of `kind` from every peer (one waiter thread per peer), then a barrier.
-  JAX_MSCCLPP_DEVICE_INLINE void wait_all(int kind, uint64_t count) const {
+  // Group-wide: wait for `count` signals of `kind` from every peer (one waiter thread per peer), then a barrier.
+  JAX_MSCCLPP_DEVICE_INLINE void wait_all(const Group& g, int kind, uint64_t count) const {
     if (count != 0)
-      for (int i = threadIdx.x; i < n - 1; i += blockDim.x) stream_semaphore(c, peer(i), b, kind).wait(count);
-    __syncthreads();
+      for (int i = g.tid(); i < n - 1; i += g.count) stream_semaphore(c, peer(i), b, kind).wait(count);
+    g.sync();
   }
-  // Block-wide: a barrier (so the block's accesses are done), then one signal of `kind` to every peer.
-  JAX_MSCCLPP_DEVICE_INLINE void signal_all(int kind) const {
-    __syncthreads();
-    for (int i = threadIdx.x; i < n - 1; i += blockDim.x) stream_semaphore(c, peer(i), b, kind).signal();
+  // Group-wide: a barrier (so the group's accesses are done), then one signal of `kind` to every peer.
+  JAX_MSCCLPP_DEVICE_INLINE void signal_all(const Group& g, int kind) const {
+    g.sync();
+    for (int i = g.tid(); i < n - 1; i += g.count) stream_semaphore(c, peer(i), b, kind).signal();
   }
 
-  // Sends chunk k of the segment each peer gets (reduce: segment q; copy: segment r), after the credit of
+  // Senders: chunk k of the segment each peer gets (reduce: segment q; copy: segment r), after the credit of
   // chunk k - S.
   template <bool kReduce>
-  JAX_MSCCLPP_DEVICE_INLINE void send(uint32_t k) const {
-    if (k >= static_cast<uint32_t>(a.geo.slots)) wait_all(kStreamCredit, 1);
+  JAX_MSCCLPP_DEVICE_INLINE void send(const Group& g, uint32_t k) const {
+    if (k >= static_cast<uint32_t>(a.geo.slots)) wait_all(g, kStreamCredit, 1);
     for (int i = 0; i < n - 1; ++i) {
       const int q = peer(i);
       const Span s = chunk_of(k, a.seg_len(kReduce ? q : r));
       const char* from = a.src + q * a.src_stride + s.lo;
-      mem_channel(c, q, 0).put_from(slot_offset(r, q, k), from, s.size(), threadIdx.x, blockDim.x);
+      mem_channel(c, q, 0).put_from(slot_offset(r, q, k), from, s.size(), g.tid(), g.count);
     }
-    signal_all(kStreamData);
+    signal_all(g, kStreamData);
   }
-
-  // Waits for chunk k from every peer; the caller reads the slots, then calls release(k).
-  JAX_MSCCLPP_DEVICE_INLINE void receive(uint32_t k) const { wait_all(kStreamData, 1); }
-  JAX_MSCCLPP_DEVICE_INLINE void release(uint32_t k) const { signal_all(kStreamCredit); }
-
-  // Drains the credits not yet waited for, so this launch consumes every signal it caused.
-  JAX_MSCCLPP_DEVICE_INLINE void finish() const {
+  // Senders, at the end: the credits not yet waited for, so this launch consumes every signal it caused.
+  JAX_MSCCLPP_DEVICE_INLINE void drain(const Group& g) const {
     const uint32_t s = static_cast<uint32_t>(a.geo.slots);
-    wait_all(kStreamCredit, chunks < s ? chunks : s);
+    wait_all(g, kStreamCredit, chunks < s ? chunks : s);
   }
+
+  // Receivers: wait for chunk k from every peer, read the slots, then release(k).
+  JAX_MSCCLPP_DEVICE_INLINE void receive(const Group& g, uint32_t k) const { wait_all(g, kStreamData, 1); }
+  JAX_MSCCLPP_DEVICE_INLINE void release(const Group& g, uint32_t k) const { signal_all(g, kStreamCredit); }
 
   JAX_MSCCLPP_DEVICE_INLINE const char* slot(int sender, uint32_t k) const { return c.scratch + slot_offset(sender, r, k); }
 };
@@ -178,7 +188,7 @@ struct StreamBlock {
 #endif  // __CUDACC__
 
 // Host: the geometry of a streaming launch over segments of `seg` bytes on `nranks` ranks, with `hb_half` bytes
-// per HB half and at most `max_blocks` blocks; blocks 0 when the scratch cannot hold one 16-byte slot per
+// of slots and at most `max_blocks` blocks; blocks 0 when the scratch cannot hold one 16-byte slot per
 // (peer, block). Tuning knobs in StreamTuning.
 struct StreamTuning {
   uint64_t block_bytes;   // a block per this many bytes of a segment, up to max_blocks

@@ -59,3 +59,25 @@ def test_custom_algorithm():
     assert "verified" in out and "a dropped wait is caught: race" in out, out
     assert "the psum ran the registered plan: True" in out, out
     assert out.rstrip().splitlines()[-1] == "PASS", out
+
+
+def test_data_parallel_train(tmp_path):
+    report_file = tmp_path / "train.json"
+    out = run_example("data_parallel_train.py", ["--steps", "2", "--warmup", "1", "--out", str(report_file)], 4)
+    assert "PASS: same weights" in out, out
+    report = json.loads(report_file.read_text())
+    assert report["example"] == "data_parallel_train" and report["devices"]["count"] == 4
+    (row,) = report["results"]
+    assert row["same_weights"] and row["speedup"] == row["lax_ms"] / row["ours_ms"]
+
+
+def test_model_bench(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.bench.model", "--rows", "2", "--d-model", "32",
+                           "--d-ff", "64", "--layers", "2", "--iters", "2", "--warmup", "1", "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("model-*.json")
+    rows = json.loads(path.read_text())["results"]
+    assert [r["variant"] for r in rows] == ["lax", "mscclpp", "mscclpp_fused"]
+    assert all(r["us_per_block"] > 0 for r in rows)

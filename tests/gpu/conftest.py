@@ -9,7 +9,7 @@ The native module is imported inside fixtures, so collection works without a bui
 
 import os
 
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+os.environ["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"  # override: a queue shared by two ranks can deadlock
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 

@@ -8,7 +8,7 @@
 //   packets : this rank's own registered buffer into which the peer's put_packets land; read_packets
 //             reads it.
 //
-// Protocols (see DESIGN.md):
+// Protocols (docs/architecture.md, "Protocols"):
 //   HB: put (many threads) -> barrier over those threads -> one thread signal(); receiver wait() -> read.
 //   LL: put_packets with this call's flag; receiver read_packets with the same flag. No signal: the flag of
 //       each 8-byte word is its own signal. Callers alternate packet-buffer halves by epoch parity.

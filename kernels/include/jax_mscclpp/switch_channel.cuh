@@ -4,7 +4,7 @@
 //   hardware : `multicast` is an NVLink multicast address (NVLS); multimem.ld_reduce makes the switch
 //              reduce the group's values, multimem.st makes it store to every member. sm_90+, and only when
 //              the host built the channel with JAX_MSCCLPP_NVLS=1 (never when NCCL_NVLS_ENABLE=0; see
-//              DESIGN.md's safety rule). Offsets must be 16-byte aligned, sizes multiples of 16 bytes, and
+//              the NVLink-multicast safety rule of docs/architecture.md). Offsets must be 16-byte aligned, sizes multiples of 16 bytes, and
 //              (dtype, op) one the hardware has: multimem_supported<T, Op>().
 //   emulated : `multicast` is null; `members[r]` is rank r's buffer mapped here (peer access / IPC). The
 //              same calls read every member and reduce in registers, or store to every member. Any size.

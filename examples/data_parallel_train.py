@@ -1,0 +1,220 @@
+"""Data-parallel training of a deep MLP, the gradient sums done by jax_mscclpp or by lax.
+
+Weights are replicated, the batch is split over the mesh axis "dp". Each step computes the loss and its gradients
+on the local batch, sums the gradients over "dp" (``jm.psum`` of the gradient pytree, or ``lax.psum``), and takes
+an SGD step with the mean gradient. Both variants start from the same weights and data, so after every run their
+weights must agree (up to the order partial sums are added).
+
+    python examples/data_parallel_train.py                          # small config, CPU devices or all GPUs
+    python examples/data_parallel_train.py --config 128MiB,1GiB --out train.json
+    python examples/data_parallel_train.py --config 128MiB --profile /tmp/train-profile
+
+``--overlap`` (the default) lowers jax_mscclpp's gradient sums with ``overlap=True``: they run on a second GPU
+stream with a few thread blocks, so XLA schedules the backward pass of earlier layers beside them, as it does with
+its own asynchronous all-reduces. ``--profile DIR`` prints, per step, the collective kernels' time and how much of
+it ran beside compute kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform as host_platform
+import statistics
+import sys
+import time
+
+from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
+
+configure_cpu_devices(sys.argv[1:])
+
+import jax  # noqa: E402  (after XLA_FLAGS is set)
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax import lax  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import jax_mscclpp as jm  # noqa: E402
+
+# name: (layers, width, batch per device). Gradient bytes: layers * width^2 * 2 (bf16) plus the biases.
+CONFIGS = {
+    "tiny": dict(layers=2, width=64, batch=16),
+    "128MiB": dict(layers=4, width=4096, batch=4096),
+    "1GiB": dict(layers=8, width=8192, batch=2048),
+}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None,
+                        help=f"comma-separated configs of {', '.join(CONFIGS)} (default: tiny on CPU, 128MiB,1GiB "
+                        "on GPUs)")
+    parser.add_argument("--collectives", choices=("both", "mscclpp", "lax"), default="both")
+    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="jax_mscclpp: gradient sums on a second stream beside the backward pass (default on)")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant (default 20)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
+                        help="parameter dtype (default: float32 on CPU, bfloat16 on GPU)")
+    parser.add_argument("--cpu-devices", type=int, default=None,
+                        help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
+    parser.add_argument("--profile", default=None, metavar="DIR", help="profile steps of each variant into DIR")
+    parser.add_argument("--profile-steps", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="write the results as JSON to this file")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        parser.error("--steps must be positive and --warmup not negative")
+    return args
+
+
+def init(key, cfg, dtype):
+    params = []
+    for k in jax.random.split(key, cfg["layers"]):
+        w = jax.random.normal(k, (cfg["width"], cfg["width"]), jnp.float32) / np.sqrt(cfg["width"])
+        params.append({"w": w.astype(dtype), "b": jnp.zeros((cfg["width"],), dtype)})
+    return params
+
+
+def forward(params, x):
+    for i, layer in enumerate(params):
+        x = x @ layer["w"] + layer["b"]
+        if i + 1 < len(params):
+            x = jax.nn.gelu(x)
+    return x
+
+
+def loss_fn(params, x, y):
+    diff = (forward(params, x) - y).astype(jnp.float32)
+    return jnp.mean(diff * diff)
+
+
+def make_step(mesh, variant: str, lr: float, overlap: bool):
+    """One jitted SGD step: (params, x, y) -> (params, loss). Gradients are taken with respect to a per-device
+    (varying) copy of the replicated weights, so the only cross-device sum is the explicit one below."""
+    n = mesh.shape["dp"]
+
+    def local(params, x, y):
+        mine = jax.tree_util.tree_map(lambda a: lax.pcast(a, "dp", to="varying"), params)
+        loss, grads = jax.value_and_grad(loss_fn)(mine, x, y)
+        if variant == "lax":
+            grads = lax.psum(grads, "dp")
+        else:
+            grads = jm.psum(grads, "dp", overlap=overlap)
+        new = jax.tree_util.tree_map(lambda p, g: (p - lr * (g / n)).astype(p.dtype), params, grads)
+        return new, lax.pmean(loss, "dp")
+
+    return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(P(), P("dp"), P("dp")), out_specs=(P(), P())),
+                   donate_argnums=(0,))
+
+
+def run_variant(step, params0, x, y, steps: int, warmup: int):
+    """(median step ms, final params, losses)."""
+    params = jax.tree_util.tree_map(jnp.copy, params0)
+    for _ in range(warmup):
+        params, loss = step(params, x, y)
+    jax.block_until_ready(params)
+    times, losses = [], []
+    for _ in range(steps):
+        start = time.perf_counter()
+        params, loss = step(params, x, y)
+        jax.block_until_ready(params)
+        times.append(time.perf_counter() - start)
+        losses.append(float(loss))
+    return 1e3 * statistics.median(times), params, losses
+
+
+def max_rel_diff(a, b) -> float:
+    worst = 0.0
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        u64, v64 = np.asarray(u, np.float64), np.asarray(v, np.float64)
+        worst = max(worst, float(np.max(np.abs(u64 - v64))) / max(float(np.max(np.abs(v64))), 1e-30))
+    return worst
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    devices = jax.devices()
+    plat = devices[0].platform
+    names = (args.config or ("tiny" if plat == "cpu" else "128MiB,1GiB")).split(",")
+    for name in names:
+        if name not in CONFIGS:
+            sys.exit(f"unknown config {name!r}; known: {', '.join(CONFIGS)}")
+    dtype_name = args.dtype or ("float32" if plat == "cpu" else "bfloat16")
+    dtype = jnp.dtype(dtype_name)
+    mesh = jax.sharding.Mesh(np.array(devices), ("dp",))
+    n = len(devices)
+    variants = ("mscclpp", "lax") if args.collectives == "both" else (args.collectives,)
+    tolerance = 1e-4 if dtype_name == "float32" else 3e-2
+    print(f"{n} {plat} devices on 'dp'; {dtype_name}; variants {', '.join(variants)}"
+          f"{' (overlap)' if args.overlap and 'mscclpp' in variants else ''}")
+    print(f"{'config':<8} {'grad MiB':>9} {'variant':<8} {'median ms':>10}  {'speedup':>8}")
+    results, profiles, passed = [], [], True
+    for name in names:
+        cfg = CONFIGS[name]
+        grad_mib = cfg["layers"] * (cfg["width"] ** 2 + cfg["width"]) * dtype.itemsize / 2**20
+        params0 = init(jax.random.key(args.seed), cfg, dtype)
+        params0 = jax.device_put(params0, NamedSharding(mesh, P()))
+        rng = np.random.default_rng(args.seed)
+        shard = NamedSharding(mesh, P("dp"))
+        x = jax.device_put(jnp.asarray(rng.standard_normal((n * cfg["batch"], cfg["width"])), dtype), shard)
+        y = jax.device_put(jnp.asarray(rng.standard_normal((n * cfg["batch"], cfg["width"])), dtype), shard)
+        timed, finals = {}, {}
+        for variant in variants:
+            step = make_step(mesh, variant, args.lr, args.overlap)
+            timed[variant], finals[variant], losses = run_variant(step, params0, x, y, args.steps, args.warmup)
+            ratio = "" if variant == "mscclpp" or "mscclpp" not in timed else f"{timed[variant] / timed['mscclpp']:7.2f}x"
+            print(f"{name:<8} {grad_mib:>9.1f} {variant:<8} {timed[variant]:>10.3f}  {ratio}")
+            if args.profile:
+                from jax_mscclpp.bench import profile
+
+                state = {"p": jax.tree_util.tree_map(jnp.copy, params0)}
+
+                def one():
+                    state["p"], loss = step(state["p"], x, y)
+                    return loss
+
+                one()
+                path = profile.capture(one, args.profile_steps, os.path.join(args.profile, f"{variant}-{name}"))
+                summary = profile.summarize(path, args.profile_steps)
+                profiles.append({"config": name, "variant": variant, **summary})
+                print(profile.format_summary(f"    profile {name} {variant}", summary))
+        row = {"config": name, **cfg, "grad_mib": grad_mib}
+        if len(variants) == 2:
+            diff = max_rel_diff(finals["mscclpp"], finals["lax"])
+            same = diff <= tolerance
+            passed &= same
+            row.update(ours_ms=timed["mscclpp"], lax_ms=timed["lax"], speedup=timed["lax"] / timed["mscclpp"],
+                       weights_max_rel_diff=diff, same_weights=same)
+            print(f"         {name}: speedup lax/mscclpp {row['speedup']:.3f}x; weights max rel diff {diff:.2e} "
+                  f"(tolerance {tolerance:g}) {'PASS' if same else 'FAIL'}")
+        else:
+            row.update({f"{variants[0] if variants[0] == 'lax' else 'ours'}_ms": timed[variants[0]]})
+        results.append(row)
+    report = {
+        "example": "data_parallel_train",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"hostname": host_platform.node(), "cpu_count": os.cpu_count()},
+        "devices": {"platform": plat, "kind": devices[0].device_kind, "count": n},
+        "versions": {"jax": jax.__version__, "jax_mscclpp": jm.__version__},
+        "config": {"configs": names, "dtype": dtype_name, "steps": args.steps, "warmup": args.warmup,
+                   "overlap": args.overlap, "variants": list(variants)},
+        "results": results,
+        "profiles": profiles,
+        "passed": passed,
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        print(f"wrote {args.out}")
+    print("PASS: same weights" if passed else "FAIL: the variants' weights differ")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
