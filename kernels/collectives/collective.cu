@@ -110,11 +110,10 @@ cudaError_t launch_piece(const CollectiveContext& c, Kind k, int32_t collective,
   }
 }
 
-// The streaming launches of one call (layouts: collective.h; segments: stream.cuh).
+// The streaming launch of one call (layouts: collective.h; segments: stream.cuh).
 cudaError_t launch_streaming(const CollectiveContext& c, Kind k, int32_t collective, const char* in, char* out,
                              uint64_t bytes, int32_t dtype, int32_t op, cudaStream_t stream, int max_blocks) {
   const int n = c.nranks;
-  StreamArgs a{};
   if (k == Kind::kStreamTwoPhase) {  // 2PA-HB: reduce shard r of every rank into my shard, then share it
     const uint64_t shard = round_up(ceil_div(bytes, n), 16);
     const uint64_t half = ScratchLayout::of(c.scratch_bytes).hb_half / 2;  // each phase its own slots
