@@ -25,7 +25,9 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
   auto comm = find_host_communicator(comm_id);
   if (!comm)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jax_mscclpp: communicator " + std::to_string(comm_id) + " does not exist (destroyed?)");
+                      "jax_mscclpp: communicator " + std::to_string(comm_id) +
+                          " was destroyed (Communicator.destroy()) after this program was compiled; "
+                          "jax.clear_caches() (or a new jax.jit) lowers it again with a fresh communicator");
   const DType dtype = to_dtype(x.element_type());
   if (dtype == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");
@@ -48,7 +50,7 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
       return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                         "jax_mscclpp: plan " + std::to_string(plan_id) + " is not registered with communicator " +
                             std::to_string(comm_id));
-    err = host::run_plan(*comm, *plan, pid, call, timeout_seconds());
+    err = host::run_plan(*comm, *plan, plan_id, pid, call, timeout_seconds());
   } else {
     err = host::run_collective(*comm, pid, call, timeout_seconds());
   }

@@ -39,6 +39,8 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
       s.scratch.reset(new std::byte[2 * scratch_half_bytes_]);  // left uninitialised: never read before written
       s.inbound = std::make_unique<HostSemaphore[]>(world_);
       s.expected.assign(world_, 0);
+      s.published = std::make_unique<PublishedCalls>();
+      s.faults = std::make_unique<InjectedFaults>();
     }
     // Channels reference the peers' registered scratch and semaphores, which never move after this point.
     for (int r = 0; r < world_; ++r) {

@@ -15,12 +15,19 @@
 #include <string>
 #include <vector>
 
+#include "call_signature.h"
 #include "host_channel.h"
 #include "host_semaphore.h"
 
 namespace jax_mscclpp::host {
 
 struct HostPlanInstance;
+
+// Faults a test injects into one rank (jax_mscclpp/testing/faults.py); set from Python while XLA's threads run.
+struct InjectedFaults {
+  std::atomic<int> skip_calls{0};       // the next calls return at once without taking part (a missing peer)
+  std::atomic<int> stop_exchanges{-1};  // the next call stops after this many exchanges (a peer lost mid-call)
+};
 
 struct HostRankState {
   int rank = 0;
@@ -29,12 +36,14 @@ struct HostRankState {
   std::vector<uint64_t> expected;                // [world]: signals consumed from each peer
   std::vector<HostMemoryChannel> channels;       // [world]: to each peer (the entry for myself is unused)
   uint64_t epoch = 0;                            // rounds completed; round e uses half e & 1
-  int skip_next_calls = 0;                       // test hook: return at once without taking part
+  std::unique_ptr<PublishedCalls> published;     // this rank's calls, for its peers to check (call_signature.h)
+  std::unique_ptr<InjectedFaults> faults;
 };
 
 struct HostGroup {
   std::vector<HostRankState> ranks;
-  // After a timeout the group's semaphores are out of step: every later call on it fails with the reason.
+  // After a failure (a timeout, mismatched calls) the group's semaphores are out of step: every later call on it
+  // fails with the reason, and ranks still waiting in the failed call stop early with it.
   std::atomic<bool> broken{false};
   std::mutex reason_mutex;
   std::string broken_reason;  // guarded by reason_mutex

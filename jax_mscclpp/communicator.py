@@ -55,6 +55,9 @@ class Communicator:
     _cache: dict = {}
     _lock = threading.Lock()
     _ids = itertools.count(1)
+    # Communicators created so far per cache key: every process creates and destroys the communicators of a
+    # (mesh, axes) in the same order, so this count names the same generation everywhere (multi-process setup).
+    _generations: dict = {}
 
     def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None, port_channels: bool = False):
         axes = _normalize_axes(axis_names)
@@ -104,7 +107,13 @@ class Communicator:
         self._plans: set = set()
         self._local_gpus: tuple = ()  # CUDA ordinals of this process's ranks (GPU communicators)
         self.cache_key = self._key(mesh, axes)
-        if self.platform == "cpu":
+        self.generation = self._generations.get(self.cache_key, 0)
+        self._generations[self.cache_key] = self.generation + 1
+        if self.platform == "cpu" and self.devices and len({d.process_index for d in self.devices}) > 1:
+            # The host backend's ranks share one process's memory: across processes nothing would ever arrive.
+            self._fall_back("the host backend (CPU devices) runs within one process, and this mesh spans "
+                            f"{len({d.process_index for d in self.devices})} processes")
+        elif self.platform == "cpu":
             native.create_host_communicator(
                 self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_bytes
             )
@@ -136,11 +145,7 @@ class Communicator:
             missing = [(a, b) for a in ordinals.values() for b in ordinals.values()
                        if a != b and not cuda.can_access_peer(a, b)]
             if missing:
-                self.fallback_reason = f"no peer access between GPUs {missing[0][0]} and {missing[0][1]}"
-                import warnings
-
-                warnings.warn(f"jax_mscclpp: {self.fallback_reason}; collectives over {self.axis_names} use lax",
-                              RuntimeWarning, stacklevel=3)
+                self._fall_back(f"no peer access between GPUs {missing[0][0]} and {missing[0][1]}")
                 return
         try:
             self._connect_gpu_ranks(local, members)
@@ -148,6 +153,14 @@ class Communicator:
             cuda.comm_destroy(self.id)
             self.alive = False
             raise
+
+    def _fall_back(self, reason: str) -> None:
+        """This communicator cannot run here: every collective over its axes emits the lax collective."""
+        import warnings
+
+        self.fallback_reason = reason
+        warnings.warn(f"jax_mscclpp: {reason}; collectives over {self.axis_names} use lax", RuntimeWarning,
+                      stacklevel=4)
 
     def _connect_gpu_ranks(self, local: dict, members: dict) -> None:
         import jax
@@ -162,9 +175,11 @@ class Communicator:
                                                  self.port_channels)
         self.alive = True
         if jax.process_count() > 1:
-            # Every process lowers the same programs, so the key is the same everywhere (ids need not be).
+            # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the
+            # generation keeps a communicator re-created after destroy() from reading its predecessor's endpoints.
             device_ids, _, _, axes = self.cache_key
-            prefix = "jax_mscclpp/" + "/".join(map(str, device_ids)) + "/" + "/".join(map(str, axes))
+            prefix = (f"jax_mscclpp/{self.generation}/" + "/".join(map(str, device_ids)) + "/"
+                      + "/".join(map(str, axes)))
             for p, endpoint in endpoints.items():
                 _compat.kv_set_bytes(f"{prefix}/{p}", bytes(endpoint), replace=True)
             timeout = float(native.timeout_seconds())
