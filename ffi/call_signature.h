@@ -79,17 +79,19 @@ inline const char* algorithm_name(Algorithm a) {
   return "?";
 }
 
-// "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll" (or "..., plan 3").
-inline std::string describe(const CallSignature& s) {
+// "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll" (or "..., plan 'name'" given the plan's name).
+inline std::string describe(const CallSignature& s, const std::string& plan_name = "") {
   std::ostringstream out;
   out << collective_name(s.collective);
   if (s.collective == Collective::kAllReduce || s.collective == Collective::kReduceScatter)
     out << "(" << op_name(s.op) << ")";
   out << " of " << s.block_count << " " << dtype_name(s.dtype) << " per block, ";
-  if (s.algorithm == Algorithm::kPlan)
-    out << "plan " << s.plan_id;
-  else
+  if (s.algorithm != Algorithm::kPlan)
     out << "algorithm " << algorithm_name(s.algorithm);
+  else if (!plan_name.empty())
+    out << "plan '" << plan_name << "'";
+  else
+    out << "plan " << s.plan_id;
   return out.str();
 }
 
@@ -124,26 +126,28 @@ struct PublishedCalls {
   }
 };
 
-// The error of a rank whose peer entered another call (a mismatch) or is out of step (another epoch).
-inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64_t epoch, const CallSignature& mine,
-                                    int peer, uint64_t peer_epoch, const CallSignature& theirs) {
+// The error of a rank whose peer entered another call (a mismatch) or is out of step (another epoch); the calls
+// as describe() words them.
+inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64_t epoch, const std::string& mine,
+                                    int peer, uint64_t peer_epoch, const std::string& theirs) {
   std::ostringstream msg;
   msg << "jax_mscclpp: mismatched collective calls on communicator " << comm_id << ": rank " << rank << " of "
-      << world << " called " << describe(mine) << " (epoch " << epoch << ") but peer " << peer << " called "
-      << describe(theirs) << " (epoch " << peer_epoch
-      << "); every rank of a group must make the same collective calls in the same order";
+      << world << " called " << mine << " (epoch " << epoch << ") but peer " << peer << " called " << theirs
+      << " (epoch " << peer_epoch << "); every rank of a group must make the same collective calls in the same order";
   return msg.str();
 }
 
-// What a peer is doing, for a timeout message: " (peer 3's latest call: ... at epoch 7)".
-inline std::string peer_state(int peer, const PublishedCalls& published) {
+// What a peer is doing, for a timeout message: "; peer 3's latest call: ..., from epoch 7". `describe_call` words
+// a signature.
+template <class Describe>
+std::string peer_state(int peer, const PublishedCalls& published, Describe&& describe_call) {
   CallSignature s;
   const uint64_t e = published.latest(&s);
   std::ostringstream out;
   if (e == 0)
     out << "; peer " << peer << " has made no call on this communicator";
   else
-    out << "; peer " << peer << "'s latest call: " << describe(s) << ", from epoch " << e;
+    out << "; peer " << peer << "'s latest call: " << describe_call(s) << ", from epoch " << e;
   return out.str();
 }
 

@@ -4,6 +4,7 @@
 // Operands: x (the local block(s)), partition (u32 scalar: XLA's partition id of this device, which the
 // communicator maps to its group and rank). Attributes: comm_id, op, algorithm (collective_types.h values),
 // plan_id (the registered execution plan when algorithm is kPlan, else -1).
+#include <chrono>
 #include <sstream>
 
 #include "call_decoding.h"
@@ -44,6 +45,7 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
   CollectiveCall call{kCollective, ReduceOp(op), Algorithm(algorithm), dtype, x.untyped_data(), y->untyped_data(),
                       block};
   std::string err;
+  const auto started = host::Clock::now();
   if (call.algorithm == Algorithm::kPlan) {
     auto plan = comm->find_plan(plan_id);
     if (!plan)
@@ -54,7 +56,12 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
   } else {
     err = host::run_collective(*comm, pid, call, timeout_seconds());
   }
-  if (!err.empty()) return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
+  if (!err.empty()) {
+    if (host::HostGroup* group = comm->group_of(pid))
+      group->record_failure(comm->rank_index(pid),
+                            std::chrono::duration<double>(host::Clock::now() - started).count(), err);
+    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
+  }
   return ffi::Error::Success();
 }
 

@@ -95,7 +95,8 @@ class RankCall {
     std::ostringstream msg;
     if (std::string(how) == "timeout") {
       msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << where() << " waited for peer " << peer
-          << " at epoch " << me_.epoch << peer_state(peer, *group_.ranks[peer].published)
+          << " at epoch " << me_.epoch
+          << peer_state(peer, *group_.ranks[peer].published, [&](const CallSignature& c) { return comm_.describe(c); })
           << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
       error_ = msg.str();
       group_.mark_broken(error_);
@@ -108,7 +109,8 @@ class RankCall {
   }
 
   bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
-    error_ = mismatch_message(comm_.id(), me_.rank, world_, first_epoch_, signature_, peer, their_epoch, theirs);
+    error_ = mismatch_message(comm_.id(), me_.rank, world_, first_epoch_, comm_.describe(signature_), peer,
+                              their_epoch, comm_.describe(theirs));
     group_.mark_broken(error_);
     return false;
   }

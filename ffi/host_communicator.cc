@@ -3,6 +3,7 @@
 #include "host_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace jax_mscclpp::host {
@@ -19,6 +20,8 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
     throw std::invalid_argument("group and rank tables differ in length");
   if (scratch_half_bytes_ < size_t(64) * world_)
     throw std::invalid_argument("scratch too small for this world size");
+  if (scratch_half_bytes_ > std::numeric_limits<size_t>::max() / 2)
+    throw std::invalid_argument("scratch too large: its two halves do not fit in memory");
   int num_groups = 0;
   for (int g : group_of_partition_) num_groups = std::max(num_groups, g + 1);
   std::vector<int> members(num_groups, 0);
@@ -78,6 +81,12 @@ std::shared_ptr<HostPlanInstance> HostCommunicator::find_plan(int64_t plan_id) {
   std::lock_guard<std::mutex> lock(plans_mutex_);
   auto it = plans_.find(plan_id);
   return it == plans_.end() ? nullptr : it->second;
+}
+
+std::string HostCommunicator::describe(const CallSignature& s) {
+  if (s.algorithm != Algorithm::kPlan) return host::describe(s);
+  auto plan = find_plan(s.plan_id);
+  return host::describe(s, plan ? plan->plan->name : std::string());
 }
 
 HostRankState* HostCommunicator::rank_state(int partition) {

@@ -40,7 +40,16 @@ struct HostRankState {
   std::unique_ptr<InjectedFaults> faults;
 };
 
+// A call that failed on one rank: what the rank reported and how long after the call began.
+struct RankFailure {
+  int rank = 0;
+  double seconds = 0;
+  std::string message;
+};
+
 struct HostGroup {
+  static constexpr size_t kMaxFailures = 256;  // kept per group: the first ones tell what happened
+
   std::vector<HostRankState> ranks;
   // After a failure (a timeout, mismatched calls) the group's semaphores are out of step: every later call on it
   // fails with the reason, and ranks still waiting in the failed call stop early with it.
@@ -57,6 +66,17 @@ struct HostGroup {
     std::lock_guard<std::mutex> lock(reason_mutex);
     return broken_reason;
   }
+  void record_failure(int rank, double seconds, std::string message) {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    if (failures_.size() < kMaxFailures) failures_.push_back({rank, seconds, std::move(message)});
+  }
+  std::vector<RankFailure> failures() {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    return failures_;
+  }
+
+ private:
+  std::vector<RankFailure> failures_;  // guarded by reason_mutex
 };
 
 class HostCommunicator {
@@ -81,6 +101,9 @@ class HostCommunicator {
   // other plans run.
   void add_plan(int64_t plan_id, std::shared_ptr<HostPlanInstance> plan);
   std::shared_ptr<HostPlanInstance> find_plan(int64_t plan_id);
+
+  // A call signature in words, naming a plan bound here by its name.
+  std::string describe(const CallSignature& s);
 
  private:
   int64_t id_;

@@ -236,7 +236,8 @@ class PlanRun {
   }
 
   bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
-    error_ = mismatch_message(comm_.id(), rank_, plan_.world_size, epoch_, signature_, peer, their_epoch, theirs);
+    error_ = mismatch_message(comm_.id(), rank_, plan_.world_size, epoch_, comm_.describe(signature_), peer,
+                              their_epoch, comm_.describe(theirs));
     comm_.group_of_index(group_)->mark_broken(error_);
     return false;
   }
@@ -424,7 +425,8 @@ class PlanRun {
       msg << ");";
     }
     for (int peer = 0; peer < plan_.world_size; ++peer)
-      if (peer != rank_) msg << peer_state(peer, *state(peer).published);
+      if (peer != rank_)
+        msg << peer_state(peer, *state(peer).published, [&](const CallSignature& c) { return comm_.describe(c); });
     msg << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
     error_ = msg.str();
     comm_.group_of_index(group_)->mark_broken(error_);

@@ -84,6 +84,20 @@ NB_MODULE(_jax_mscclpp, m) {
   m.def("set_timeout_seconds", &set_timeout_seconds, nb::arg("seconds"));
 
   m.def(
+      "host_failures",
+      [](int64_t comm_id) {
+        auto comm = find_host_communicator(comm_id);
+        if (!comm) throw nb::value_error("no such communicator");
+        nb::list out;
+        for (int g = 0; g < comm->num_groups(); ++g)
+          for (const auto& f : comm->group_of_index(g)->failures())
+            out.append(nb::make_tuple(g, f.rank, f.seconds, f.message));
+        return out;
+      },
+      nb::arg("comm_id"),
+      "Failed calls of a host communicator, in order per group: (group, rank, seconds into the call, message).");
+
+  m.def(
       "skip_next_calls",
       [](int64_t comm_id, int partition, int calls) {
         auto comm = find_host_communicator(comm_id);

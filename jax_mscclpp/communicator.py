@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import operator
 import os
 import threading
 from typing import Sequence
@@ -22,6 +23,30 @@ from ._native import native
 _DEFAULT_SCRATCH_BYTES = {"cpu": 4 << 20, "gpu": 128 << 20}
 # Channels (thread blocks) per peer on GPUs: the HB, ring and NVLS kernels run one block per channel index.
 _CHANNELS_PER_PEER = 8
+
+
+# The host backend needs at least this much scratch per rank of a group, per scratch half (ffi/host_communicator.cc).
+_MIN_SCRATCH_BYTES_PER_RANK = 64
+# Scratch sizes past this are refused before anything is allocated (2 halves per rank must fit a size_t).
+_MAX_SCRATCH_BYTES = 1 << 40
+
+
+def _check_scratch_bytes(value, what: str) -> int:
+    """``value`` as a whole, positive number of bytes, else a clear error naming ``what``."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"{what} must be a whole number of bytes, got {value!r}") from None
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a whole number of bytes, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be a whole number of bytes, got {value!r}") from None
+    if not 0 < value <= _MAX_SCRATCH_BYTES:
+        raise ValueError(f"{what} must be between 1 and {_MAX_SCRATCH_BYTES} bytes, got {value}")
+    return value
 
 
 def _normalize_axes(axis_names) -> tuple:
@@ -60,7 +85,19 @@ class Communicator:
     _generations: dict = {}
 
     def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None, port_channels: bool = False):
+        if not (hasattr(mesh, "axis_names") and hasattr(mesh, "axis_sizes")):
+            raise TypeError(f"Communicator: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
         axes = _normalize_axes(axis_names)
+        if not axes:
+            raise ValueError("Communicator: axis_names must name at least one axis of the mesh")
+        for axis in axes:
+            try:
+                hash(axis)
+            except TypeError:
+                raise TypeError(f"Communicator: axis_names must be a mesh axis name or a tuple of them; got "
+                                f"{axis_names!r}") from None
+        if scratch_bytes is not None:
+            scratch_bytes = _check_scratch_bytes(scratch_bytes, "scratch_bytes")
         key = cls._key(mesh, axes)
         with cls._lock:
             comm = cls._cache.get(key)
@@ -97,8 +134,13 @@ class Communicator:
         devices = getattr(mesh, "devices", None)
         self.devices = tuple(np.asarray(devices).flat) if devices is not None else None
         self.platform = self.devices[0].platform if self.devices else "cpu"
+        if scratch_bytes is None and "JAX_MSCCLPP_SCRATCH_BYTES" in os.environ:
+            scratch_bytes = _check_scratch_bytes(os.environ["JAX_MSCCLPP_SCRATCH_BYTES"], "JAX_MSCCLPP_SCRATCH_BYTES")
         if scratch_bytes is None:
-            scratch_bytes = int(os.environ.get("JAX_MSCCLPP_SCRATCH_BYTES", _DEFAULT_SCRATCH_BYTES.get(self.platform, 4 << 20)))
+            scratch_bytes = _DEFAULT_SCRATCH_BYTES.get(self.platform, 4 << 20)
+        if scratch_bytes < _MIN_SCRATCH_BYTES_PER_RANK * self.world_size:
+            raise ValueError(f"Communicator: scratch of {scratch_bytes} bytes is too small for {self.world_size} ranks "
+                             f"(at least {_MIN_SCRATCH_BYTES_PER_RANK * self.world_size})")
         self.scratch_bytes = int(scratch_bytes)
         self.id = next(self._ids)
         self.alive = False
@@ -203,10 +245,15 @@ class Communicator:
         self._local_gpus = tuple(d.local_hardware_id for d in local.values())
 
     def errors(self) -> list[str]:
-        """Timeout records written by this communicator's GPU kernels (rank, peer, operation, epoch): what a
-        kernel that trapped on a lost peer left behind (it is also printed on stderr when it happens)."""
+        """What went wrong on this communicator's ranks. GPU: the timeout records its kernels wrote (rank, peer,
+        operation, epoch), what a kernel that trapped on a lost peer left behind (also printed on stderr when it
+        happens). CPU devices: every failed call (the first 256 per group), with its group, rank and how long
+        into the call it failed."""
         if self.platform == "gpu" and hasattr(native, "cuda"):
             return list(native.cuda.comm_errors(self.id))
+        if self.platform == "cpu" and self.alive:
+            return [f"group {g} rank {r} after {s:.3f} s: {message}"
+                    for g, r, s, message in native.host_failures(self.id)]
         return []
 
     def bind_plan(self, plan_id: int, plan: dict, name: str) -> None:
