@@ -125,14 +125,16 @@ def _gpu_plugin_installed() -> bool:
     return any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin"))
 
 
-def initialize_child() -> tuple[int, int]:
-    """Joins the job described by the environment; returns (process_id, num_processes)."""
+def initialize_child(**options) -> tuple[int, int]:
+    """Joins the job described by the environment; returns (process_id, num_processes). ``options`` go to
+    ``jax.distributed.initialize`` (e.g. ``heartbeat_timeout_seconds``)."""
     import jax
 
     process_id = int(os.environ[ENV_PROCESS_ID])
     num_processes = int(os.environ[ENV_NUM_PROCESSES])
     kwargs = dict(
-        coordinator_address=os.environ[ENV_COORDINATOR], num_processes=num_processes, process_id=process_id
+        coordinator_address=os.environ[ENV_COORDINATOR], num_processes=num_processes, process_id=process_id,
+        **options,
     )
     if _gpu_plugin_installed():
         kwargs["local_device_ids"] = [process_id]
