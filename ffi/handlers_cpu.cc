@@ -2,7 +2,8 @@
 // backend on the calling device's thread, and turn any failure into an ffi::Error.
 //
 // Operands: x (the local block(s)), partition (u32 scalar: XLA's partition id of this device, which the
-// communicator maps to its group and rank). Attributes: comm_id, op, algorithm (collective_types.h values),
+// communicator maps to its group and rank), and optionally the previous collective's result, never read: it only
+// orders the calls (jax_mscclpp/_ordering.py). Attributes: comm_id, op, algorithm (collective_types.h values),
 // plan_id (the registered execution plan when algorithm is kPlan, else -1).
 #include <chrono>
 #include <sstream>
@@ -21,7 +22,8 @@ namespace jax_mscclpp {
 namespace {
 
 template <Collective kCollective>
-ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::RemainingArgs /*predecessor*/,
+                          ffi::Result<ffi::AnyBuffer> y,
                           int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id) {
   auto comm = find_host_communicator(comm_id);
   if (!comm)
@@ -70,6 +72,7 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
                                 ffi::Ffi::Bind()                        \
                                     .Arg<ffi::AnyBuffer>()              \
                                     .Arg<ffi::AnyBuffer>()              \
+                                    .RemainingArgs()                    \
                                     .Ret<ffi::AnyBuffer>()              \
                                     .Attr<int64_t>("comm_id")           \
                                     .Attr<int32_t>("op")                \

@@ -265,6 +265,8 @@ std::string run_collective(HostCommunicator& comm, int partition, const Collecti
     me->faults->skip_calls.fetch_sub(1, std::memory_order_relaxed);
     return {};
   }
+  RankCallGuard guard(comm.id(), *group, *me, CallSignature::of(call, -1));
+  if (!guard.admitted()) return guard.error();
   RankCall rc(comm, *group, *me, call, timeout_s, me->faults->stop_exchanges.exchange(-1, std::memory_order_relaxed));
   return run_on_rank(rc, call) ? std::string() : rc.error();
 }

@@ -22,6 +22,27 @@
 namespace jax_mscclpp::host {
 
 struct HostPlanInstance;
+struct HostGroup;
+
+// Whether a rank is inside a call: the protocol's epoch and signal counters are the rank's alone, so its calls
+// must come one at a time. XLA's CPU runtime runs independent operations of one program concurrently (programs of
+// more than 8 operations and buffers over 512 bytes), so two independent collectives of one device can overlap,
+// or start in a different order on different devices: the second call to come is refused and the group fails, so
+// the calls in flight stop too rather than mix their data (docs/reliability.md, "Independent collectives").
+class RankCallGuard {
+ public:
+  RankCallGuard(int64_t comm_id, HostGroup& group, struct HostRankState& me, const CallSignature& call);
+  ~RankCallGuard();
+  RankCallGuard(const RankCallGuard&) = delete;
+  RankCallGuard& operator=(const RankCallGuard&) = delete;
+  bool admitted() const { return admitted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct HostRankState& me_;
+  bool admitted_ = false;
+  std::string error_;
+};
 
 // Faults a test injects into one rank (jax_mscclpp/testing/faults.py); set from Python while XLA's threads run.
 struct InjectedFaults {
@@ -32,11 +53,16 @@ struct InjectedFaults {
 struct HostRankState {
   int rank = 0;
   std::unique_ptr<std::byte[]> scratch;          // 2 halves of scratch_half_bytes
+  // LL packets only (plans whose scratch holds packets), 2 halves, zeroed when made: a packet "arrives" when its
+  // flag equals the call's epoch (>= 1), so this memory must never hold anything else, such as data a built-in
+  // algorithm or another allocation left whose upper word happens to equal an epoch.
+  std::unique_ptr<std::byte[]> packet_scratch;
   std::unique_ptr<HostSemaphore[]> inbound;      // [world]: signals received from each peer
   std::vector<uint64_t> expected;                // [world]: signals consumed from each peer
   std::vector<HostMemoryChannel> channels;       // [world]: to each peer (the entry for myself is unused)
   uint64_t epoch = 0;                            // rounds completed; round e uses half e & 1
   std::unique_ptr<PublishedCalls> published;     // this rank's calls, for its peers to check (call_signature.h)
+  std::unique_ptr<std::atomic<bool>> in_call;    // RankCallGuard
   std::unique_ptr<InjectedFaults> faults;
 };
 
@@ -99,6 +125,7 @@ class HostCommunicator {
 
   // Execution plans bound to this communicator, by the id Python gave them. Registration may happen while
   // other plans run.
+  // Binding a plan whose scratch holds packets first gives every rank its packet scratch.
   void add_plan(int64_t plan_id, std::shared_ptr<HostPlanInstance> plan);
   std::shared_ptr<HostPlanInstance> find_plan(int64_t plan_id);
 

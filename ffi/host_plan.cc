@@ -263,8 +263,9 @@ class PlanRun {
     switch (ref.buffer) {
       case PlanBuffer::kInput: return const_cast<std::byte*>(static_cast<const std::byte*>(call_.in)) + span(ref.buffer, ref.index + t).first * es_;
       case PlanBuffer::kOutput: return static_cast<std::byte*>(call_.out) + span(ref.buffer, ref.index + t).first * es_;
-      case PlanBuffer::kScratch:
-        return state(rank).scratch.get() + half_ + (ref.index + t) * scratch_chunk_bytes_;
+      case PlanBuffer::kScratch:  // packets live apart from data (host_communicator.h)
+        return (plan_.packets ? state(rank).packet_scratch : state(rank).scratch).get() + half_ +
+               (ref.index + t) * scratch_chunk_bytes_;
       case PlanBuffer::kNone: break;
     }
     return nullptr;
@@ -470,6 +471,8 @@ std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int64_t
     faults.skip_calls.fetch_sub(1, std::memory_order_relaxed);
     return {};
   }
+  RankCallGuard guard(comm.id(), *g, g->ranks[rank], CallSignature::of(call, plan_id));
+  if (!guard.admitted()) return guard.error();
   PlanRun run(comm, instance, plan_id, group, rank, call, timeout_s);
   return run.run() ? std::string() : run.error();
 }

@@ -106,7 +106,10 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
         leaf = _prepare(leaf, axes, "all_gather")
         ndim = leaf.ndim
         where = _canonical_axis(axis, ndim if tiled else ndim + 1, "all_gather", "axis")
-        blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
+        if world == 1:  # one rank: nothing to exchange (no communicator, no plan needed)
+            blocks = leaf[None]
+        else:
+            blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
         out = jnp.moveaxis(blocks, 0, where)
         if tiled:
             shape = list(leaf.shape)
@@ -141,6 +144,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
                     "(or pass tiled=True)"
                 )
             blocks = jnp.moveaxis(leaf, d, 0)
+        if world == 1:
+            return blocks[0]
         return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
 
     return jax.tree_util.tree_map(one, x)
@@ -153,7 +158,10 @@ def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
     shape = list(leaf.shape)
     shape[split_axis : split_axis + 1] = [world, shape[split_axis] // world]
     blocks = jnp.moveaxis(leaf.reshape(shape), split_axis, 0)
-    received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
+    if world == 1:
+        received = blocks
+    else:
+        received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
     # received[r] is rank r's piece for me; pieces are concatenated along concat_axis in rank order.
     out = jnp.moveaxis(received, 0, concat_axis)
     out_shape = list(received.shape[1:])

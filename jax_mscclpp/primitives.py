@@ -24,7 +24,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, _native, plans, selection
+from . import _compat, _native, _ordering, plans, selection
 from ._types import ALGORITHMS, ALGORITHMS_OF, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -113,7 +113,7 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
             if picked is not None:
                 entry, plan = picked
                 comm.bind_plan(entry.id, plan, entry.name)
-                return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id)
+                return _custom_call(ctx, x, collective, comm, op, Algorithm.PLAN, entry.id, platform)
     # A requested plan gets here only when its communicator falls back to lax.
     chosen = "lax" if plans.registered(requested) else selection.choose(collective, platform, nbytes, algorithm)
     if chosen == "2ph":
@@ -126,23 +126,29 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm):
     if chosen == "2pr" and platform == "gpu" and not comm.port_channels:
         raise ValueError("jax_mscclpp: algorithm '2pr' needs port channels: create the communicator with "
                          f"Communicator(mesh, {axes}, port_channels=True) before the first call")
-    return _custom_call(ctx, x, collective, comm, op, ALGORITHMS[chosen], -1)
+    return _custom_call(ctx, x, collective, comm, op, ALGORITHMS[chosen], -1, platform)
 
 
-def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id):
+def _custom_call(ctx, x, collective, comm, op, algorithm, plan_id, platform):
     """The custom call to our FFI target. XLA's partition id is its second operand: the CPU handler maps it to the
-    device's group and rank (the GPU handler finds its rank by device ordinal instead)."""
+    device's group and rank (the GPU handler finds its rank by device ordinal instead). On CPU a third operand, the
+    previous collective's result, orders the calls (``_ordering.py``)."""
     partition = hlo.partition_id()  # this device's row-major position in the mesh (tensor<ui32>)
-    with_partition = ctx.replace(avals_in=[ctx.avals_in[0], jax.core.ShapedArray((), np.uint32)])
-    return jax.ffi.ffi_lowering(collective.target, has_side_effect=True)(
-        with_partition,
+    after, after_avals = _ordering.predecessor(ctx) if platform == "cpu" else ([], [])
+    operands = ctx.replace(avals_in=[ctx.avals_in[0], jax.core.ShapedArray((), np.uint32), *after_avals])
+    out = jax.ffi.ffi_lowering(collective.target, has_side_effect=True)(
+        operands,
         x,
         partition,
+        *after,
         comm_id=np.int64(comm.id),
         op=np.int32(REDUCE_OPS[op]),
         algorithm=np.int32(algorithm),
         plan_id=np.int64(plan_id),
     )
+    if platform == "cpu":
+        _ordering.record(ctx, out[0], ctx.avals_out[0])
+    return out
 
 
 def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm):
@@ -162,8 +168,10 @@ def _make_primitive(collective: Collective) -> Primitive:
     prim.def_impl(impl)
     prim.def_abstract_eval(lambda x, **params: _out_aval(x, collective=collective, **params))
     mlir.register_lowering(prim, lambda ctx, x, **p: _lower_unsupported(ctx, x, collective=collective, **p))
+    # Not cacheable: each call is lowered where it stands, so that it can be ordered after the previous one
+    # (_ordering.py); a cached lowering is emitted once and replayed, blind to its neighbours.
     mlir.register_lowering(prim, lambda ctx, x, **p: _lower("cpu", ctx, x, collective=collective, **p),
-                           platform="cpu")
+                           platform="cpu", cacheable=False)
     if _native.CUDA_BUILT:
         mlir.register_lowering(prim, lambda ctx, x, **p: _lower("gpu", ctx, x, collective=collective, **p),
                                platform="cuda")
