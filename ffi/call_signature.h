@@ -2,7 +2,7 @@
 // to its peers so that ranks that entered different calls fail at once with an error naming both calls, instead
 // of exchanging mismatched data (a wrong answer) or waiting for signals that never come (a timeout).
 //
-// Protocol (docs/architecture.md, "Call signatures"): a rank publishes its signature, tagged with the epoch of
+// Protocol (docs/reliability.md, "Call signatures"): a rank publishes its signature, tagged with the epoch of
 // the call's first round, before its first signal (or first packet) of the call; a peer reads it after the wait
 // that consumed that signal (acquire), so the read is ordered after the write. Slots alternate by the epoch's
 // parity, as the scratch halves do: a rank rewrites slot e & 1 only in round e + 2, which starts after every

@@ -1,6 +1,6 @@
 """One order for the collectives of a program on CPU devices.
 
-The host backend needs every rank to make its calls one at a time and in the same order (docs/architecture.md).
+The host backend needs every rank to make its calls one at a time and in the same order (docs/reliability.md).
 XLA's CPU runtime orders the operations of a program only by the buffers they read and write, and runs
 independent ones concurrently (programs of more than 8 operations with buffers over 512 bytes): two jax_mscclpp
 collectives that do not depend on each other, such as the leaves of one pytree, can overlap on a device, or start

@@ -202,36 +202,38 @@ def test_nan_in_max_min_propagates_as_maximum_does(mesh8, op):
 
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"])
 def test_sizes_past_the_scratch_are_pipelined(cpu_devices, rng, op):
-    mesh = Mesh(np.array(cpu_devices[:4])[[2, 0, 3, 1]], ("x",))
-    jm.Communicator(mesh, "x", scratch_bytes=4096)  # 1 KiB slots: the operand takes hundreds of rounds
+    a = "small_scratch"
+    mesh = Mesh(np.array(cpu_devices[:4])[[2, 0, 3, 1]], (a,))
+    jm.Communicator(mesh, a, scratch_bytes=4096)  # 1 KiB slots: the operand takes hundreds of rounds
     x = random_array(rng, (4 * 4 * 50_001,), "int32")
     ours, ref = {
-        "all_reduce": (lambda v: jm.psum(v, "x"), lambda v: lax.psum(v, "x")),
-        "all_gather": (lambda v: jm.all_gather(v, "x", tiled=True), lambda v: lax.all_gather(v, "x", tiled=True)),
-        "reduce_scatter": (lambda v: jm.psum_scatter(v, "x", tiled=True), lambda v: lax.psum_scatter(v, "x", tiled=True)),
-        "all_to_all": (lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True), lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True)),
+        "all_reduce": (lambda v: jm.psum(v, a), lambda v: lax.psum(v, a)),
+        "all_gather": (lambda v: jm.all_gather(v, a, tiled=True), lambda v: lax.all_gather(v, a, tiled=True)),
+        "reduce_scatter": (lambda v: jm.psum_scatter(v, a, tiled=True), lambda v: lax.psum_scatter(v, a, tiled=True)),
+        "all_to_all": (lambda v: jm.all_to_all(v, a, 0, 0, tiled=True), lambda v: lax.all_to_all(v, a, 0, 0, tiled=True)),
     }[op]
-    out = P() if op == "all_reduce" else P("x")
-    assert_same(run(ours, mesh, x, out), run(ref, mesh, x, out))
-    jm.Communicator(mesh, "x").destroy()
+    out = P() if op == "all_reduce" else P(a)
+    assert_same(run(ours, mesh, x, out, P(a)), run(ref, mesh, x, out, P(a)))
+    jm.Communicator(mesh, a).destroy()
 
 
 def test_forced_plan_past_the_scratch_is_refused(cpu_devices, rng):
-    mesh = Mesh(np.array(cpu_devices[:4]), ("x",))
-    jm.Communicator(mesh, "x", scratch_bytes=4096)
+    a = "plan_scratch"
+    mesh = Mesh(np.array(cpu_devices[:4]), (a,))
+    jm.Communicator(mesh, a, scratch_bytes=4096)
     jm.register_algorithm(library.allreduce_2pa_hb, name="bad_input_plan")
     try:
         small, large = random_array(rng, (4 * 64,), "float32"), random_array(rng, (4 * 4096,), "float32")
-        assert_same(run(lambda v: jm.psum(v, "x", algorithm="bad_input_plan"), mesh, small, P()),
-                    run(lambda v: lax.psum(v, "x"), mesh, small, P()))
+        assert_same(run(lambda v: jm.psum(v, a, algorithm="bad_input_plan"), mesh, small, P(), P(a)),
+                    run(lambda v: lax.psum(v, a), mesh, small, P(), P(a)))
         with pytest.raises(ValueError, match="'bad_input_plan' needs more scratch for this message than the "
                                              "communicator's 4096 bytes"):
-            run(lambda v: jm.psum(v, "x", algorithm="bad_input_plan"), mesh, large, P())
+            run(lambda v: jm.psum(v, a, algorithm="bad_input_plan"), mesh, large, P(), P(a))
         with pytest.raises(ValueError, match="unknown algorithm 'bad_input_plan'; all_gather knows"):
-            run(lambda v: jm.all_gather(v, "x", algorithm="bad_input_plan"), mesh, small)
+            run(lambda v: jm.all_gather(v, a, algorithm="bad_input_plan"), mesh, small, P(a), P(a))
     finally:
         jm.unregister_algorithm("bad_input_plan")
-        jm.Communicator(mesh, "x").destroy()
+        jm.Communicator(mesh, a).destroy()
 
 
 def test_not_differentiable_pmax(mesh8, rng):

@@ -14,4 +14,4 @@ def test_churn(cpu_devices):
     assert end["native_host_communicators"] == base["native_host_communicators"]
     assert end["threads"] <= base["threads"]
     if base["heap_mb"] is not None:
-        assert end["heap_mb"] <= base["heap_mb"] + churn.HEAP_SLACK_MB
+        assert end["heap_mb"] <= base["heap_mb"] + result["heap_slack_mb"]

@@ -24,6 +24,8 @@ AUTO = "auto"
 # Chained configs only up to this many bytes per rank: a chain of large messages on CPU devices costs seconds.
 CHAIN_MAX_BYTES = 4 << 20
 CHAIN_LENGTHS = (2, 3, 5)
+# Built-in algorithms never drawn, by platform: NVLink multicast (SwitchChannel) is opt-in and stays off on GPUs.
+NOT_DRAWN = {"gpu": ("2pa_nvls",)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +162,7 @@ class Drawer:
     def _algorithm(self, rng: np.random.Generator, op: str, axes: tuple) -> str:
         collective = Collective[op.upper()]
         builtin = [a for a in selection.PLATFORM_ALGORITHMS[self.platform][collective]
-                   if a not in COMPOSED_ALGORITHMS or len(axes) == 2]
+                   if (a not in COMPOSED_ALGORITHMS or len(axes) == 2) and a not in NOT_DRAWN.get(self.platform, ())]
         named = builtin + list(self.plan_names.get(op, ()))
         return AUTO if rng.random() < 0.3 or not named else named[int(rng.integers(len(named)))]
 

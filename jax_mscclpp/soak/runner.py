@@ -36,6 +36,8 @@ LIBRARY_PLANS = {
     "reduce_scatter": ("reducescatter_allpairs",),
     "all_to_all": ("alltoall_allpairs",),
 }
+# Library programs not registered, by platform: the SwitchChannel plan needs NVLink multicast on GPUs (off).
+NOT_REGISTERED = {"gpu": ("allreduce_2pa_nvls",)}
 AUTO_BAND = (2 << 10, 8 << 10)
 FORCED_ONLY = 1 << 62
 PLAN_PREFIX = "soak_"
@@ -70,6 +72,7 @@ def register_plans(platform: str) -> dict[str, list[str]]:
     """Registers the library programs of LIBRARY_PLANS; returns the registered names by op."""
     names: dict[str, list[str]] = {}
     for op, functions in LIBRARY_PLANS.items():
+        functions = [f for f in functions if f not in NOT_REGISTERED.get(platform, ())]
         for i, function in enumerate(functions):
             name = PLAN_PREFIX + function
             low, high = AUTO_BAND if i == 0 else (FORCED_ONLY, None)
@@ -131,6 +134,7 @@ class Soak:
         self.compile_s = 0.0
         self.compiles = 0
         self.bytes_run = [math.inf, 0]
+        self.configs: list[Config] = []
 
     def mesh(self, config: Config):
         key = (config.mesh_shape, config.mesh_axes, config.mesh_seed)
@@ -138,18 +142,29 @@ class Soak:
             self.meshes[key] = programs.make_mesh(self.devices, config)
         return self.meshes[key]
 
+    def communicator(self, config: Config) -> Communicator:
+        """The config's communicator; on GPUs made with port channels, so that every algorithm (2PR and plans with
+        port channels included) can run on it."""
+        return Communicator(self.mesh(config), config.axes, port_channels=self.platform == "gpu")
+
     def scratch_bytes(self, config: Config) -> int:
-        return Communicator(self.mesh(config), config.axes).scratch_bytes
+        return self.communicator(config).scratch_bytes
 
     def pool(self, plan_names: dict) -> list[Config]:
         s = self.settings
         if s.config is not None:
             if s.config.num_devices != len(self.devices):
                 raise ValueError(f"the config is for {s.config.num_devices} devices; this run has {len(self.devices)}")
+            if s.config.world > 1:
+                self.communicator(s.config)
             return [s.config]
         drawer = Drawer(len(self.devices), self.platform, list(s.dtypes or default_dtypes()), s.max_bytes, plan_names)
         rng = np.random.default_rng([s.seed, 0])
-        return [drawer.draw(rng, self.scratch_bytes) for _ in range(s.programs)]
+        pool = [drawer.draw(rng, self.scratch_bytes) for _ in range(s.programs)]
+        for config in pool:
+            if config.world > 1:
+                self.communicator(config)  # before any program lowers one without port channels
+        return pool
 
     def run(self) -> dict:
         s = self.settings
@@ -157,7 +172,7 @@ class Soak:
         started = time.monotonic()
         calls = 0
         try:
-            pool = self.pool(plan_names)
+            pool = self.configs = self.pool(plan_names)
             rng = np.random.default_rng([s.seed, 1])
             for call in range(s.calls):
                 if s.duration_s is not None and time.monotonic() - started > s.duration_s:
@@ -224,6 +239,9 @@ class Soak:
             comm.destroy()
         self.compiled.clear()
         jax.clear_caches()
+        for other in self.configs:
+            if other.world > 1:
+                self.communicator(other)
 
     def summary(self, calls: int, elapsed_s: float) -> dict:
         mismatches = sum(t.mismatches for t in self.tallies["op"].values())
