@@ -26,7 +26,8 @@ def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
         try:
             hash(axis)
         except TypeError:
-            raise TypeError(f"{api_name}: axis_name must be an axis name or a tuple of names; got {axis_name!r}") from None
+            raise TypeError(
+                f"{api_name}: axis_name must be an axis name or a tuple of names; got {axis_name!r}") from None
     bound = _compat.bound_axis_sizes()
     for axis in axes:
         if axis not in bound:

@@ -17,7 +17,8 @@ CALLS = {
     "psum": (lambda v: jm.psum(v, "x"), lambda v: lax.psum(v, "x")),
     "all_gather": (lambda v: jm.all_gather(v, "x", tiled=True), lambda v: lax.all_gather(v, "x", tiled=True)),
     "psum_scatter": (lambda v: jm.psum_scatter(v, "x", tiled=True), lambda v: lax.psum_scatter(v, "x", tiled=True)),
-    "all_to_all": (lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True), lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True)),
+    "all_to_all": (lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True),
+                   lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True)),
 }
 
 

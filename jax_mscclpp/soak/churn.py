@@ -74,7 +74,8 @@ def sample(cycle: int, devices: list) -> dict:
     heap = heap_in_use_bytes()
     out = {"cycle": cycle, "threads": process_threads(), "rss_mb": round(resident_bytes() / 2**20, 1),
            "heap_mb": None if heap is None else round(heap / 2**20, 1),
-           "live_communicators": len(Communicator.live()), "native_host_communicators": len(native.live_communicators())}
+           "live_communicators": len(Communicator.live()),
+           "native_host_communicators": len(native.live_communicators())}
     cuda = getattr(native, "cuda", None)
     if devices[0].platform == "gpu" and cuda is not None:
         local = sorted({d.local_hardware_id for d in devices if d.process_index == jax.process_index()})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..bench import launcher, machine
@@ -22,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
         "collective on fresh random data: exactly for integers, data movement, max and min; within rounding "
         "for float sums. Prints counts per op and algorithm and every mismatch with the command that "
         "reproduces it. Exit status 1 when something mismatched or failed.")
-    p.add_argument("--calls", type=int, default=1000, help="collective calls to run (default: 1000)")
+    p.add_argument("--calls", type=int, default=None,
+                   help="collective calls to run (default: 1000; with --config, 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the configs and the data (default: 0)")
     p.add_argument("--max-bytes", default="64M", help="largest operand per rank (default: 64M)")
     p.add_argument("--programs", type=int, default=200,
@@ -67,10 +69,11 @@ def _settings(parser: argparse.ArgumentParser, args):
             parser.error("--data takes SEED:CALL, e.g. 0:1234")
         data = (seed, call)
     dtypes = tuple(t.strip() for t in args.dtypes.split(",") if t.strip()) if args.dtypes else ()
-    calls = args.calls if config is None or "--calls" in sys.argv else 1
+    calls = args.calls if args.calls is not None else (1 if config is not None else 1000)
+    launched = int(os.environ.get(launcher.ENV_NUM_PROCESSES, 0)) or None  # inside a --launch run
     return Settings(calls=calls, seed=args.seed, max_bytes=max_bytes, programs=args.programs,
                     duration_s=args.duration, dtypes=dtypes, config=config, data=data, max_errors=args.max_errors,
-                    launch=args.launch or (int(launcher.os.environ.get(launcher.ENV_NUM_PROCESSES, 0)) or None))
+                    launch=args.launch or launched)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -100,7 +100,8 @@ def _program(name: str):
     if name == "mismatched_dtype":
         return _diverging(lambda v: psum(v.astype(jnp.int32)).astype(v.dtype), psum)
     if name == "mismatched_algorithm":
-        return _diverging(lambda v: jm.psum(v, AXIS, algorithm="1pa_ll"), lambda v: jm.psum(v, AXIS, algorithm="2pa_hb"))
+        return _diverging(lambda v: jm.psum(v, AXIS, algorithm="1pa_ll"),
+                          lambda v: jm.psum(v, AXIS, algorithm="2pa_hb"))
     if name == "plan_vs_builtin":
         return _diverging(lambda v: jm.psum(v, AXIS, algorithm=PLAN_NAME),
                           lambda v: jm.psum(v, AXIS, algorithm="2pa_hb"))

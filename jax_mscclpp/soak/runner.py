@@ -282,6 +282,7 @@ def format_summary(summary: dict) -> str:
         width = max(len(k) for k in rows)
         order = sorted(rows, key=lambda k: parse_size(k[2:])) if table == "bytes" else sorted(rows)
         for key, t in ((k, rows[k]) for k in order):
-            flag = "" if not (t["mismatches"] or t["errors"]) else f"  mismatches {t['mismatches']} errors {t['errors']}"
+            failed = t["mismatches"] or t["errors"]
+            flag = f"  mismatches {t['mismatches']} errors {t['errors']}" if failed else ""
             lines.append(f"    {key:<{width}}  {t['calls']:>6} calls{flag}")
     return "\n".join(lines)
