@@ -48,11 +48,11 @@ class RankCall {
       const WaitResult result = me_.channels[p].wait(deadline_, [&] {
         return group_.broken.load(std::memory_order_acquire) || peer_in_another_call(theirs, nullptr, nullptr);
       });
-      if (result == WaitResult::kTimedOut) return fail(p, "timeout");
+      if (result == WaitResult::kTimedOut) return timed_out(p);
       if (result == WaitResult::kStopped) {
         CallSignature other;
         uint64_t other_epoch = 0;
-        if (!peer_in_another_call(theirs, &other, &other_epoch)) return fail(p, "aborted");
+        if (!peer_in_another_call(theirs, &other, &other_epoch)) return failed_elsewhere(p);
         return mismatch(p, other, other_epoch);
       }
       if (first) {
@@ -90,21 +90,24 @@ class RankCall {
     return msg.str();
   }
 
-  // A wait that ended without the peer's signal: a timeout, or the group failed elsewhere during the call.
-  bool fail(int peer, const char* how) {
+  // The wait for `peer` outlived the time limit: this rank names the peer and fails the group.
+  bool timed_out(int peer) {
     std::ostringstream msg;
-    if (std::string(how) == "timeout") {
-      msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << where() << " waited for peer " << peer
-          << " at epoch " << me_.epoch
-          << peer_state(peer, *group_.ranks[peer].published, [&](const CallSignature& c) { return comm_.describe(c); })
-          << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
-      error_ = msg.str();
-      group_.mark_broken(error_);
-    } else {
-      msg << "jax_mscclpp: " << where() << " stopped waiting for peer " << peer << " at epoch " << me_.epoch
-          << " because the call failed on another rank: " << group_.reason();
-      error_ = msg.str();
-    }
+    msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << where() << " waited for peer " << peer
+        << " at epoch " << me_.epoch
+        << peer_state(peer, *group_.ranks[peer].published, [&](const CallSignature& c) { return comm_.describe(c); })
+        << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
+    error_ = msg.str();
+    group_.mark_broken(error_);
+    return false;
+  }
+
+  // The group failed on another rank while this one waited for `peer`: stop with that rank's reason.
+  bool failed_elsewhere(int peer) {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: " << where() << " stopped waiting for peer " << peer << " at epoch " << me_.epoch
+        << " because the call failed on another rank: " << group_.reason();
+    error_ = msg.str();
     return false;
   }
 
