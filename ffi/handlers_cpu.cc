@@ -2,8 +2,10 @@
 // backend on the calling device's thread, and turn any failure into an ffi::Error.
 //
 // Operands: x (the local block(s)), partition (u32 scalar: XLA's partition id of this device, which the
-// communicator maps to its group and rank). Attributes: comm_id, op, algorithm (collective_types.h values),
+// communicator maps to its group and rank), and optionally the previous collective's result, never read: it only
+// orders the calls (jax_mscclpp/_ordering.py). Attributes: comm_id, op, algorithm (collective_types.h values),
 // plan_id (the registered execution plan when algorithm is kPlan, else -1).
+#include <chrono>
 #include <sstream>
 
 #include "call_decoding.h"
@@ -20,12 +22,15 @@ namespace jax_mscclpp {
 namespace {
 
 template <Collective kCollective>
-ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Result<ffi::AnyBuffer> y,
+ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::RemainingArgs /*predecessor*/,
+                          ffi::Result<ffi::AnyBuffer> y,
                           int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id) {
   auto comm = find_host_communicator(comm_id);
   if (!comm)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jax_mscclpp: communicator " + std::to_string(comm_id) + " does not exist (destroyed?)");
+                      "jax_mscclpp: communicator " + std::to_string(comm_id) +
+                          " was destroyed (Communicator.destroy()) after this program was compiled; "
+                          "jax.clear_caches() (or a new jax.jit) lowers it again with a fresh communicator");
   const DType dtype = to_dtype(x.element_type());
   if (dtype == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");
@@ -42,17 +47,23 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
   CollectiveCall call{kCollective, ReduceOp(op), Algorithm(algorithm), dtype, x.untyped_data(), y->untyped_data(),
                       block};
   std::string err;
+  const auto started = host::Clock::now();
   if (call.algorithm == Algorithm::kPlan) {
     auto plan = comm->find_plan(plan_id);
     if (!plan)
       return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                         "jax_mscclpp: plan " + std::to_string(plan_id) + " is not registered with communicator " +
                             std::to_string(comm_id));
-    err = host::run_plan(*comm, *plan, pid, call, timeout_seconds());
+    err = host::run_plan(*comm, *plan, plan_id, pid, call, timeout_seconds());
   } else {
     err = host::run_collective(*comm, pid, call, timeout_seconds());
   }
-  if (!err.empty()) return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
+  if (!err.empty()) {
+    if (host::HostGroup* group = comm->group_of(pid))
+      group->record_failure(comm->rank_index(pid),
+                            std::chrono::duration<double>(host::Clock::now() - started).count(), err);
+    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
+  }
   return ffi::Error::Success();
 }
 
@@ -61,6 +72,7 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Resul
                                 ffi::Ffi::Bind()                        \
                                     .Arg<ffi::AnyBuffer>()              \
                                     .Arg<ffi::AnyBuffer>()              \
+                                    .RemainingArgs()                    \
                                     .Ret<ffi::AnyBuffer>()              \
                                     .Attr<int64_t>("comm_id")           \
                                     .Attr<int32_t>("op")                \

@@ -26,6 +26,12 @@ struct HostMemoryChannel {
   bool wait(Clock::time_point deadline) const {
     return wait_until_at_least(*my_inbound, ++*expected, deadline);
   }
+  // As wait(), asking `stop()` now and then whether to give up early. The signal counts as consumed whatever the
+  // result: after a failed wait the group is out of step and unusable (host_communicator.h).
+  template <class Stop>
+  WaitResult wait(Clock::time_point deadline, Stop&& stop) const {
+    return wait_until_at_least(*my_inbound, ++*expected, deadline, stop);
+  }
 };
 
 }  // namespace jax_mscclpp::host

@@ -9,26 +9,18 @@
 namespace jax_mscclpp::host {
 namespace {
 
-const char* algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::kOnePhaseAllPairsLL: return "1pa_ll";
-    case Algorithm::kOnePhaseAllPairsHB: return "1pa_hb";
-    case Algorithm::kTwoPhaseAllPairsLL: return "2pa_ll";
-    case Algorithm::kTwoPhaseAllPairsHB: return "2pa_hb";
-    case Algorithm::kTwoPhaseRing: return "2pr";
-    case Algorithm::kTwoPhaseNvls: return "2pa_nvls";
-    case Algorithm::kAllPairs: return "allpairs";
-  }
-  return "?";
-}
-
-// One rank's view of one call: its channels, its scratch and the bookkeeping of rounds.
+// One rank's view of one call: its channels, its scratch and the bookkeeping of rounds. The call publishes its
+// signature for the epoch of its first round and checks every peer's at its first exchange (call_signature.h).
 class RankCall {
  public:
-  RankCall(HostCommunicator& comm, HostGroup& group, HostRankState& me, const CollectiveCall& call, double timeout_s)
+  RankCall(HostCommunicator& comm, HostGroup& group, HostRankState& me, const CollectiveCall& call, double timeout_s,
+           int stop_after_exchanges)
       : comm_(comm), group_(group), me_(me), call_(call), timeout_s_(timeout_s),
         deadline_(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
-        world_(comm.world_size()), elem_(dtype_size(call.dtype)) {}
+        world_(comm.world_size()), elem_(dtype_size(call.dtype)), signature_(CallSignature::of(call, -1)),
+        first_epoch_(me.epoch + 1), stop_after_exchanges_(stop_after_exchanges) {
+    me_.published->publish(first_epoch_, signature_);
+  }
 
   int world() const { return world_; }
   int rank() const { return me_.rank; }
@@ -43,21 +35,30 @@ class RankCall {
   }
   const std::byte* my_scratch(size_t offset) const { return me_.scratch.get() + offset; }
 
-  // Publishes this round's puts to every peer, then waits for every peer's: the end of a phase.
+  // Publishes this round's puts to every peer, then waits for every peer's: the end of a phase. The first
+  // exchange of a call also checks that every peer is in the same call.
   bool exchange() {
+    if (exchanges_ == stop_after_exchanges_) return injected_stop();
+    const bool first = exchanges_++ == 0;
     for (int p = 0; p < world_; ++p)
       if (p != me_.rank) me_.channels[p].signal();
     for (int p = 0; p < world_; ++p) {
       if (p == me_.rank) continue;
-      if (!me_.channels[p].wait(deadline_)) {
-        std::ostringstream msg;
-        msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << collective_name(call_.collective) << " ("
-            << algorithm_name(call_.algorithm) << ", communicator " << comm_.id() << "): rank " << me_.rank
-            << " of " << world_ << " waited for peer " << p << " at epoch " << me_.epoch
-            << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
-        error_ = msg.str();
-        group_.mark_broken(error_);
-        return false;
+      const PublishedCalls& theirs = *group_.ranks[p].published;
+      const WaitResult result = me_.channels[p].wait(deadline_, [&] {
+        return group_.broken.load(std::memory_order_acquire) || peer_in_another_call(theirs, nullptr, nullptr);
+      });
+      if (result == WaitResult::kTimedOut) return timed_out(p);
+      if (result == WaitResult::kStopped) {
+        CallSignature other;
+        uint64_t other_epoch = 0;
+        if (!peer_in_another_call(theirs, &other, &other_epoch)) return failed_elsewhere(p);
+        return mismatch(p, other, other_epoch);
+      }
+      if (first) {
+        CallSignature other;
+        const uint64_t other_epoch = theirs.read(first_epoch_, &other);
+        if (other_epoch != first_epoch_ || !(other == signature_)) return mismatch(p, other, other_epoch);
       }
     }
     return true;
@@ -74,6 +75,58 @@ class RankCall {
   const std::string& error() const { return error_; }
 
  private:
+  // Whether `theirs` shows the peer in a different call at this call's first epoch (it has not signalled yet).
+  bool peer_in_another_call(const PublishedCalls& theirs, CallSignature* other, uint64_t* other_epoch) const {
+    CallSignature s;
+    const uint64_t e = theirs.read(first_epoch_, &s);
+    if (other) *other = s, *other_epoch = e;
+    return e == first_epoch_ && !(s == signature_);
+  }
+
+  std::string where() const {
+    std::ostringstream msg;
+    msg << collective_name(call_.collective) << " (" << algorithm_name(call_.algorithm) << ", communicator "
+        << comm_.id() << "): rank " << me_.rank << " of " << world_;
+    return msg.str();
+  }
+
+  // The wait for `peer` outlived the time limit: this rank names the peer and fails the group.
+  bool timed_out(int peer) {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << where() << " waited for peer " << peer
+        << " at epoch " << me_.epoch
+        << peer_state(peer, *group_.ranks[peer].published, [&](const CallSignature& c) { return comm_.describe(c); })
+        << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
+    error_ = msg.str();
+    group_.mark_broken(error_);
+    return false;
+  }
+
+  // The group failed on another rank while this one waited for `peer`: stop with that rank's reason.
+  bool failed_elsewhere(int peer) {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: " << where() << " stopped waiting for peer " << peer << " at epoch " << me_.epoch
+        << " because the call failed on another rank: " << group_.reason();
+    error_ = msg.str();
+    return false;
+  }
+
+  bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
+    error_ = mismatch_message(comm_.id(), me_.rank, world_, first_epoch_, comm_.describe(signature_), peer,
+                              their_epoch, comm_.describe(theirs));
+    group_.mark_broken(error_);
+    return false;
+  }
+
+  // The injected fault of a rank lost in the middle of a call: it stops without telling anyone.
+  bool injected_stop() {
+    std::ostringstream msg;
+    msg << "jax_mscclpp: " << where() << " stopped after " << exchanges_ << " exchange(s) of the call at epoch "
+        << me_.epoch << " (a fault injected by jax_mscclpp.testing.faults.stop_mid_call)";
+    error_ = msg.str();
+    return false;
+  }
+
   HostCommunicator& comm_;
   HostGroup& group_;
   HostRankState& me_;
@@ -82,6 +135,10 @@ class RankCall {
   Clock::time_point deadline_;
   int world_;
   size_t elem_;
+  CallSignature signature_;
+  uint64_t first_epoch_;
+  int stop_after_exchanges_;
+  int exchanges_ = 0;
   std::string error_;
 };
 
@@ -92,7 +149,7 @@ std::byte* bytes(void* p) { return static_cast<std::byte*>(p); }
 bool all_reduce_one_phase(RankCall& rc, const CollectiveCall& call) {
   const size_t es = rc.elem(), slot_bytes = rc.half_bytes() / rc.world() / es * es, per_round = slot_bytes / es;
   const size_t n = call.block_count;
-  for (size_t off = 0; off < n; off += per_round) {
+  for (size_t off = 0; off == 0 || off < n; off += per_round) {  // one round at least: every call is checked
     const size_t len = std::min(per_round, n - off);
     const size_t half = rc.begin_round();
     const std::byte* in = bytes(call.in) + off * es;
@@ -112,7 +169,7 @@ bool all_reduce_two_phase(RankCall& rc, const CollectiveCall& call) {
   const int W = rc.world(), me = rc.rank();
   const size_t es = rc.elem(), slot_bytes = rc.half_bytes() / (2 * W) / es * es, slot_elems = slot_bytes / es;
   const size_t n = call.block_count, per_round = slot_elems * W, gather_region = W * slot_bytes;
-  for (size_t off = 0; off < n; off += per_round) {
+  for (size_t off = 0; off == 0 || off < n; off += per_round) {  // one round at least: every call is checked
     const size_t len = std::min(per_round, n - off), piece = (len + W - 1) / W;
     auto piece_begin = [&](int p) { return std::min(len, p * piece); };
     auto piece_len = [&](int p) { return std::min(len, (p + 1) * piece) - piece_begin(p); };
@@ -143,7 +200,7 @@ bool all_reduce_two_phase(RankCall& rc, const CollectiveCall& call) {
 template <class Source, class Consume>
 bool all_pairs_rounds(RankCall& rc, size_t n, Source source, Consume consume) {
   const size_t es = rc.elem(), slot_bytes = rc.half_bytes() / rc.world() / es * es, per_round = slot_bytes / es;
-  for (size_t off = 0; off < n; off += per_round) {
+  for (size_t off = 0; off == 0 || off < n; off += per_round) {  // one round at least: every call is checked
     const size_t len = std::min(per_round, n - off);
     const size_t half = rc.begin_round();
     for (int p = 0; p < rc.world(); ++p)
@@ -160,6 +217,7 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
   std::byte* out = bytes(call.out);
   // Received slot r lands in output block r (all_gather, all_to_all).
   auto copy_to_blocks = [&](size_t off, size_t len, auto received) {
+    if (!len) return;
     for (int r = 0; r < rc.world(); ++r) std::memcpy(out + (r * n + off) * es, received(r), len * es);
   };
   switch (call.collective) {
@@ -207,11 +265,13 @@ std::string run_collective(HostCommunicator& comm, int partition, const Collecti
   if (group->broken.load(std::memory_order_acquire))
     return "jax_mscclpp: communicator " + std::to_string(comm.id()) +
            " is unusable after an earlier failure: " + group->reason();
-  if (me->skip_next_calls > 0) {  // test hook: this rank does not show up
-    --me->skip_next_calls;
+  if (me->faults->skip_calls.load(std::memory_order_relaxed) > 0) {  // injected: this rank does not show up
+    me->faults->skip_calls.fetch_sub(1, std::memory_order_relaxed);
     return {};
   }
-  RankCall rc(comm, *group, *me, call, timeout_s);
+  RankCallGuard guard(comm.id(), *group, *me, CallSignature::of(call, -1));
+  if (!guard.admitted()) return guard.error();
+  RankCall rc(comm, *group, *me, call, timeout_s, me->faults->stop_exchanges.exchange(-1, std::memory_order_relaxed));
   return run_on_rank(rc, call) ? std::string() : rc.error();
 }
 

@@ -3,6 +3,7 @@
 #include "host_plan.h"
 
 #include <algorithm>
+#include <limits>
 #include <stdexcept>
 
 namespace jax_mscclpp::host {
@@ -19,6 +20,8 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
     throw std::invalid_argument("group and rank tables differ in length");
   if (scratch_half_bytes_ < size_t(64) * world_)
     throw std::invalid_argument("scratch too small for this world size");
+  if (scratch_half_bytes_ > std::numeric_limits<size_t>::max() / 2)
+    throw std::invalid_argument("scratch too large: its two halves do not fit in memory");
   int num_groups = 0;
   for (int g : group_of_partition_) num_groups = std::max(num_groups, g + 1);
   std::vector<int> members(num_groups, 0);
@@ -39,6 +42,9 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
       s.scratch.reset(new std::byte[2 * scratch_half_bytes_]);  // left uninitialised: never read before written
       s.inbound = std::make_unique<HostSemaphore[]>(world_);
       s.expected.assign(world_, 0);
+      s.published = std::make_unique<PublishedCalls>();
+      s.in_call = std::make_unique<std::atomic<bool>>(false);
+      s.faults = std::make_unique<InjectedFaults>();
     }
     // Channels reference the peers' registered scratch and semaphores, which never move after this point.
     for (int r = 0; r < world_; ++r) {
@@ -69,6 +75,12 @@ int HostCommunicator::rank_index(int partition) const {
 
 void HostCommunicator::add_plan(int64_t plan_id, std::shared_ptr<HostPlanInstance> plan) {
   std::lock_guard<std::mutex> lock(plans_mutex_);
+  // Made before the plan is findable, so before any call of it; never replaced, so calls of other packet plans
+  // that run meanwhile keep their pointers.
+  if (plan->plan->packets)
+    for (auto& group : groups_)
+      for (auto& rank : group->ranks)
+        if (!rank.packet_scratch) rank.packet_scratch.reset(new std::byte[2 * scratch_half_bytes_]());
   plans_[plan_id] = std::move(plan);
 }
 
@@ -76,6 +88,32 @@ std::shared_ptr<HostPlanInstance> HostCommunicator::find_plan(int64_t plan_id) {
   std::lock_guard<std::mutex> lock(plans_mutex_);
   auto it = plans_.find(plan_id);
   return it == plans_.end() ? nullptr : it->second;
+}
+
+RankCallGuard::RankCallGuard(int64_t comm_id, HostGroup& group, HostRankState& me, const CallSignature& call)
+    : me_(me) {
+  bool idle = false;
+  admitted_ = me.in_call->compare_exchange_strong(idle, true, std::memory_order_acq_rel);
+  if (admitted_) return;
+  CallSignature running;
+  me.published->latest(&running);
+  error_ = "jax_mscclpp: two collective calls of rank " + std::to_string(me.rank) + " on communicator " +
+           std::to_string(comm_id) + " ran at the same time (" + describe(call) + ", while " + describe(running) +
+           " was in flight). XLA's CPU runtime runs independent operations of a program concurrently, so "
+           "independent jax_mscclpp collectives in one program can overlap or run in different orders on "
+           "different devices; the host backend needs them one at a time in the same order everywhere: make each "
+           "depend on the previous one, or combine them into one call (docs/reliability.md)";
+  group.mark_broken(error_);
+}
+
+RankCallGuard::~RankCallGuard() {
+  if (admitted_) me_.in_call->store(false, std::memory_order_release);
+}
+
+std::string HostCommunicator::describe(const CallSignature& s) {
+  if (s.algorithm != Algorithm::kPlan) return host::describe(s);
+  auto plan = find_plan(s.plan_id);
+  return host::describe(s, plan ? plan->plan->name : std::string());
 }
 
 HostRankState* HostCommunicator::rank_state(int partition) {

@@ -15,26 +15,70 @@
 #include <string>
 #include <vector>
 
+#include "call_signature.h"
 #include "host_channel.h"
 #include "host_semaphore.h"
 
 namespace jax_mscclpp::host {
 
 struct HostPlanInstance;
+struct HostGroup;
+
+// Whether a rank is inside a call: the protocol's epoch and signal counters are the rank's alone, so its calls
+// must come one at a time. XLA's CPU runtime runs independent operations of one program concurrently (programs of
+// more than 8 operations and buffers over 512 bytes), so two independent collectives of one device can overlap,
+// or start in a different order on different devices: the second call to come is refused and the group fails, so
+// the calls in flight stop too rather than mix their data (docs/reliability.md, "Independent collectives").
+class RankCallGuard {
+ public:
+  RankCallGuard(int64_t comm_id, HostGroup& group, struct HostRankState& me, const CallSignature& call);
+  ~RankCallGuard();
+  RankCallGuard(const RankCallGuard&) = delete;
+  RankCallGuard& operator=(const RankCallGuard&) = delete;
+  bool admitted() const { return admitted_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  struct HostRankState& me_;
+  bool admitted_ = false;
+  std::string error_;
+};
+
+// Faults a test injects into one rank (jax_mscclpp/testing/faults.py); set from Python while XLA's threads run.
+struct InjectedFaults {
+  std::atomic<int> skip_calls{0};       // the next calls return at once without taking part (a missing peer)
+  std::atomic<int> stop_exchanges{-1};  // the next call stops after this many exchanges (a peer lost mid-call)
+};
 
 struct HostRankState {
   int rank = 0;
   std::unique_ptr<std::byte[]> scratch;          // 2 halves of scratch_half_bytes
+  // LL packets only (plans whose scratch holds packets), 2 halves, zeroed when made: a packet "arrives" when its
+  // flag equals the call's epoch (>= 1), so this memory must never hold anything else, such as data a built-in
+  // algorithm or another allocation left whose upper word happens to equal an epoch.
+  std::unique_ptr<std::byte[]> packet_scratch;
   std::unique_ptr<HostSemaphore[]> inbound;      // [world]: signals received from each peer
   std::vector<uint64_t> expected;                // [world]: signals consumed from each peer
   std::vector<HostMemoryChannel> channels;       // [world]: to each peer (the entry for myself is unused)
   uint64_t epoch = 0;                            // rounds completed; round e uses half e & 1
-  int skip_next_calls = 0;                       // test hook: return at once without taking part
+  std::unique_ptr<PublishedCalls> published;     // this rank's calls, for its peers to check (call_signature.h)
+  std::unique_ptr<std::atomic<bool>> in_call;    // RankCallGuard
+  std::unique_ptr<InjectedFaults> faults;
+};
+
+// A call that failed on one rank: what the rank reported and how long after the call began.
+struct RankFailure {
+  int rank = 0;
+  double seconds = 0;
+  std::string message;
 };
 
 struct HostGroup {
+  static constexpr size_t kMaxFailures = 256;  // kept per group: the first ones tell what happened
+
   std::vector<HostRankState> ranks;
-  // After a timeout the group's semaphores are out of step: every later call on it fails with the reason.
+  // After a failure (a timeout, mismatched calls) the group's semaphores are out of step: every later call on it
+  // fails with the reason, and ranks still waiting in the failed call stop early with it.
   std::atomic<bool> broken{false};
   std::mutex reason_mutex;
   std::string broken_reason;  // guarded by reason_mutex
@@ -48,6 +92,17 @@ struct HostGroup {
     std::lock_guard<std::mutex> lock(reason_mutex);
     return broken_reason;
   }
+  void record_failure(int rank, double seconds, std::string message) {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    if (failures_.size() < kMaxFailures) failures_.push_back({rank, seconds, std::move(message)});
+  }
+  std::vector<RankFailure> failures() {
+    std::lock_guard<std::mutex> lock(reason_mutex);
+    return failures_;
+  }
+
+ private:
+  std::vector<RankFailure> failures_;  // guarded by reason_mutex
 };
 
 class HostCommunicator {
@@ -70,8 +125,12 @@ class HostCommunicator {
 
   // Execution plans bound to this communicator, by the id Python gave them. Registration may happen while
   // other plans run.
+  // Binding a plan whose scratch holds packets first gives every rank its packet scratch.
   void add_plan(int64_t plan_id, std::shared_ptr<HostPlanInstance> plan);
   std::shared_ptr<HostPlanInstance> find_plan(int64_t plan_id);
+
+  // A call signature in words, naming a plan bound here by its name.
+  std::string describe(const CallSignature& s);
 
  private:
   int64_t id_;

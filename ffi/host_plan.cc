@@ -11,7 +11,7 @@
 namespace jax_mscclpp::host {
 namespace {
 
-const char* op_name(PlanOpCode code) {
+const char* plan_op_name(PlanOpCode code) {
   static const char* names[] = {"copy", "reduce", "put", "put_packets", "read_packets", "signal", "wait", "flush",
                                 "put_with_signal", "reduce_put", "reduce_packets", "barrier", "switch_reduce",
                                 "switch_broadcast"};
@@ -147,10 +147,10 @@ namespace {
 // One rank's interpretation of one call of a plan.
 class PlanRun {
  public:
-  PlanRun(HostCommunicator& comm, HostPlanInstance& inst, int group, int rank, const CollectiveCall& call,
-          double timeout_s)
+  PlanRun(HostCommunicator& comm, HostPlanInstance& inst, int64_t plan_id, int group, int rank,
+          const CollectiveCall& call, double timeout_s)
       : comm_(comm), inst_(inst), plan_(*inst.plan), group_(group), rank_(rank), call_(call), timeout_s_(timeout_s),
-        es_(dtype_size(call.dtype)) {
+        es_(dtype_size(call.dtype)), signature_(CallSignature::of(call, plan_id)) {
     block_count_ = call.block_count;
     ce_ = (block_count_ + plan_.chunks_per_block - 1) / plan_.chunks_per_block;
     scratch_chunk_bytes_ = plan_.packets ? packets_for(ce_ * es_) * kPacketBytes : ce_ * es_;
@@ -159,6 +159,9 @@ class PlanRun {
     flag_ = uint32_t(epoch_);
     half_ = size_t(epoch_ & 1) * comm.scratch_half_bytes();
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    // Before any signal or packet of this call (call_signature.h).
+    g->ranks[rank].published->publish(epoch_, signature_);
+    checked_.assign(plan_.world_size, 0);
   }
 
   // Thread blocks take turns; each runs until it finishes or must wait (a semaphore or packets not yet there).
@@ -170,6 +173,7 @@ class PlanRun {
       bool progressed = false, finished = true;
       for (size_t t = 0; t < tbs.size(); ++t) {
         while (pc[t] < tbs[t].size() && ready(tbs[t][pc[t]])) {
+          if (!check_peers(tbs[t][pc[t]])) return false;
           execute(tbs[t][pc[t]]);
           ++pc[t];
           progressed = true;
@@ -183,6 +187,7 @@ class PlanRun {
       }
       if (++spin < 256) continue;
       if (Clock::now() > deadline_) return fail(tbs, pc);
+      if (!still_in_step()) return false;
       std::this_thread::sleep_for(backoff);
       if (backoff < std::chrono::microseconds(200)) backoff *= 2;
     }
@@ -191,6 +196,52 @@ class PlanRun {
   const std::string& error() const { return error_; }
 
  private:
+  // The first data or signal this call receives from a peer orders the peer's published signature before it:
+  // check it then, once per peer.
+  bool check_peers(const PlanOp& op) {
+    auto check = [&](int c) {
+      const int peer = channel(c).peer;
+      if (peer < 0 || checked_[peer]) return true;
+      checked_[peer] = 1;
+      CallSignature theirs;
+      const uint64_t e = state(peer).published->read(epoch_, &theirs);
+      return (e == epoch_ && theirs == signature_) || mismatch(peer, theirs, e);
+    };
+    if (op.code == PlanOpCode::kWait || op.code == PlanOpCode::kReadPackets) return check(op.channel);
+    if (op.code == PlanOpCode::kReducePackets)
+      for (const auto& p : op.packet_srcs)
+        if (!check(p.channel)) return false;
+    return true;
+  }
+
+  // While blocked: false (with the error set) when the call failed on another rank or a peer is in another call
+  // at this epoch.
+  bool still_in_step() {
+    HostGroup* g = comm_.group_of_index(group_);
+    if (g->broken.load(std::memory_order_acquire)) {
+      std::ostringstream msg;
+      msg << "jax_mscclpp: " << collective_name(call_.collective) << " (plan '" << plan_.name << "', communicator "
+          << comm_.id() << "): rank " << rank_ << " of " << plan_.world_size << " stopped at epoch " << epoch_
+          << " because the call failed on another rank: " << g->reason();
+      error_ = msg.str();
+      return false;
+    }
+    for (int peer = 0; peer < plan_.world_size; ++peer) {
+      if (peer == rank_) continue;
+      CallSignature theirs;
+      const uint64_t e = state(peer).published->read(epoch_, &theirs);
+      if (e == epoch_ && !(theirs == signature_)) return mismatch(peer, theirs, e);
+    }
+    return true;
+  }
+
+  bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
+    error_ = mismatch_message(comm_.id(), rank_, plan_.world_size, epoch_, comm_.describe(signature_), peer,
+                              their_epoch, comm_.describe(theirs));
+    comm_.group_of_index(group_)->mark_broken(error_);
+    return false;
+  }
+
   HostRankState& state(int rank) { return comm_.group_of_index(group_)->ranks[rank]; }
   HostPlanInstance::Endpoints& endpoints(int rank) { return inst_.endpoints[group_][rank]; }
   const PlanChannel& channel(int c) const { return plan_.ranks[rank_].channels[c]; }
@@ -212,8 +263,9 @@ class PlanRun {
     switch (ref.buffer) {
       case PlanBuffer::kInput: return const_cast<std::byte*>(static_cast<const std::byte*>(call_.in)) + span(ref.buffer, ref.index + t).first * es_;
       case PlanBuffer::kOutput: return static_cast<std::byte*>(call_.out) + span(ref.buffer, ref.index + t).first * es_;
-      case PlanBuffer::kScratch:
-        return state(rank).scratch.get() + half_ + (ref.index + t) * scratch_chunk_bytes_;
+      case PlanBuffer::kScratch:  // packets live apart from data (host_communicator.h)
+        return (plan_.packets ? state(rank).packet_scratch : state(rank).scratch).get() + half_ +
+               (ref.index + t) * scratch_chunk_bytes_;
       case PlanBuffer::kNone: break;
     }
     return nullptr;
@@ -369,10 +421,13 @@ class PlanRun {
     for (size_t t = 0; t < tbs.size(); ++t) {
       if (pc[t] >= tbs[t].size()) continue;
       const PlanOp& op = tbs[t][pc[t]];
-      msg << " thread block " << t << " op " << pc[t] << " (" << op_name(op.code);
+      msg << " thread block " << t << " op " << pc[t] << " (" << plan_op_name(op.code);
       if (op.code == PlanOpCode::kWait) msg << " for peer " << channel(op.channel).peer;
       msg << ");";
     }
+    for (int peer = 0; peer < plan_.world_size; ++peer)
+      if (peer != rank_)
+        msg << peer_state(peer, *state(peer).published, [&](const CallSignature& c) { return comm_.describe(c); });
     msg << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
     error_ = msg.str();
     comm_.group_of_index(group_)->mark_broken(error_);
@@ -388,6 +443,8 @@ class PlanRun {
   size_t es_, block_count_ = 0, ce_ = 0, scratch_chunk_bytes_ = 0, half_ = 0;
   uint64_t epoch_ = 0;
   uint32_t flag_ = 0;
+  CallSignature signature_;
+  std::vector<char> checked_;  // [world]: peers whose signature this call has checked
   Clock::time_point deadline_;
   std::string error_;
   std::vector<std::byte> scratch_value_;
@@ -396,8 +453,8 @@ class PlanRun {
 
 }  // namespace
 
-std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int partition, const CollectiveCall& call,
-                     double timeout_s) {
+std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int64_t plan_id, int partition,
+                     const CollectiveCall& call, double timeout_s) {
   const HostPlan& plan = *instance.plan;
   const int group = comm.group_index(partition), rank = comm.rank_index(partition);
   if (group < 0) return "jax_mscclpp: partition " + std::to_string(partition) + " is not in this communicator";
@@ -409,11 +466,14 @@ std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int par
   if (g->broken.load(std::memory_order_acquire))
     return "jax_mscclpp: communicator " + std::to_string(comm.id()) + " is unusable after an earlier failure: " +
            g->reason();
-  if (g->ranks[rank].skip_next_calls > 0) {
-    --g->ranks[rank].skip_next_calls;
+  InjectedFaults& faults = *g->ranks[rank].faults;
+  if (faults.skip_calls.load(std::memory_order_relaxed) > 0) {  // injected: this rank does not show up
+    faults.skip_calls.fetch_sub(1, std::memory_order_relaxed);
     return {};
   }
-  PlanRun run(comm, instance, group, rank, call, timeout_s);
+  RankCallGuard guard(comm.id(), *g, g->ranks[rank], CallSignature::of(call, plan_id));
+  if (!guard.admitted()) return guard.error();
+  PlanRun run(comm, instance, plan_id, group, rank, call, timeout_s);
   return run.run() ? std::string() : run.error();
 }
 

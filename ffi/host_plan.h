@@ -87,9 +87,9 @@ struct HostPlanInstance {
   HostPlanInstance(std::shared_ptr<const HostPlan> plan, int num_groups);
 };
 
-// Runs rank `partition`'s part of `call` with `instance`; "" on success, else an error naming the rank,
-// thread block, operation and epoch.
-std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int partition, const CollectiveCall& call,
-                     double timeout_s);
+// Runs rank `partition`'s part of `call` with `instance` (bound as `plan_id`); "" on success, else an error
+// naming the rank, thread block, operation and epoch, or the peer whose call differs (call_signature.h).
+std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int64_t plan_id, int partition,
+                     const CollectiveCall& call, double timeout_s);
 
 }  // namespace jax_mscclpp::host

@@ -19,21 +19,33 @@ struct alignas(64) HostSemaphore {
   std::atomic<uint64_t> count{0};
 };
 
+enum class WaitResult { kArrived, kTimedOut, kStopped };
+
 // Spins, then yields, then sleeps with a growing back-off (the CPU backend often runs more ranks than cores).
-// Returns false when `deadline` passes before `sem` reaches `expected`.
-inline bool wait_until_at_least(const HostSemaphore& sem, uint64_t expected, Clock::time_point deadline) {
+// While sleeping it asks `stop()` (about every 200 us) whether to give up early: a peer already failed, or the
+// peer is in another call. Returns why the wait ended.
+template <class Stop>
+inline WaitResult wait_until_at_least(const HostSemaphore& sem, uint64_t expected, Clock::time_point deadline,
+                                      Stop&& stop) {
   auto backoff = std::chrono::microseconds(5);
   for (uint64_t i = 0;; ++i) {
-    if (sem.count.load(std::memory_order_acquire) >= expected) return true;
+    if (sem.count.load(std::memory_order_acquire) >= expected) return WaitResult::kArrived;
     if (i < 128) continue;
     if (i < 512) {
       std::this_thread::yield();
       continue;
     }
-    if (Clock::now() > deadline) return sem.count.load(std::memory_order_acquire) >= expected;
+    if (Clock::now() > deadline)
+      return sem.count.load(std::memory_order_acquire) >= expected ? WaitResult::kArrived : WaitResult::kTimedOut;
+    if (stop()) return WaitResult::kStopped;
     std::this_thread::sleep_for(backoff);
     if (backoff < std::chrono::microseconds(200)) backoff *= 2;
   }
+}
+
+// Returns false when `deadline` passes before `sem` reaches `expected`.
+inline bool wait_until_at_least(const HostSemaphore& sem, uint64_t expected, Clock::time_point deadline) {
+  return wait_until_at_least(sem, expected, deadline, [] { return false; }) == WaitResult::kArrived;
 }
 
 }  // namespace jax_mscclpp::host

@@ -84,16 +84,44 @@ NB_MODULE(_jax_mscclpp, m) {
   m.def("set_timeout_seconds", &set_timeout_seconds, nb::arg("seconds"));
 
   m.def(
+      "host_failures",
+      [](int64_t comm_id) {
+        auto comm = find_host_communicator(comm_id);
+        if (!comm) throw nb::value_error("no such communicator");
+        nb::list out;
+        for (int g = 0; g < comm->num_groups(); ++g)
+          for (const auto& f : comm->group_of_index(g)->failures())
+            out.append(nb::make_tuple(g, f.rank, f.seconds, f.message));
+        return out;
+      },
+      nb::arg("comm_id"),
+      "Failed calls of a host communicator, in order per group: (group, rank, seconds into the call, message).");
+
+  m.def(
       "skip_next_calls",
       [](int64_t comm_id, int partition, int calls) {
         auto comm = find_host_communicator(comm_id);
         if (!comm) throw nb::value_error("no such communicator");
         auto* state = comm->rank_state(partition);
         if (!state) throw nb::value_error("partition out of range");
-        state->skip_next_calls = calls;
+        state->faults->skip_calls.store(calls, std::memory_order_relaxed);
       },
       nb::arg("comm_id"), nb::arg("partition"), nb::arg("calls"),
       "Test hook: the rank at `partition` returns at once from its next `calls` calls without taking part.");
+
+  m.def(
+      "stop_mid_call",
+      [](int64_t comm_id, int partition, int exchanges) {
+        auto comm = find_host_communicator(comm_id);
+        if (!comm) throw nb::value_error("no such communicator");
+        auto* state = comm->rank_state(partition);
+        if (!state) throw nb::value_error("partition out of range");
+        if (exchanges < 0) throw nb::value_error("exchanges must be at least 0");
+        state->faults->stop_exchanges.store(exchanges, std::memory_order_relaxed);
+      },
+      nb::arg("comm_id"), nb::arg("partition"), nb::arg("exchanges"),
+      "Test hook: the rank at `partition` stops its next built-in collective call after `exchanges` exchanges "
+      "with its peers, telling no one (its own call fails).");
 
 #ifdef JAX_MSCCLPP_WITH_CUDA
   nb::module_ cuda = m.def_submodule("cuda", "CUDA runtime and the virtual-ranks harness.");

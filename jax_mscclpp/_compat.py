@@ -93,6 +93,20 @@ def call_on_stream(ctx: Any, stream: int, body, *operands) -> list:
     return list(call.results)
 
 
+def module_state(ctx: Any, key: str) -> dict:
+    """A dict that lives as long as the MLIR module being lowered (for state shared by the lowering rules of one
+    module), kept in the module context's cache of primitive lowerings under a key no primitive uses."""
+    cache = ctx.module_context.cached_primitive_lowerings
+    return cache.setdefault(("jax_mscclpp", key), {})
+
+
+def current_block() -> Any:
+    """The MLIR block the lowering is inserting into now (hashable; equal for the same block)."""
+    from jax._src.lib.mlir import ir
+
+    return ir.InsertionPoint.current.block
+
+
 def typeof(x: Any) -> Any:
     return _core.typeof(x)
 
@@ -262,6 +276,8 @@ __all__ = [
     "kv_get_bytes",
     "kv_set_bytes",
     "check_vma_enabled",
+    "current_block",
+    "module_state",
     "lowering_mesh",
     "make_varying",
     "typeof",

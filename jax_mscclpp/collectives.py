@@ -8,6 +8,7 @@ ValueError), reshapes to the block layout of ``primitives.py`` and binds the pri
 from __future__ import annotations
 
 import math
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,12 @@ def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
     axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
     if not axes:
         raise ValueError(f"{api_name}: axis_name must name at least one axis")
+    for axis in axes:
+        try:
+            hash(axis)
+        except TypeError:
+            raise TypeError(
+                f"{api_name}: axis_name must be an axis name or a tuple of names; got {axis_name!r}") from None
     bound = _compat.bound_axis_sizes()
     for axis in axes:
         if axis not in bound:
@@ -33,6 +40,12 @@ def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
     if len(set(axes)) != len(axes):
         raise ValueError(f"{api_name}: repeated axis name in {axes}")
     return axes, math.prod(bound[a] for a in axes)
+
+
+def _check_algorithm(collective: Collective, algorithm, api_name: str) -> None:
+    if algorithm is not None and not isinstance(algorithm, str):
+        raise TypeError(f"{api_name}: algorithm must be an algorithm's name (a string) or None; got {algorithm!r}")
+    selection.check_algorithm(collective, algorithm, api_name)
 
 
 def _prepare(leaf, axes, api_name):
@@ -72,10 +85,10 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, o
     Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``). With
     ``overlap=True`` the collective runs on a second GPU stream with a few thread blocks, so XLA can schedule
     independent compute (a backward pass) beside it; the result is the same."""
-    api = {"sum": "psum", "max": "pmax", "min": "pmin"}.get(op, "all_reduce")
-    if op not in REDUCE_OPS:
+    if not isinstance(op, str) or op not in REDUCE_OPS:
         raise ValueError(f"all_reduce: unsupported op {op!r}; supported: {', '.join(REDUCE_OPS)}")
-    selection.check_algorithm(Collective.ALL_REDUCE, algorithm, api)
+    api = {"sum": "psum", "max": "pmax", "min": "pmin"}[op]
+    _check_algorithm(Collective.ALL_REDUCE, algorithm, api)
     axes, world = _axes_and_world(axis_name, api)
     leaves, treedef = jax.tree_util.tree_flatten(x)
     leaves = [jnp.asarray(leaf) for leaf in leaves]
@@ -114,6 +127,10 @@ def pmin(x, axis_name, *, algorithm: str | None = None):
 
 
 def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
+    try:
+        axis = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"{api_name}: {what} must be an integer, got {axis!r}") from None
     if not -ndim <= axis < ndim:
         raise ValueError(f"{api_name}: {what}={axis} is out of range for rank {ndim}")
     return axis % ndim
@@ -121,14 +138,17 @@ def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
 
 def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str | None = None):
     """Gathers ``x`` from every rank along ``axis`` (stacked, or concatenated when ``tiled``): ``lax.all_gather``."""
-    selection.check_algorithm(Collective.ALL_GATHER, algorithm, "all_gather")
+    _check_algorithm(Collective.ALL_GATHER, algorithm, "all_gather")
     axes, world = _axes_and_world(axis_name, "all_gather")
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "all_gather")
         ndim = leaf.ndim
         where = _canonical_axis(axis, ndim if tiled else ndim + 1, "all_gather", "axis")
-        blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
+        if world == 1:  # one rank: nothing to exchange (no communicator, no plan needed)
+            blocks = leaf[None]
+        else:
+            blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
         out = jnp.moveaxis(blocks, 0, where)
         if tiled:
             shape = list(leaf.shape)
@@ -141,7 +161,7 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
 
 def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False, algorithm: str | None = None):
     """Sums over ``axis_name`` and leaves rank r block r of ``scatter_dimension``: ``lax.psum_scatter``."""
-    selection.check_algorithm(Collective.REDUCE_SCATTER, algorithm, "psum_scatter")
+    _check_algorithm(Collective.REDUCE_SCATTER, algorithm, "psum_scatter")
     axes, world = _axes_and_world(axis_name, "psum_scatter")
 
     def one(leaf):
@@ -163,6 +183,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
                     "(or pass tiled=True)"
                 )
             blocks = jnp.moveaxis(leaf, d, 0)
+        if world == 1:
+            return blocks[0]
         return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
 
     return jax.tree_util.tree_map(one, x)
@@ -175,7 +197,10 @@ def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
     shape = list(leaf.shape)
     shape[split_axis : split_axis + 1] = [world, shape[split_axis] // world]
     blocks = jnp.moveaxis(leaf.reshape(shape), split_axis, 0)
-    received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
+    if world == 1:
+        received = blocks
+    else:
+        received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
     # received[r] is rank r's piece for me; pieces are concatenated along concat_axis in rank order.
     out = jnp.moveaxis(received, 0, concat_axis)
     out_shape = list(received.shape[1:])
@@ -187,7 +212,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
                algorithm: str | None = None):
     """Splits ``split_axis`` into one piece per rank, sends piece r to rank r, and joins what arrives along
     ``concat_axis`` (stacked into a new axis unless ``tiled``): ``lax.all_to_all``."""
-    selection.check_algorithm(Collective.ALL_TO_ALL, algorithm, "all_to_all")
+    _check_algorithm(Collective.ALL_TO_ALL, algorithm, "all_to_all")
     axes, world = _axes_and_world(axis_name, "all_to_all")
 
     def one(leaf):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import operator
 import os
 import threading
 from typing import Sequence
@@ -27,6 +28,30 @@ _CHANNELS_PER_PEER = 8
 # Thread blocks of the streaming HB kernels (two semaphores per peer and block); capped at the GPU's
 # multiprocessor count, since every block of such a kernel must be resident at once.
 _STREAM_BLOCKS = 128
+
+
+# The host backend needs at least this much scratch per rank of a group, per scratch half (ffi/host_communicator.cc).
+_MIN_SCRATCH_BYTES_PER_RANK = 64
+# Scratch sizes past this are refused before anything is allocated (2 halves per rank must fit a size_t).
+_MAX_SCRATCH_BYTES = 1 << 40
+
+
+def _check_scratch_bytes(value, what: str) -> int:
+    """``value`` as a whole, positive number of bytes, else a clear error naming ``what``."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"{what} must be a whole number of bytes, got {value!r}") from None
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a whole number of bytes, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be a whole number of bytes, got {value!r}") from None
+    if not 0 < value <= _MAX_SCRATCH_BYTES:
+        raise ValueError(f"{what} must be between 1 and {_MAX_SCRATCH_BYTES} bytes, got {value}")
+    return value
 
 
 def _normalize_axes(axis_names) -> tuple:
@@ -61,9 +86,24 @@ class Communicator:
     _cache: dict = {}
     _lock = threading.Lock()
     _ids = itertools.count(1)
+    # Communicators created so far per cache key: every process creates and destroys the communicators of a
+    # (mesh, axes) in the same order, so this count names the same generation everywhere (multi-process setup).
+    _generations: dict = {}
 
     def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None, port_channels: bool = False):
+        if not (hasattr(mesh, "axis_names") and hasattr(mesh, "axis_sizes")):
+            raise TypeError(f"Communicator: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
         axes = _normalize_axes(axis_names)
+        if not axes:
+            raise ValueError("Communicator: axis_names must name at least one axis of the mesh")
+        for axis in axes:
+            try:
+                hash(axis)
+            except TypeError:
+                raise TypeError(f"Communicator: axis_names must be a mesh axis name or a tuple of them; got "
+                                f"{axis_names!r}") from None
+        if scratch_bytes is not None:
+            scratch_bytes = _check_scratch_bytes(scratch_bytes, "scratch_bytes")
         key = cls._key(mesh, axes)
         with cls._lock:
             comm = cls._cache.get(key)
@@ -100,8 +140,13 @@ class Communicator:
         devices = getattr(mesh, "devices", None)
         self.devices = tuple(np.asarray(devices).flat) if devices is not None else None
         self.platform = self.devices[0].platform if self.devices else "cpu"
+        if scratch_bytes is None and "JAX_MSCCLPP_SCRATCH_BYTES" in os.environ:
+            scratch_bytes = _check_scratch_bytes(os.environ["JAX_MSCCLPP_SCRATCH_BYTES"], "JAX_MSCCLPP_SCRATCH_BYTES")
         if scratch_bytes is None:
-            scratch_bytes = int(os.environ.get("JAX_MSCCLPP_SCRATCH_BYTES", _DEFAULT_SCRATCH_BYTES.get(self.platform, 4 << 20)))
+            scratch_bytes = _DEFAULT_SCRATCH_BYTES.get(self.platform, 4 << 20)
+        if scratch_bytes < _MIN_SCRATCH_BYTES_PER_RANK * self.world_size:
+            raise ValueError(f"Communicator: scratch of {scratch_bytes} bytes is too small for {self.world_size} ranks "
+                             f"(at least {_MIN_SCRATCH_BYTES_PER_RANK * self.world_size})")
         self.scratch_bytes = int(scratch_bytes)
         self.id = next(self._ids)
         self.alive = False
@@ -110,7 +155,13 @@ class Communicator:
         self._plans: set = set()
         self._local_gpus: tuple = ()  # CUDA ordinals of this process's ranks (GPU communicators)
         self.cache_key = self._key(mesh, axes)
-        if self.platform == "cpu":
+        self.generation = self._generations.get(self.cache_key, 0)
+        self._generations[self.cache_key] = self.generation + 1
+        if self.platform == "cpu" and self.devices and len({d.process_index for d in self.devices}) > 1:
+            # The host backend's ranks share one process's memory: across processes nothing would ever arrive.
+            self._fall_back("the host backend (CPU devices) runs within one process, and this mesh spans "
+                            f"{len({d.process_index for d in self.devices})} processes")
+        elif self.platform == "cpu":
             native.create_host_communicator(
                 self.id, self.world_size, self.group_of_partition, self.rank_of_partition, self.scratch_half_bytes
             )
@@ -142,11 +193,7 @@ class Communicator:
             missing = [(a, b) for a in ordinals.values() for b in ordinals.values()
                        if a != b and not cuda.can_access_peer(a, b)]
             if missing:
-                self.fallback_reason = f"no peer access between GPUs {missing[0][0]} and {missing[0][1]}"
-                import warnings
-
-                warnings.warn(f"jax_mscclpp: {self.fallback_reason}; collectives over {self.axis_names} use lax",
-                              RuntimeWarning, stacklevel=3)
+                self._fall_back(f"no peer access between GPUs {missing[0][0]} and {missing[0][1]}")
                 return
         try:
             self._connect_gpu_ranks(local, members)
@@ -154,6 +201,14 @@ class Communicator:
             cuda.comm_destroy(self.id)
             self.alive = False
             raise
+
+    def _fall_back(self, reason: str) -> None:
+        """This communicator cannot run here: every collective over its axes emits the lax collective."""
+        import warnings
+
+        self.fallback_reason = reason
+        warnings.warn(f"jax_mscclpp: {reason}; collectives over {self.axis_names} use lax", RuntimeWarning,
+                      stacklevel=4)
 
     def _connect_gpu_ranks(self, local: dict, members: dict) -> None:
         import jax
@@ -168,9 +223,11 @@ class Communicator:
                                                  self.port_channels, _STREAM_BLOCKS)
         self.alive = True
         if jax.process_count() > 1:
-            # Every process lowers the same programs, so the key is the same everywhere (ids need not be).
+            # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the
+            # generation keeps a communicator re-created after destroy() from reading its predecessor's endpoints.
             device_ids, _, _, axes = self.cache_key
-            prefix = "jax_mscclpp/" + "/".join(map(str, device_ids)) + "/" + "/".join(map(str, axes))
+            prefix = (f"jax_mscclpp/{self.generation}/" + "/".join(map(str, device_ids)) + "/"
+                      + "/".join(map(str, axes)))
             for p, endpoint in endpoints.items():
                 _compat.kv_set_bytes(f"{prefix}/{p}", bytes(endpoint), replace=True)
             timeout = float(native.timeout_seconds())
@@ -200,10 +257,15 @@ class Communicator:
         return self.scratch_bytes // 2
 
     def errors(self) -> list[str]:
-        """Timeout records written by this communicator's GPU kernels (rank, peer, operation, epoch): what a
-        kernel that trapped on a lost peer left behind (it is also printed on stderr when it happens)."""
+        """What went wrong on this communicator's ranks. GPU: the timeout records its kernels wrote (rank, peer,
+        operation, epoch), what a kernel that trapped on a lost peer left behind (also printed on stderr when it
+        happens). CPU devices: every failed call (the first 256 per group), with its group, rank and how long
+        into the call it failed."""
         if self.platform == "gpu" and hasattr(native, "cuda"):
             return list(native.cuda.comm_errors(self.id))
+        if self.platform == "cpu" and self.alive:
+            return [f"group {g} rank {r} after {s:.3f} s: {message}"
+                    for g, r, s, message in native.host_failures(self.id)]
         return []
 
     def bind_plan(self, plan_id: int, plan: dict, name: str) -> None:

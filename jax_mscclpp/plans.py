@@ -166,6 +166,15 @@ def register_algorithm(program_or_plan, collective: str | None = None, *, name: 
     unknown = [p for p in platforms if p not in PLATFORMS]
     if unknown or not platforms:
         raise ValueError(f"plans run on platforms {', '.join(map(repr, PLATFORMS))}; got {platforms!r}")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise TypeError(f"register_algorithm: name must be a non-empty string (or None for the program's name); "
+                        f"got {name!r}")
+    for what, value in (("min_bytes", min_bytes), ("max_bytes", max_bytes)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"register_algorithm: {what} must be a whole number of bytes >= 0, got {value!r}")
+    if max_bytes is not None and max_bytes < min_bytes:
+        raise ValueError(f"register_algorithm: max_bytes={max_bytes} is below min_bytes={min_bytes}: the plan would "
+                         "never be chosen")
 
     if isinstance(program_or_plan, dict):
         known_collective, default_name = program_or_plan.get("collective"), program_or_plan.get("name")

@@ -22,7 +22,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, _native, selection
+from . import _compat, _native, _ordering, selection
 from ._types import ALGORITHMS, ALGORITHMS_OF, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -111,9 +111,13 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap)
                  plan_id=np.int64(plan_id))
     target = jax.ffi.ffi_lowering(collective.target, has_side_effect=True)
     if platform == "cpu":
-        # XLA's partition id is the CPU handler's second operand: it maps it to the device's group and rank.
-        with_partition = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32)])
-        return target(with_partition, x, hlo.partition_id(), **attrs)
+        # XLA's partition id is the CPU handler's second operand: it maps it to the device's group and rank. A
+        # third, the previous collective's result, orders the calls on every device (_ordering.py).
+        after, after_avals = _ordering.predecessor(ctx)
+        operands = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32), *after_avals])
+        out = target(operands, x, hlo.partition_id(), *after, **attrs)
+        _ordering.record(ctx, out[0], ctx.avals_out[0])
+        return out
     # GPU: the handler finds its rank by device ordinal.
     attrs["max_blocks"] = np.int32(OVERLAP_MAX_BLOCKS if overlap else 0)
     if not overlap:
@@ -138,8 +142,10 @@ def _make_primitive(collective: Collective) -> Primitive:
     prim.def_impl(impl)
     prim.def_abstract_eval(lambda x, **params: _out_aval(x, collective=collective, **params))
     mlir.register_lowering(prim, lambda ctx, x, **p: _lower_unsupported(ctx, x, collective=collective, **p))
+    # Not cacheable: each call is lowered where it stands, so that it can be ordered after the previous one
+    # (_ordering.py); a cached lowering is emitted once and replayed, blind to its neighbours.
     mlir.register_lowering(prim, lambda ctx, x, **p: _lower("cpu", ctx, x, collective=collective, **p),
-                           platform="cpu")
+                           platform="cpu", cacheable=False)
     if _native.CUDA_BUILT:
         mlir.register_lowering(prim, lambda ctx, x, **p: _lower("gpu", ctx, x, collective=collective, **p),
                                platform="cuda")

@@ -3,7 +3,8 @@
 The parent picks a free local port and starts N copies of the same command (without ``--launch``), child i with
 ``JAX_MSCCLPP_BENCH_PROCESS_ID=i``; each child calls ``jax.distributed.initialize(coordinator_address=
 "localhost:PORT", num_processes=N, process_id=i)`` before anything touches a device. On GPU each child drives
-local device i (all GPUs stay visible, so peers can map each other's memory). On CPU each child gets one host
+local device i mod the GPU count (all GPUs stay visible, so peers can map each other's memory; on one GPU every
+child shares GPU 0). On CPU each child gets one host
 device unless XLA_FLAGS says otherwise, and jax's CPU collectives (gloo) connect them; the host reference
 backend of jax_mscclpp runs within one process, so there only lax is timed.
 
@@ -125,16 +126,31 @@ def _gpu_plugin_installed() -> bool:
     return any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin"))
 
 
-def initialize_child() -> tuple[int, int]:
-    """Joins the job described by the environment; returns (process_id, num_processes)."""
+def initialize_child(**options) -> tuple[int, int]:
+    """Joins the job described by the environment; returns (process_id, num_processes). ``options`` go to
+    ``jax.distributed.initialize`` (e.g. ``heartbeat_timeout_seconds``)."""
     import jax
 
     process_id = int(os.environ[ENV_PROCESS_ID])
     num_processes = int(os.environ[ENV_NUM_PROCESSES])
     kwargs = dict(
-        coordinator_address=os.environ[ENV_COORDINATOR], num_processes=num_processes, process_id=process_id
+        coordinator_address=os.environ[ENV_COORDINATOR], num_processes=num_processes, process_id=process_id,
+        **options,
     )
     if _gpu_plugin_installed():
-        kwargs["local_device_ids"] = [process_id]
+        # Process i drives GPU i, or GPU i mod the GPU count when there are more processes than GPUs (several
+        # processes sharing GPU 0 of a one-GPU machine).
+        kwargs.setdefault("local_device_ids", [process_id % max(1, _cuda_device_count() or num_processes)])
     jax.distributed.initialize(**kwargs)
     return process_id, num_processes
+
+
+def _cuda_device_count() -> int | None:
+    """CUDA devices visible here, from jax_mscclpp's CUDA runtime (None in a CPU-only build); asks the driver only,
+    without starting JAX's backends."""
+    try:
+        from jax_mscclpp._native import native
+    except ImportError:
+        return None
+    cuda = getattr(native, "cuda", None)
+    return int(cuda.device_count()) if cuda is not None else None
