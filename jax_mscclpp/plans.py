@@ -224,16 +224,20 @@ def _builtin_names() -> set:
 
 
 def pick(collective: Collective, platform: str, requested: str | None, nbytes: int, world_size: int,
-         block_count: int, itemsize: int, scratch_limit: int, port_channels: bool) -> tuple[PlanAlgorithm, dict] | None:
+         block_count: int, itemsize: int, scratch_bytes: int, port_channels: bool) -> tuple[PlanAlgorithm, dict] | None:
     """The registered plan to run for this call, if any: the requested one (a ValueError if it cannot run here),
     else the first registered for this collective and platform whose size range covers the call and that runs
-    here (its scratch fits, ``fits_scratch``; on GPUs, port channels only when the communicator has them)."""
+    here (its scratch fits, ``fits_scratch``; on GPUs, port channels only when the communicator has them).
+    ``scratch_bytes`` is the communicator's; the host backend runs a call in one of its two halves."""
+    scratch_limit = scratch_bytes // 2 if platform == "cpu" else scratch_bytes
 
     def runs_here(plan: dict) -> str | None:  # why not, or None
         if not fits_scratch(plan, platform, block_count, itemsize, scratch_limit):
             needs = "this message" if platform == "cpu" else "one element per chunk"
-            return (f"needs more scratch for {needs} than the communicator's {scratch_limit} bytes; raise "
-                    "scratch_bytes" + (" or use a smaller message" if platform == "cpu" else ""))
+            where = (f"the {scratch_limit} bytes a call may use of the communicator's {scratch_bytes}"
+                     if platform == "cpu" else f"the communicator's {scratch_bytes} bytes")
+            return (f"needs more scratch for {needs} than {where}; raise scratch_bytes"
+                    + (" or use a smaller message" if platform == "cpu" else ""))
         if platform == "gpu" and not port_channels and uses_port_channels(plan):
             return ("uses port channels: create the communicator with Communicator(mesh, axes, "
                     "port_channels=True) before the first call")

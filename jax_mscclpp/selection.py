@@ -139,9 +139,8 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
         if comm.fallback_reason is None:
             # The host backend has every port channel; on GPUs they exist only if the communicator was made so.
             port_channels = platform == "cpu" or comm.port_channels
-            limit = comm.scratch_half_bytes if platform == "cpu" else comm.scratch_bytes
-            picked = plans.pick(collective, platform, requested, nbytes, world, block_count, itemsize, limit,
-                                port_channels)
+            picked = plans.pick(collective, platform, requested, nbytes, world, block_count, itemsize,
+                                comm.scratch_bytes, port_channels)
             if picked is not None:
                 return Decision("plan", picked[0].name, picked[0], picked[1])
         if wants_plan:  # a requested plan whose communicator falls back to lax

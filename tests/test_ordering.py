@@ -36,7 +36,8 @@ def test_independent_collectives_of_a_pytree_and_of_a_block(cpu_devices, rng):
 
     text = program(0).lower(tree, *xs).as_text()
     calls = [line for line in text.splitlines() if "stablehlo.custom_call @jax_mscclpp" in line]
-    assert len(calls) == 27 and all(line.count("%") >= 4 for line in calls[1:])  # each after its predecessor
+    # 20 calls and the tree's 7 small leaves in 2 buckets (float32, int8); each call after its predecessor.
+    assert len(calls) == 22 and all(line.count("%") >= 4 for line in calls[1:])
     for _ in range(3):
         assert_same(program(0)(tree, *xs), program(1)(tree, *xs))
 
