@@ -83,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help="profile --profile-steps decode steps per variant into DIR and print per-step figures")
     parser.add_argument("--profile-steps", type=int, default=12)
+    parser.add_argument("--profile-batches", default=None,
+                        help="comma-separated batch sizes to profile (default: every --batch)")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
     args = parser.parse_args(argv)
     try:
@@ -385,7 +387,7 @@ def run(args) -> dict:
                   f"(rel {check['logits_max_rel_diff']:.2e}, tolerance {tol:g}) "
                   f"{'PASS' if check['passed'] else 'FAIL'}")
         del runs
-        if args.profile:
+        if args.profile and (args.profile_batches is None or str(batch) in args.profile_batches.split(",")):
             for name in variants:
                 logdir = os.path.join(args.profile, f"{name}-b{batch}")
                 summary = profile_steps(steps[name], params, cfg, prompt, args.profile_steps, dtype, mesh, logdir)

@@ -57,26 +57,30 @@ step_kernels_stream() {  # the streaming and fused kernels, and what the epoch c
     | tee "$OUT/kernels.log" | tail -6
 }
 
-step_official() {  # the runtime's choice against lax, every op and size (issue command, cmdbuf)
-  timeout 300 python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
-    --dtype bfloat16 --algorithm auto --mode cmdbuf --iters 8 --warmup 2 --no-progress --quiet --out "$OUT" \
-    --name official 2>&1 | tail -3
-  python3 - "$OUT/official.json" <<'PY'
+official() {  # official NAME OPS SIZES: the runtime's choice against lax (cmdbuf)
+  timeout 280 python3 -m jax_mscclpp.bench --ops "$2" --sizes "$3" --dtype bfloat16 --algorithm auto \
+    --mode cmdbuf --iters 8 --warmup 2 --no-progress --quiet --out "$OUT" --name "$1" 2>&1 | tail -3
+  python3 - "$OUT/$1.json" <<'PY'
 import json, sys
 for r in json.load(open(sys.argv[1]))["records"]:
     print(f"{r['op']:<15}{r['size']:>11}  {r['chosen']:<9}{r.get('ours_us') or 0:>9.1f}{r.get('lax_us') or 0:>9.1f}"
           f"{r.get('ours_busbw') or 0:>7.0f}{r.get('lax_busbw') or 0:>7.0f} {r.get('speedup') or 0:>5.2f}x {r['check']}")
 PY
 }
+step_official() {
+  official official-ar all_reduce 1K:1G:4
+  official official-ag-rs-a2a all_gather,reduce_scatter,all_to_all 1K:1G:16
+}
 
 step_model() {
-  timeout 120 python3 -m jax_mscclpp.bench.model --rows 8,64 --layers 64 --iters 10 --profile "$OUT/prof" \
-    --out "$OUT" 2>&1 | tail -10
+  timeout 100 python3 -m jax_mscclpp.bench.model --rows 8 --layers 64 --iters 10 --profile "$OUT/prof" \
+    --out "$OUT" 2>&1 | tail -6
 }
 
 step_decode() {
   timeout 200 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 \
-    --profile "$OUT/prof" --profile-steps 8 --out "$OUT/decode.json" 2>&1 | grep -v "^ \{4\}" | tail -24
+    --profile "$OUT/prof" --profile-steps 8 --profile-batches 8 --out "$OUT/decode.json" 2>&1 \
+    | grep -v "^ \{4\}" | tail -24
 }
 
 step_train() {
@@ -84,6 +88,6 @@ step_train() {
     --profile-steps 3 --out "$OUT/train.json" 2>&1 | grep -v "^ \{4\}  " | tail -16
 }
 
-step_pack() { rm -rf "$OUT/prof"; ls "$OUT"; }
+step_pack() { rm -rf "$OUT/prof" "$OUT"/*.csv "$OUT"/*.png; ls "$OUT"; }
 
 for s in "$@"; do log "$s"; "step_$s"; done
