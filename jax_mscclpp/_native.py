@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import jax
 
 from . import _jax_mscclpp as native
@@ -23,6 +21,3 @@ def _register_targets() -> dict:
 
 REGISTERED_TARGETS = _register_targets()
 CUDA_BUILT = bool(native.cuda_built())
-
-if "JAX_MSCCLPP_TIMEOUT_S" in os.environ:
-    native.set_timeout_seconds(float(os.environ["JAX_MSCCLPP_TIMEOUT_S"]))

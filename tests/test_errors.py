@@ -7,7 +7,7 @@ import pytest
 from jax.sharding import Mesh
 
 import jax_mscclpp as jm
-from jax_mscclpp.testing import faults
+from tests import faults
 from tests.helpers import P, random_array, sharded
 
 

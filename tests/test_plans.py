@@ -14,7 +14,7 @@ import jax_mscclpp as jm
 from jax_mscclpp import plans
 from jax_mscclpp._types import Collective
 from jax_mscclpp.dsl import library
-from jax_mscclpp.testing import faults
+from tests import faults
 from tests.helpers import P, compare_with_lax, random_array, sharded
 
 LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}

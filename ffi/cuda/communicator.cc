@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "check.h"
+#include "runtime_settings.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -12,39 +13,12 @@ GpuRank::GpuRank(const RankOptions& options, bool port_channels)
     : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels) {}
 
 void GpuRank::finalize() {
-  const int n = ctx_->nranks(), cpp = ctx_->channels_per_peer(), me = ctx_->rank();
-  std::vector<MemoryChannelDeviceHandle> mem(size_t(n) * cpp);
-  std::vector<PortChannelDeviceHandle> port(port_channels_ ? size_t(n) * cpp : 0);
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    for (int c = 0; c < cpp; ++c) {
-      mem[size_t(p) * cpp + c] = ctx_->memory_channel(p, c, ctx_->scratch());
-      if (port_channels_) port[size_t(p) * cpp + c] = ctx_->port_channel(p, c, ctx_->scratch(), ctx_->scratch_bytes());
-    }
-  }
-  DeviceGuard guard(ctx_->device());
-  memory_channels_ = DeviceBuffer(ctx_->device(), mem.size() * sizeof(mem[0]) + 1);
-  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(memory_channels_.get(), mem.data(), mem.size() * sizeof(mem[0]),
-                                    cudaMemcpyHostToDevice));
-  if (port_channels_) {
-    port_channel_handles_ = DeviceBuffer(ctx_->device(), port.size() * sizeof(port[0]) + 1);
-    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(port_channel_handles_.get(), port.data(), port.size() * sizeof(port[0]),
-                                      cudaMemcpyHostToDevice));
-  }
-  device_.rank = me;
-  device_.nranks = n;
-  device_.channels_per_peer = cpp;
-  device_.scratch = ctx_->scratch();
-  device_.scratch_bytes = ctx_->scratch_bytes();
-  device_.mem = memory_channels_.get<MemoryChannelDeviceHandle>();
-  device_.port = port_channels_ ? port_channel_handles_.get<PortChannelDeviceHandle>() : nullptr;
-  device_.sw = ctx_->switch_channel_emulated();
-  device_.epoch = ctx_->epoch();
-  device_.blocks_done = ctx_->blocks_done();
+  tables_ = ChannelTables(*ctx_, collective_channel_layout(*ctx_, port_channels_));
+  device_ = tables_.collective_context(*ctx_);
   ready_ = true;
 }
 
-void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan) {
+void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan, int threads) {
   if (!ready_) throw std::runtime_error("jax_mscclpp: bind a plan to a GPU rank after finalize()");
   std::lock_guard<std::mutex> lock(plans_mutex_);
   if (plans_.count(plan_id)) return;
@@ -62,7 +36,7 @@ void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> p
     throw std::invalid_argument(what + " uses port channels; create the communicator with port channels "
                                 "(jax_mscclpp.Communicator(mesh, axes, port_channels=True)) before its first use");
   DeviceGuard guard(ctx_->device());
-  plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_);
+  plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_, threads);
 }
 
 const ExecutorPlan* GpuRank::plan(int64_t plan_id) const {
@@ -110,6 +84,11 @@ std::vector<std::string> GpuCommunicator::errors() {
   return out;
 }
 
+void GpuCommunicator::set_timeout_seconds(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [device, rank] : ranks_) rank->rank_context().config().set_timeout_seconds(seconds);
+}
+
 void GpuCommunicator::watch() {
   bool reported = false;
   while (!stop_.load()) {
@@ -138,6 +117,12 @@ std::shared_ptr<GpuCommunicator> find_gpu_communicator(int64_t id) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto it = registry.find(id);
   return it == registry.end() ? nullptr : it->second;
+}
+
+void apply_timeout_to_gpu_communicators() {
+  const double seconds = timeout_seconds();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto& [id, comm] : registry) comm->set_timeout_seconds(seconds);
 }
 
 bool destroy_gpu_communicator(int64_t id) {

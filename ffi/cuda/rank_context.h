@@ -30,7 +30,7 @@ struct RankOptions {
   int nranks = 1;
   size_t scratch_bytes = 1 << 20;
   int channels_per_peer = 1;  // semaphores per peer and kind: one channel per thread block, typically
-  double timeout_s = 0;       // <= 0: JAX_MSCCLPP_TIMEOUT_S or 300
+  double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
 };
 
 class RankContext {

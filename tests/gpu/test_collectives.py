@@ -64,11 +64,11 @@ class Ranks:
     def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER):
         self.cuda = cuda
         self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=CPP,
-                               collective_ports=True)
+                               port_channels=True)
         self.epoch = 0
 
     def launches(self, collective, algorithm, count, dtype):
-        from jax_mscclpp.testing.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
+        from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
 
         return self.cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm], count,
                                                  DTYPE_CODES[dtype], self.vr.nranks, self.vr.scratch_bytes)
@@ -201,7 +201,7 @@ def test_graph_replay(cuda, rng, combo):
         upload_inputs(vr, data)
         for r in range(n):
             vr.fill(r, OUTPUT, POISON)
-        from jax_mscclpp.testing.virtual_ranks import make_params
+        from tests.harness.virtual_ranks import make_params
 
         p = make_params(cuda, "collective", collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
                         count=count)
@@ -230,7 +230,7 @@ def test_world_of_one_is_a_copy(cuda, rng):
 
 
 def test_supported_table_and_launch_counts(cuda_build):
-    from jax_mscclpp.testing.virtual_ranks import ALGORITHM_CODES as A, COLLECTIVE_CODES as C, DTYPE_CODES as D
+    from tests.harness.virtual_ranks import ALGORITHM_CODES as A, COLLECTIVE_CODES as C, DTYPE_CODES as D
 
     sup = cuda_build.collective_supported
     for a in ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls"):
@@ -268,9 +268,9 @@ def test_missing_context_parts_are_reported(cuda, rng):
 TIMEOUT_SCRIPT = textwrap.dedent(
     """
     import sys
-    from jax_mscclpp.testing.virtual_ranks import VirtualRanks, VirtualRanksError
+    from tests.harness.virtual_ranks import VirtualRanks, VirtualRanksError
     collective, algorithm = sys.argv[1], sys.argv[2]
-    vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, collective_ports=True)
+    vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, port_channels=True)
     vr.launch("collective", ranks=[0], collective=collective, algorithm=algorithm, dtype="float32", count=4096)
     try:
         vr.synchronize([0])

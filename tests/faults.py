@@ -1,11 +1,11 @@
-"""Fault injection for tests: make a rank miss a collective, shorten the wait limit."""
+"""Fault injection for the tests: make a rank miss a collective, shorten the wait limit."""
 
 from __future__ import annotations
 
 import contextlib
 
-from .._native import native
-from ..communicator import Communicator
+from jax_mscclpp._native import native
+from jax_mscclpp.communicator import Communicator
 
 
 def skip_next_calls(comm: Communicator, device, calls: int = 1) -> None:
@@ -16,7 +16,8 @@ def skip_next_calls(comm: Communicator, device, calls: int = 1) -> None:
 
 @contextlib.contextmanager
 def timeout(seconds: float):
-    """Sets the wait limit (``JAX_MSCCLPP_TIMEOUT_S``) for calls run inside the block."""
+    """Sets the wait limit (``JAX_MSCCLPP_TIMEOUT_S``) of the host backend and every GPU rank for calls run inside
+    the block."""
     previous = native.timeout_seconds()
     native.set_timeout_seconds(seconds)
     try:

@@ -1,9 +1,8 @@
 // Harness kernels specialized on (dtype, reduction): reduce_put, SwitchChannel (emulated) all-reduce, the
 // local N-input reduce, and the 1PA-LL all_reduce collective. Specialized through the one dispatch switch of
 // reduce.cuh.
-#include "harness_common.cuh"
+#include "harness_kernels.cuh"
 #include "collectives/all_reduce_1pa_ll.h"
-#include "collectives/collective.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
@@ -100,17 +99,7 @@ cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cuda
     return launch_all_reduce_1pa_ll(c, a.input, a.output, p.count, p.dtype, p.reduce_op, p.blocks, p.threads, stream);
   }
   if (op == HarnessOp::kCollective) {
-    CollectiveContext c{};
-    c.rank = a.rank;
-    c.nranks = a.nranks;
-    c.channels_per_peer = a.channels_per_peer;
-    c.scratch = a.scratch;
-    c.scratch_bytes = a.scratch_bytes;
-    c.mem = a.mem;
-    c.port = a.collective_port;
-    c.sw = a.sw;
-    c.epoch = a.epoch;
-    c.blocks_done = a.blocks_done;
+    const CollectiveContext& c = a.collective;
     for (int i = 0; i < (p.iters > 1 ? p.iters : 1); ++i) {
       const cudaError_t e = launch_collective(c, p.collective, p.algorithm, a.input + p.src_off, a.output + p.dst_off,
                                               p.count, p.dtype, p.reduce_op, stream);
