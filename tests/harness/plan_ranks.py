@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, RankData, make_rank, native_cuda
+from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, RankData, connect_all, make_rank, native_cuda
 
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 _CODE_OF_ITEMSIZE = {1: DTYPE_CODES["int8"], 2: DTYPE_CODES["bfloat16"], 4: DTYPE_CODES["float32"],
@@ -81,13 +81,8 @@ class PlanRanks(RankData):
                 self.ranks.append(make_rank(cuda.ExecutorRank, r, n, device=device, input_bytes=in_bytes,
                                             output_bytes=out_bytes, scratch_bytes=scratch_bytes,
                                             channels_per_peer=cpp, timeout_s=timeout_s, port_channels=port))
-            endpoints = [rk.endpoint() for rk in self.ranks]
+            connect_all(self.ranks)
             for rk in self.ranks:
-                for p, ep in enumerate(endpoints):
-                    if p != rk.rank:
-                        rk.connect(p, ep)
-            for rk in self.ranks:
-                rk.build()
                 rk.set_plan(self.spec, threads)
         except BaseException:
             self.close()
