@@ -37,7 +37,6 @@ class GpuRank {
   bool ready() const { return ready_; }
   const CollectiveContext& context() const { return device_; }
   RankContext& rank_context() { return *ctx_; }
-  const RankContext& rank_context() const { return *ctx_; }
   bool port_channels() const { return port_channels_; }
 
   // Makes execution plan `plan_id` runnable on this rank: builds its executor tables over this rank's

@@ -9,7 +9,7 @@
 namespace jax_mscclpp::cuda {
 
 VirtualRank::VirtualRank(const RankOptions& opts, size_t input_bytes, size_t output_bytes, bool port_channels)
-    : opts_(opts), port_channels_(port_channels) {
+    : opts_(opts) {
   DeviceGuard g(opts.device);
   gpu_ = std::make_unique<GpuRank>(opts, port_channels);
   input_ = DeviceBuffer(opts.device, input_bytes);

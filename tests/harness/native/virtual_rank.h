@@ -31,7 +31,7 @@ class VirtualRank {
   int rank() const { return opts_.rank; }
   int nranks() const { return opts_.nranks; }
   int device() const { return opts_.device; }
-  bool port_channels() const { return port_channels_; }
+  bool port_channels() const { return gpu().port_channels(); }
   uint64_t scratch_bytes() const { return gpu().rank_context().scratch_bytes(); }
   std::string endpoint() const { return gpu().endpoint(); }
   void connect(int peer, const std::string& endpoint) { gpu().connect(peer, endpoint); }
@@ -69,7 +69,6 @@ class VirtualRank {
 
  private:
   RankOptions opts_;
-  bool port_channels_;
   std::unique_ptr<GpuRank> gpu_;
   DeviceBuffer input_, output_;
   cudaStream_t stream_ = nullptr;
