@@ -3,7 +3,8 @@ JSON under bench/results/.
 
     python bench/collectives.py [--nranks 8] [--out bench/results/collectives-<date>.json] [--quick]
 
-(with the package installed, e.g. `pip install -e .`, or PYTHONPATH=. next to a built module.)
+(with the package installed from this checkout, e.g. `pip install -e .`, which builds the harness module on a
+machine with a GPU.)
 
 Every rank captures `repeats` calls of launch_collective into a CUDA graph on its own stream (as XLA command
 buffers record a custom call); the graphs are replayed, and the time between events on rank 0's stream around
@@ -29,10 +30,11 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness: tests.harness
 
 import numpy as np  # noqa: E402
 
-from jax_mscclpp.testing.virtual_ranks import (  # noqa: E402
+from tests.harness.virtual_ranks import (  # noqa: E402
     device_run_header,
     ALGORITHM_CODES,
     COLLECTIVE_CODES,
@@ -83,7 +85,7 @@ def main() -> None:
 
     t_start = time.monotonic()
     with VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp,
-                      collective_ports=True) as vr:
+                      port_channels=True) as vr:
         rng = np.random.default_rng(0)
         for r in range(n):
             vr.upload(r, INPUT, rng.standard_normal(buffer // 4).astype(np.float32))

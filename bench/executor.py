@@ -27,12 +27,13 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness: tests.harness
 
 import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library  # noqa: E402
-from jax_mscclpp.testing.plan_ranks import INPUT, OUTPUT, PlanRanks  # noqa: E402
-from jax_mscclpp.testing.virtual_ranks import device_run_header, native_cuda  # noqa: E402
+from tests.harness.plan_ranks import INPUT, OUTPUT, PlanRanks  # noqa: E402
+from tests.harness.virtual_ranks import device_run_header, native_cuda  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 ALL_REDUCE = 0

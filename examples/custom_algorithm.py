@@ -67,7 +67,7 @@ def main() -> int:
         print("the verifier missed a dropped wait: FAIL")
         return 1
     except dsl.VerificationError as error:
-        print(f"a dropped wait is caught: {error.kind}: {str(error).splitlines()[0][:160]}")
+        print(f"a dropped wait is caught: {error.kind}:\n  {error}")
 
     jm.register_algorithm(ring_then_allpairs, name="ring_rs_allpairs_ag", max_bytes=1 << 20)
 

@@ -14,6 +14,7 @@
 #include "host_collectives.h"
 #include "host_plan.h"
 #include "registry.h"
+#include "runtime_settings.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;

@@ -10,9 +10,11 @@
 #include "host_communicator.h"
 #include "host_plan.h"
 #include "registry.h"
+#include "runtime_settings.h"
 
 #ifdef JAX_MSCCLPP_WITH_CUDA
 #include "cuda/bindings.h"
+#include "cuda/communicator.h"
 #endif
 
 namespace nb = nanobind;
@@ -80,8 +82,16 @@ NB_MODULE(_jax_mscclpp, m) {
 
   m.def("destroy_communicator", &destroy_communicator, nb::arg("comm_id"));
   m.def("live_communicators", &live_communicators);
-  m.def("timeout_seconds", &timeout_seconds);
-  m.def("set_timeout_seconds", &set_timeout_seconds, nb::arg("seconds"));
+  m.def("timeout_seconds", &timeout_seconds, "Bound on every wait, seconds (runtime_settings.h).");
+  m.def(
+      "set_timeout_seconds",
+      [](double seconds) {
+        set_timeout_seconds(seconds);
+#ifdef JAX_MSCCLPP_WITH_CUDA
+        cuda::apply_timeout_to_gpu_communicators();
+#endif
+      },
+      nb::arg("seconds"), "Sets the bound on every wait for the host backend and every GPU rank, alive or to come.");
 
   m.def(
       "host_failures",
@@ -124,7 +134,7 @@ NB_MODULE(_jax_mscclpp, m) {
       "with its peers, telling no one (its own call fails).");
 
 #ifdef JAX_MSCCLPP_WITH_CUDA
-  nb::module_ cuda = m.def_submodule("cuda", "CUDA runtime and the virtual-ranks harness.");
+  nb::module_ cuda = m.def_submodule("cuda", "CUDA communicators of the JAX path.");
   jax_mscclpp::cuda::register_bindings(cuda);
 #endif
 }

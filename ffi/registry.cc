@@ -1,7 +1,5 @@
 #include "registry.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -16,17 +14,6 @@ std::map<int64_t, std::shared_ptr<host::HostCommunicator>>& host_registry() {
   static std::map<int64_t, std::shared_ptr<host::HostCommunicator>> r;
   return r;
 }
-
-double initial_timeout() {
-  const char* env = std::getenv("JAX_MSCCLPP_TIMEOUT_S");
-  if (env) {
-    char* end = nullptr;
-    double v = std::strtod(env, &end);
-    if (end != env && v > 0) return v;
-  }
-  return 300.0;
-}
-std::atomic<double> g_timeout_s{initial_timeout()};
 
 }  // namespace
 
@@ -52,8 +39,5 @@ std::vector<int64_t> live_communicators() {
   for (auto& [id, _] : host_registry()) ids.push_back(id);
   return ids;
 }
-
-double timeout_seconds() { return g_timeout_s.load(std::memory_order_relaxed); }
-void set_timeout_seconds(double seconds) { g_timeout_s.store(seconds, std::memory_order_relaxed); }
 
 }  // namespace jax_mscclpp

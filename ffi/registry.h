@@ -1,6 +1,5 @@
-// The process-wide registry of communicators, looked up by the FFI handlers by `comm_id` (a custom-call
-// attribute), and the runtime settings every backend reads. Thread-safe: XLA calls handlers from one thread per
-// device at once.
+// The process-wide registry of host communicators, looked up by the FFI handlers by `comm_id` (a custom-call
+// attribute). Thread-safe: XLA calls handlers from one thread per device at once.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +17,5 @@ std::shared_ptr<host::HostCommunicator> find_host_communicator(int64_t id);
 // Frees a communicator; calls in flight keep it alive until they return.
 bool destroy_communicator(int64_t id);
 std::vector<int64_t> live_communicators();
-
-// Bounded waits give up after this many seconds (JAX_MSCCLPP_TIMEOUT_S, default 300).
-double timeout_seconds();
-void set_timeout_seconds(double seconds);
 
 }  // namespace jax_mscclpp

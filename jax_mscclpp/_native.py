@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import jax
 
 from . import _jax_mscclpp as native
@@ -21,23 +19,5 @@ def _register_targets() -> dict:
     return registered
 
 
-def timeout_from_environment(environ=os.environ) -> float | None:
-    """JAX_MSCCLPP_TIMEOUT_S as seconds (None when unset); a ValueError naming the variable unless it is a
-    positive number."""
-    text = environ.get("JAX_MSCCLPP_TIMEOUT_S")
-    if text is None:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError(f"JAX_MSCCLPP_TIMEOUT_S must be a positive, finite number of seconds, got {text!r}")
-    return seconds
-
-
 REGISTERED_TARGETS = _register_targets()
 CUDA_BUILT = bool(native.cuda_built())
-
-if timeout_from_environment() is not None:
-    native.set_timeout_seconds(timeout_from_environment())

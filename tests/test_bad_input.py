@@ -323,14 +323,6 @@ def test_scratch_from_the_environment(cpu_devices, monkeypatch):
     comm.destroy()
 
 
-@pytest.mark.parametrize("text", ["abc", "0", "-1", "inf", "nan", ""])
-def test_timeout_from_the_environment(text):
-    with pytest.raises(ValueError, match="JAX_MSCCLPP_TIMEOUT_S must be a positive, finite number of seconds"):
-        _native.timeout_from_environment({"JAX_MSCCLPP_TIMEOUT_S": text})
-    assert _native.timeout_from_environment({"JAX_MSCCLPP_TIMEOUT_S": "2.5"}) == 2.5
-    assert _native.timeout_from_environment({}) is None
-
-
 def test_stale_program_after_destroy(cpu_devices, rng):
     mesh = Mesh(np.array(cpu_devices[:8])[::-1], ("x",))
     f = sharded(lambda v: jm.psum(v, "x"), mesh, P("x"), P())

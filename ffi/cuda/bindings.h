@@ -1,4 +1,4 @@
-// Python bindings of the CUDA runtime and the virtual-ranks harness: jax_mscclpp._jax_mscclpp.cuda.
+// Python bindings of the CUDA runtime of the JAX path: jax_mscclpp._jax_mscclpp.cuda.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -7,6 +7,4 @@ namespace jax_mscclpp::cuda {
 void register_bindings(nanobind::module_& m);
 // Communicators of the JAX integration (communicator_bindings.cc).
 void register_communicator_bindings(nanobind::module_& m);
-// The plan executor and its virtual-ranks entry points (executor_bindings.cc).
-void register_executor_bindings(nanobind::module_& m);
 }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "check.h"
+#include "runtime_settings.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -12,46 +13,12 @@ GpuRank::GpuRank(const RankOptions& options, bool port_channels)
     : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels) {}
 
 void GpuRank::finalize() {
-  const int n = ctx_->nranks(), cpp = ctx_->channels_per_peer(), me = ctx_->rank(), sb = ctx_->stream_blocks();
-  std::vector<MemoryChannelDeviceHandle> mem(size_t(n) * cpp);
-  std::vector<PortChannelDeviceHandle> port(port_channels_ ? size_t(n) * cpp : 0);
-  std::vector<D2DSemaphoreDeviceHandle> stream(size_t(n) * sb * RankContext::kStreamKinds);
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    for (int c = 0; c < cpp; ++c) {
-      mem[size_t(p) * cpp + c] = ctx_->memory_channel(p, c, ctx_->scratch());
-      if (port_channels_) port[size_t(p) * cpp + c] = ctx_->port_channel(p, c, ctx_->scratch(), ctx_->scratch_bytes());
-    }
-    for (int b = 0; b < sb; ++b)
-      for (int k = 0; k < RankContext::kStreamKinds; ++k)
-        stream[(size_t(p) * sb + b) * RankContext::kStreamKinds + k] = ctx_->stream_semaphore(p, b, k);
-  }
-  DeviceGuard guard(ctx_->device());
-  auto upload = [](DeviceBuffer& buf, int device, const auto& v) {
-    buf = DeviceBuffer(device, v.size() * sizeof(v[0]) + 1);
-    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(buf.get(), v.data(), v.size() * sizeof(v[0]), cudaMemcpyHostToDevice));
-  };
-  upload(memory_channels_, ctx_->device(), mem);
-  if (port_channels_) upload(port_channel_handles_, ctx_->device(), port);
-  upload(stream_semaphores_, ctx_->device(), stream);
-  device_ = CollectiveContext{};
-  device_.rank = me;
-  device_.nranks = n;
-  device_.channels_per_peer = cpp;
-  device_.stream_blocks = sb;
-  device_.scratch = ctx_->scratch();
-  device_.scratch_bytes = ctx_->scratch_bytes();
-  device_.mem = memory_channels_.get<MemoryChannelDeviceHandle>();
-  device_.port = port_channels_ ? port_channel_handles_.get<PortChannelDeviceHandle>() : nullptr;
-  device_.stream = sb > 0 ? stream_semaphores_.get<D2DSemaphoreDeviceHandle>() : nullptr;
-  // A group larger than a SwitchChannel's members has none: 2PA-NVLS is refused there (collective.cu).
-  if (n <= kMaxSwitchMembers) device_.sw = ctx_->switch_channel_emulated();
-  device_.epoch = ctx_->epoch();
-  for (int q = 0; q < n && q < kDirectPeers; ++q) device_.peer_scratch[q] = ctx_->peer_scratch(q);
+  tables_ = ChannelTables(*ctx_, collective_channel_layout(*ctx_, port_channels_));
+  device_ = tables_.collective_context(*ctx_);
   ready_ = true;
 }
 
-void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan) {
+void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan, int threads) {
   if (!ready_) throw std::runtime_error("jax_mscclpp: bind a plan to a GPU rank after finalize()");
   std::lock_guard<std::mutex> lock(plans_mutex_);
   if (plans_.count(plan_id)) return;
@@ -69,7 +36,7 @@ void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> p
     throw std::invalid_argument(what + " uses port channels; create the communicator with port channels "
                                 "(jax_mscclpp.Communicator(mesh, axes, port_channels=True)) before its first use");
   DeviceGuard guard(ctx_->device());
-  plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_);
+  plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_, threads);
 }
 
 const ExecutorPlan* GpuRank::plan(int64_t plan_id) const {
@@ -117,6 +84,11 @@ std::vector<std::string> GpuCommunicator::errors() {
   return out;
 }
 
+void GpuCommunicator::set_timeout_seconds(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [device, rank] : ranks_) rank->rank_context().config().set_timeout_seconds(seconds);
+}
+
 void GpuCommunicator::watch() {
   bool reported = false;
   while (!stop_.load()) {
@@ -145,6 +117,12 @@ std::shared_ptr<GpuCommunicator> find_gpu_communicator(int64_t id) {
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto it = registry.find(id);
   return it == registry.end() ? nullptr : it->second;
+}
+
+void apply_timeout_to_gpu_communicators() {
+  const double seconds = timeout_seconds();
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto& [id, comm] : registry) comm->set_timeout_seconds(seconds);
 }
 
 bool destroy_gpu_communicator(int64_t id) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "channel_tables.h"
 #include "collectives/collective.h"
 #include "executor_plan.h"
 #include "host_plan.h"
@@ -30,17 +31,20 @@ class GpuRank {
   GpuRank(const RankOptions& options, bool port_channels);
   std::string endpoint() const { return ctx_->endpoint(); }
   void connect(int peer, const std::string& endpoint) { ctx_->connect(peer, endpoint); }
-  // Builds every channel to the connected peers and uploads their device handles.
+  // Builds every channel to the peers (all connected) and uploads their device handles (channel_tables.h: a
+  // world of more than kMaxSwitchMembers ranks has no SwitchChannel).
   void finalize();
   bool ready() const { return ready_; }
   const CollectiveContext& context() const { return device_; }
   RankContext& rank_context() { return *ctx_; }
+  bool port_channels() const { return port_channels_; }
 
   // Makes execution plan `plan_id` runnable on this rank: builds its executor tables over this rank's
   // channels (context()). Once per id: binding an id again does nothing. Needs finalize(). Throws
   // std::invalid_argument when the plan is for another world size, its channel endpoints do not pair up, it
   // needs more channels per peer than the rank has, or port channels the rank was created without.
-  void bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan);
+  // threads: CUDA threads per block of the plan's kernel (0: the executor's default).
+  void bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan, int threads = 0);
   // The plan bound as `plan_id` (valid as long as this rank), or nullptr.
   const ExecutorPlan* plan(int64_t plan_id) const;
 
@@ -48,7 +52,7 @@ class GpuRank {
   std::unique_ptr<RankContext> ctx_;
   bool port_channels_;
   bool ready_ = false;
-  DeviceBuffer memory_channels_, port_channel_handles_, stream_semaphores_;
+  ChannelTables tables_;
   CollectiveContext device_{};
   // Declared last: freed first, while the channel tables their device tables point into still exist.
   mutable std::mutex plans_mutex_;
@@ -65,6 +69,8 @@ class GpuCommunicator {
   GpuRank* rank(int device);  // nullptr if this process holds no rank on `device`
   // One line per rank whose kernels recorded a timeout (rank, peer, operation, epoch), else empty.
   std::vector<std::string> errors();
+  // Every rank's kernels launched from now on wait at most `seconds`.
+  void set_timeout_seconds(double seconds);
 
  private:
   void watch();  // reports timeout records on stderr as soon as a kernel writes one
@@ -79,5 +85,8 @@ class GpuCommunicator {
 std::shared_ptr<GpuCommunicator> create_gpu_communicator(int64_t id);
 std::shared_ptr<GpuCommunicator> find_gpu_communicator(int64_t id);
 bool destroy_gpu_communicator(int64_t id);
+// Copies the process's timeout (runtime_settings.h) into every rank of every live GPU communicator. Ranks take
+// it when they are created; this follows a change made afterwards.
+void apply_timeout_to_gpu_communicators();
 
 }  // namespace jax_mscclpp::cuda

@@ -32,7 +32,7 @@ struct RankOptions {
   size_t scratch_bytes = 1 << 20;
   int channels_per_peer = 1;  // semaphores per peer and kind: one channel per thread block, typically
   int stream_blocks = 0;      // thread blocks of the streaming kernels: two stream semaphores per peer and block
-  double timeout_s = 0;       // <= 0: JAX_MSCCLPP_TIMEOUT_S or 300
+  double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
 };
 
 class RankContext {

@@ -2,21 +2,12 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "check.h"
+#include "runtime_settings.h"
 
 namespace jax_mscclpp::cuda {
-
-double default_timeout_seconds() {
-  if (const char* s = std::getenv("JAX_MSCCLPP_TIMEOUT_S")) {
-    char* end = nullptr;
-    const double v = std::strtod(s, &end);
-    if (end != s && v > 0) return v;
-  }
-  return 300.0;
-}
 
 namespace {
 
@@ -63,7 +54,7 @@ RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s) : rank_(rank) {
     JAX_MSCCLPP_CUDA_CHECK(e);
   }
   device_ = static_cast<RuntimeConfig*>(d);
-  set_timeout_seconds(timeout_s > 0 ? timeout_s : default_timeout_seconds());
+  set_timeout_seconds(timeout_s > 0 ? timeout_s : jax_mscclpp::timeout_seconds());
 }
 
 RuntimeConfigHost::~RuntimeConfigHost() {

@@ -9,15 +9,12 @@
 
 namespace jax_mscclpp::cuda {
 
-// JAX_MSCCLPP_TIMEOUT_S when set to a positive number, else 300.
-double default_timeout_seconds();
-
 // One line naming rank, peer, operation, epoch and the values seen. Empty if the record is not valid.
 std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns);
 
 class RuntimeConfigHost {
  public:
-  // Pinned, mapped host memory; `timeout_s` <= 0 means default_timeout_seconds().
+  // Pinned, mapped host memory; `timeout_s` <= 0 means the process's setting (runtime_settings.h).
   RuntimeConfigHost(int rank, double timeout_s);
   ~RuntimeConfigHost();
   RuntimeConfigHost(const RuntimeConfigHost&) = delete;

@@ -60,6 +60,15 @@ class Stats:
         return cls(float(median), float(ordered[0]), float(ordered[-1]), n)
 
 
+def below_noise(median_us: float | None, min_us: float | None) -> bool:
+    """Whether a per-collective time (a chained program minus the trivial one, over K: ``timing.per_collective``)
+    cannot be told from zero: its median or its smallest sample is at or below zero, i.e. some chained run took no
+    longer than the trivial program. Such a time, and any speedup or bandwidth derived from it, means nothing."""
+    if median_us is None:
+        return False
+    return median_us <= 0 or (min_us is not None and min_us <= 0)
+
+
 def speedup(ours_us: float | None, lax_us: float | None) -> float | None:
     """lax time over ours: above 1 means ours is faster."""
     if ours_us is None or lax_us is None or ours_us <= 0 or lax_us <= 0:

@@ -13,6 +13,7 @@ import os
 import re
 from typing import Iterable, Sequence
 
+from .metrics import below_noise
 from .units import format_size
 
 SCHEMA = "jax_mscclpp.bench/1"
@@ -30,11 +31,11 @@ _COLUMNS = (
     ("algorithm", 16, lambda r: r["algorithm"] if r["algorithm"] == r["chosen"] else f"{r['algorithm']}>{r['chosen']}"),
     ("mode", 6, lambda r: r["mode"]),
     ("check", 5, lambda r: r["check"]),
-    ("ours_us", 9, lambda r: _num(r["ours_us"])),
-    ("lax_us", 9, lambda r: _num(r["lax_us"])),
-    ("speedup", 7, lambda r: _ratio(r["speedup"])),
-    ("busbw", 7, lambda r: _num(r["ours_busbw"], 3)),
-    ("lax_bw", 7, lambda r: _num(r["lax_busbw"], 3)),
+    ("ours_us", 11, lambda r: _time(r, "ours")),
+    ("lax_us", 11, lambda r: _time(r, "lax")),
+    ("speedup", 7, lambda r: "-" if _noisy(r, "ours") or _noisy(r, "lax") else _ratio(r["speedup"])),
+    ("busbw", 7, lambda r: "-" if _noisy(r, "ours") else _num(r["ours_busbw"], 3)),
+    ("lax_bw", 7, lambda r: "-" if _noisy(r, "lax") else _num(r["lax_busbw"], 3)),
     ("disp_us", 9, lambda r: _num(r["ours_dispatch_us"])),
     ("lax_disp", 9, lambda r: _num(r["lax_dispatch_us"])),
 )
@@ -48,6 +49,19 @@ def _num(value, digits: int = 1) -> str:
 
 def _ratio(value) -> str:
     return "-" if value is None else f"{value:.2f}x"
+
+
+def _noisy(r: dict, who: str) -> bool:
+    return below_noise(r[f"{who}_us"], r[f"{who}_min_us"])
+
+
+def _time(r: dict, who: str) -> str:
+    return "below noise" if _noisy(r, who) else _num(r[f"{who}_us"])
+
+
+def _with_noise_flags(r: dict) -> dict:
+    """The record with ``ours_below_noise`` / ``lax_below_noise`` (metrics.below_noise) beside its raw times."""
+    return {**r, "ours_below_noise": _noisy(r, "ours"), "lax_below_noise": _noisy(r, "lax")}
 
 
 def _as_dict(record) -> dict:
@@ -78,6 +92,8 @@ def preamble(meta: dict) -> list[str]:
         "trivial op, / K): median",
         "# busbw/lax_bw: bus bandwidth GB/s (nccl-tests); disp_us/lax_disp: one blocking call per dispatch, as a "
         "user's step sees it; speedup = lax/ours",
+        "# below noise: some chained run took no longer than the trivial program, so the time (and its speedup and "
+        "busbw) cannot be told from zero",
     ]
 
 
@@ -104,7 +120,7 @@ def write_json(path: str, meta: dict, settings: dict, records: Sequence, notes: 
         "meta": meta,
         "settings": settings,
         "notes": list(notes),
-        "records": [_as_dict(r) for r in records],
+        "records": [_with_noise_flags(_as_dict(r)) for r in records],
     }
     with open(path, "w") as f:
         json.dump(_finite(doc), f, indent=1, allow_nan=False)
@@ -118,7 +134,7 @@ def _csv_meta(meta: dict) -> dict:
 
 
 def write_csv(path: str, meta: dict, records: Sequence) -> str:
-    rows = [_as_dict(r) for r in records]
+    rows = [_with_noise_flags(_as_dict(r)) for r in records]
     fields = list(CSV_META) + (list(rows[0]) if rows else [])
     head = _csv_meta(meta)
     with open(path, "w", newline="") as f:
@@ -163,11 +179,12 @@ def write_png(path: str, meta: dict, records: Sequence) -> str | None:
             for r in mine:
                 if r["size"] not in keep:
                     continue
-                lax_value = r["lax_us"] if metric == "us" else r["lax_busbw"]
+                lax_value = None if _noisy(r, "lax") else r["lax_us"] if metric == "us" else r["lax_busbw"]
                 series.setdefault("lax" + suffix(r), {})[r["size"]] = lax_value
                 if r["status"] == "ok":
                     label = (r["algorithm"] if r["algorithm"] == r["chosen"] else f"auto>{r['chosen']}") + suffix(r)
-                    series.setdefault(label, {})[r["size"]] = r["ours_us"] if metric == "us" else r["ours_busbw"]
+                    ours_value = None if _noisy(r, "ours") else r["ours_us"] if metric == "us" else r["ours_busbw"]
+                    series.setdefault(label, {})[r["size"]] = ours_value
             for label, points in series.items():
                 xs = [s for s in sorted(points) if points[s] is not None and points[s] > 0]
                 if xs:

@@ -1,1 +1,2 @@
-"""Test support: fault injection, fixtures and harnesses for jax_mscclpp and its users."""
+"""What users of jax_mscclpp test with: the pytest plugin (``pytest_plugin``: fixtures and markers) and what its
+fixtures are made of, usable without pytest (``fixtures``)."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import contextlib
 
-from .._native import native
-from ..communicator import Communicator
+from jax_mscclpp._native import native
+from jax_mscclpp.communicator import Communicator
 
 
 def skip_next_calls(comm: Communicator, device, calls: int = 1) -> None:
@@ -24,7 +24,8 @@ def stop_mid_call(comm: Communicator, device, exchanges: int = 1) -> None:
 
 @contextlib.contextmanager
 def timeout(seconds: float):
-    """Sets the wait limit (``JAX_MSCCLPP_TIMEOUT_S``) for calls run inside the block."""
+    """Sets the wait limit (``JAX_MSCCLPP_TIMEOUT_S``) of the host backend and every GPU rank for calls run inside
+    the block."""
     previous = native.timeout_seconds()
     native.set_timeout_seconds(seconds)
     try:

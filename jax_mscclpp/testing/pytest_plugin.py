@@ -16,9 +16,12 @@ or, when the session keeps JAX on the CPU with ``JAX_PLATFORMS=cpu``, to jax_msc
 ``@pytest.mark.multigpu(n)`` needs n of them.
 
 CPU devices: JAX fixes the number of CPU devices when it starts, from
-``XLA_FLAGS=--xla_force_host_platform_device_count=N``. If that flag is not set when the session starts and JAX
-has not started yet, this plugin sets N (``--jm-cpu-devices``, or the ini option ``jm_cpu_devices``, default 8).
-Set it yourself when something starts JAX before pytest configures its plugins.
+``XLA_FLAGS=--xla_force_host_platform_device_count=N``. The plugin leaves ``XLA_FLAGS`` alone in a session that
+uses neither its fixtures nor its markers and asks for no devices. Asked (``--jm-cpu-devices N``, or the ini
+option ``jm_cpu_devices``), it adds the flag with N when the session starts; otherwise the first test that uses
+``jm_mesh`` (or a fixture built on it) or a ``gpu`` / ``multigpu`` marker (whose check starts JAX) adds it with 8.
+Either way only when ``XLA_FLAGS`` sets no count and JAX has not started yet: set it yourself when something
+starts JAX earlier.
 """
 
 from __future__ import annotations
@@ -34,18 +37,25 @@ _MARKERS = (
 def pytest_addoption(parser):
     group = parser.getgroup("jax_mscclpp")
     group.addoption("--jm-cpu-devices", type=int, default=None, dest="jm_cpu_devices",
-                    help="CPU devices to create when XLA_FLAGS sets no count (default: ini jm_cpu_devices or 8)")
+                    help="CPU devices to create when the session starts, if XLA_FLAGS sets no count (default: ini "
+                         "jm_cpu_devices; unset, the first use of jm_mesh creates 8)")
     group.addoption("--jm-bench-iters", type=int, default=None, dest="jm_bench_iters",
                     help="timed iterations of collective_benchmark (default: 20 on GPU, 3 on CPU)")
-    parser.addini("jm_cpu_devices", "CPU devices to create when XLA_FLAGS sets no count", default="8")
+    parser.addini("jm_cpu_devices", "CPU devices to create when the session starts, if XLA_FLAGS sets no count",
+                  default="")
 
 
 def pytest_configure(config):
     for line in _MARKERS:
         config.addinivalue_line("markers", line)
+    count = config.getoption("jm_cpu_devices", default=None) or config.getini("jm_cpu_devices")
+    if count:
+        _ensure_host_devices(int(count))
+
+
+def _ensure_host_devices(count: int) -> None:
     from jax_mscclpp.bench import machine
 
-    count = config.getoption("jm_cpu_devices", default=None) or int(config.getini("jm_cpu_devices") or 8)
     machine.ensure_host_devices(count)
 
 
@@ -69,6 +79,9 @@ def pytest_runtest_setup(item):
         n = marker.args[0] if marker.args else marker.kwargs.get("n", 2)
         needed = max(needed, int(n))
     if needed:
+        from jax_mscclpp.bench import machine
+
+        _ensure_host_devices(machine.DEFAULT_HOST_DEVICES)  # before the check starts JAX
         reason = _gpu_skip_reason(needed)
         if reason:
             pytest.skip(reason)
@@ -76,9 +89,13 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="session")
 def jm_mesh():
-    """A 1-D mesh named "x" over every device of JAX's default backend."""
+    """A 1-D mesh named "x" over every device of JAX's default backend (8 CPU devices unless XLA_FLAGS or the
+    ``jm_cpu_devices`` option set a count, when JAX has not started before)."""
+    from jax_mscclpp.bench import machine
+
     from . import fixtures
 
+    _ensure_host_devices(machine.DEFAULT_HOST_DEVICES)
     return fixtures.default_mesh()
 
 

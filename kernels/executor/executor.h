@@ -44,9 +44,9 @@
 // aligned, so the executor moves two words at a time as one LL16 packet (identical bytes) and rounds a chunk's
 // packets up to an even count. Every packet carries this call's flag, uint32(epoch + 1).
 //
-// Epoch: each block reads the epoch from ctx.epoch (device memory) at its start; the last block to finish bumps
-// it (ctx.blocks_done counts finished blocks). Nothing per call changes on the host: launches replay under CUDA
-// graphs and XLA command buffers.
+// Epoch: each block reads the epoch from ctx.epoch (device memory, replicated: jax_mscclpp/epoch.cuh) at its start
+// and stores the new count at its end. Nothing per call changes on the host: launches replay under CUDA graphs and
+// XLA command buffers.
 #pragma once
 
 #include <cuda_runtime.h>

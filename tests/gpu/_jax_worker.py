@@ -6,7 +6,8 @@ Each process holds one device (GPU pid mod JAX_MSCCLPP_TEST_GPUS); the mesh span
 processes, so each checks its own output against numpy. Prints one line per check and exits non-zero on any
 mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "quick" (fewer cases of
 the same), "plans" (DSL library plans registered with register_algorithm, run on the GPU executor), "lost_peer"
-(the last process skips the collective: the others must report a timeout naming rank and peer).
+(the last process skips the collective: the others must report a timeout naming rank and peer), "large_world"
+(more ranks than an emulated SwitchChannel holds: every other algorithm runs, 2PA-NVLS is refused with an error).
 """
 
 import os
@@ -93,6 +94,11 @@ def main() -> int:
     jm.Communicator(mesh, "x", port_channels=True)  # before the first call: 2PR needs port channels
 
     reducers = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+    if scenario == "large_world":
+        check_large_world(jm, n, mine, run, inputs, check, reducers)
+        jax.distributed.shutdown()
+        print(f"rank {mine}: {failures} failures", flush=True)
+        return 1 if failures else 0
     if scenario == "plans":
         check_plans(jax, jm, mesh, n, mine, local_device, global_array, inputs, check, reducers)
         jax.distributed.shutdown()
@@ -128,6 +134,43 @@ def main() -> int:
     jax.distributed.shutdown()
     print(f"rank {mine}: {failures} failures", flush=True)
     return 1 if failures else 0
+
+
+def check_large_world(jm, n, mine, run, inputs, check, reducers):
+    """A communicator of more ranks than an emulated SwitchChannel holds (n > 8) has none: the selection's choice
+    and every algorithm but 2PA-NVLS run against numpy, all_gather / psum_scatter / all_to_all too, and a forced
+    2PA-NVLS call is an error, after which the communicator still works."""
+    import ml_dtypes
+    from jax.sharding import PartitionSpec as P
+
+    assert n > 8, n
+    for algorithm in [None, "1pa_ll", "2pa_ll", "2pa_hb", "2pr"]:
+        for dtype, op, count in [(np.float32, "sum", 1023), (ml_dtypes.bfloat16, "max", 4099), (np.int32, "min", 5)]:
+            per_rank = inputs(count + len(str(algorithm)), count, dtype)
+            got = run(lambda v: jm.all_reduce(v, "x", op=op, algorithm=algorithm), per_rank, P())
+            want = per_rank[0].copy()
+            for r in range(1, n):
+                want = reducers[op](want, per_rank[r]).astype(dtype)
+            check(f"all_reduce {algorithm or 'auto'} {np.dtype(dtype).name} {op} n={count}", got, want,
+                  1e-5 if dtype is np.float32 else 0)
+    for count in [1, 7]:
+        per_rank = inputs(7, n * count, np.float32)
+        check(f"all_gather n={count}", run(lambda v: jm.all_gather(v, "x", tiled=True), per_rank),
+              np.concatenate(per_rank), 0)
+        check(f"psum_scatter n={count}", run(lambda v: jm.psum_scatter(v, "x", tiled=True), per_rank),
+              np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
+        check(f"all_to_all n={count}", run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True), per_rank),
+              np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+    per_rank = inputs(3, 64, np.float32)
+    try:
+        run(lambda v: jm.psum(v, "x", algorithm="2pa_nvls"), per_rank, P())
+        refused = "no error"
+    except Exception as error:  # noqa: BLE001 - refused at trace time or by the handler: either is an error
+        refused = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    print(f"rank {mine}: 2pa_nvls with {n} ranks: {refused}", flush=True)
+    check("2pa_nvls is refused", np.array([refused != "no error"]), np.array([True]), 0)
+    check("psum after the refusal", run(lambda v: jm.psum(v, "x", algorithm="1pa_ll"), per_rank, P()),
+          np.sum(per_rank, axis=0), 1e-5)
 
 
 def check_plans(jax, jm, mesh, n, mine, local_device, global_array, inputs, check, reducers):

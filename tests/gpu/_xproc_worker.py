@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from jax_mscclpp.testing.virtual_ranks import INPUT, OUTPUT, make_params, native_cuda
+from tests.harness.virtual_ranks import INPUT, OUTPUT, make_params, native_cuda
 
 
 def exchange(tmp, name, rank, payload: bytes, timeout=120.0) -> bytes:
@@ -40,7 +40,8 @@ def main():
     results = {"rank": rank, "cycles": []}
     for c in range(cycles):
         res = {}
-        hr = cuda.HarnessRank(rank, 2, 0, 2 * slot, 2 * slot, 2, 60.0, True)
+        hr = cuda.HarnessRank(rank, 2, device=0, input_bytes=2 * slot, output_bytes=2 * slot, scratch_bytes=2 * slot,
+                              channels_per_peer=2, timeout_s=60.0, port_channels=True)
         hr.connect(peer, exchange(tmp, f"ep{c}", rank, hr.endpoint()))
         hr.build()
         res["ipc_mappings_open"] = cuda.live_ipc_mappings()

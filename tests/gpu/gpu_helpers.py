@@ -8,14 +8,14 @@ import os
 
 import numpy as np
 
-INPUT, OUTPUT, SCRATCH = 0, 1, 2  # HarnessRank buffers (jax_mscclpp.testing.virtual_ranks)
+INPUT, OUTPUT, SCRATCH = 0, 1, 2  # buffers of a virtual rank (tests.harness.virtual_ranks)
 DTYPES = ["float32", "bfloat16", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
           "int64", "uint64"]
 REDUCE_OPS = ["sum", "max", "min"]
 
 
 def VirtualRanks(*args, **kwargs):  # noqa: N802 - stands in for the class
-    from jax_mscclpp.testing.virtual_ranks import VirtualRanks as _VirtualRanks
+    from tests.harness.virtual_ranks import VirtualRanks as _VirtualRanks
 
     return _VirtualRanks(*args, **kwargs)
 
@@ -28,9 +28,14 @@ def numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def child_env(**extra) -> dict:
-    """Environment for subprocesses: NVLink multicast off, CPU-only JAX, the test's settings."""
+    """Environment for subprocesses: NVLink multicast off, CPU-only JAX, the repository on the path (the harness is
+    tests.harness), the test's settings."""
     env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH")) if p)
     env["NCCL_NVLS_ENABLE"] = "0"
     env.pop("JAX_MSCCLPP_NVLS", None)
     env["JAX_PLATFORMS"] = "cpu"

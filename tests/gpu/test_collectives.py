@@ -66,11 +66,11 @@ class Ranks:
     def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER):
         self.cuda = cuda
         self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=CPP,
-                               collective_ports=True)
+                               port_channels=True)
         self.epoch = 0
 
     def launches(self, collective, algorithm, count, dtype):
-        from jax_mscclpp.testing.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
+        from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
 
         return self.cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm], count,
                                                  DTYPE_CODES[dtype], self.vr.nranks, self.vr.scratch_bytes)
@@ -214,7 +214,7 @@ def test_graph_replay(cuda, rng, combo):
         upload_inputs(vr, data)
         for r in range(n):
             vr.fill(r, OUTPUT, POISON)
-        from jax_mscclpp.testing.virtual_ranks import make_params
+        from tests.harness.virtual_ranks import make_params
 
         p = make_params(cuda, "collective", collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
                         count=count)
@@ -243,7 +243,7 @@ def test_world_of_one_is_a_copy(cuda, rng):
 
 
 def test_supported_table_and_launch_counts(cuda_build):
-    from jax_mscclpp.testing.virtual_ranks import ALGORITHM_CODES as A, COLLECTIVE_CODES as C, DTYPE_CODES as D
+    from tests.harness.virtual_ranks import ALGORITHM_CODES as A, COLLECTIVE_CODES as C, DTYPE_CODES as D
 
     sup = cuda_build.collective_supported
     for a in ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls"):
@@ -282,9 +282,9 @@ def test_missing_context_parts_are_reported(cuda, rng):
 TIMEOUT_SCRIPT = textwrap.dedent(
     """
     import sys
-    from jax_mscclpp.testing.virtual_ranks import VirtualRanks, VirtualRanksError
+    from tests.harness.virtual_ranks import VirtualRanks, VirtualRanksError
     collective, algorithm = sys.argv[1], sys.argv[2]
-    vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, collective_ports=True)
+    vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, port_channels=True)
     vr.launch("collective", ranks=[0], collective=collective, algorithm=algorithm, dtype="float32", count=4096)
     try:
         vr.synchronize([0])
@@ -334,7 +334,7 @@ def epilogue_reference(xs, residual, weight, dtype, norm, eps=1e-6):
 def test_fused_epilogue(cuda, rng, nranks, norm):
     """all_reduce + residual (+ RMSNorm) in one kernel against the composition: residual bit for bit, the norm
     within one rounding (its row sum is added in another order); rows of 8..4096 elements, 1..64 rows."""
-    from jax_mscclpp.testing.virtual_ranks import DTYPE_CODES
+    from jax_mscclpp._types import DTYPE_CODES
 
     shapes = [(1, 4096), (8, 4096), (64, 1024), (3, 8), (5, 2048)]
     buffer = 4 << 20
@@ -369,7 +369,7 @@ def test_fused_epilogue(cuda, rng, nranks, norm):
 
 
 def test_fused_epilogue_limits(cuda):
-    from jax_mscclpp.testing.virtual_ranks import DTYPE_CODES as D
+    from jax_mscclpp._types import DTYPE_CODES as D
 
     ok = cuda.epilogue_supported
     assert ok(2, 8 * 4096, 4096, D["bfloat16"], 64 << 20)

@@ -20,8 +20,7 @@ CYCLES = 3
 
 def test_two_processes_share_gpu0(cuda, tmp_path):
     worker = os.path.join(os.path.dirname(__file__), "_xproc_worker.py")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = child_env(PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env()
     procs = [
         subprocess.Popen(
             [sys.executable, worker, str(r), str(tmp_path), str(CYCLES)],

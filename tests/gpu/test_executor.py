@@ -94,7 +94,7 @@ def ranks_of(cuda):
     """PlanRanks for (program, world size, instances), closed after the test: at most one set of ranks lives at
     a time, so every rank's stream gets its own hardware queue (CUDA_DEVICE_MAX_CONNECTIONS) and ranks that wait
     for each other never queue behind each other."""
-    from jax_mscclpp.testing.plan_ranks import PlanRanks
+    from tests.harness.plan_ranks import PlanRanks
 
     made = []
 
@@ -186,7 +186,7 @@ def test_back_to_back_calls(ranks_of, rng, name):
 @pytest.mark.parametrize("name", ["allreduce_1pa_ll", "allreduce_2pa_hb", "allreduce_2pr", "alltoall_allpairs"])
 def test_pipelined_over_a_small_scratch(cuda, rng, name):
     """A scratch too small for the message: the call runs as several launches (pieces), same result."""
-    from jax_mscclpp.testing.plan_ranks import PlanRanks
+    from tests.harness.plan_ranks import PlanRanks
 
     size = 4096 * 8 + 5
     plan = lower(name, 4)
@@ -198,7 +198,7 @@ def test_pipelined_over_a_small_scratch(cuda, rng, name):
 
 def test_plan_info_and_channel_binding(cuda_build):
     """Both ends of every channel get the same RankContext channel index; fused-away scratch takes no room."""
-    from jax_mscclpp.testing.plan_ranks import plan_spec
+    from tests.harness.plan_ranks import plan_spec
 
     for name in PROGRAMS:
         for n in (2, 5):
@@ -219,7 +219,7 @@ def test_unsupported_plans_are_refused(cuda):
     """An out-of-range chunk and a port channel from a rank to itself are clear errors when the plan is bound."""
     import copy
 
-    from jax_mscclpp.testing.plan_ranks import PlanRanks
+    from tests.harness.plan_ranks import PlanRanks
 
     plan = lower("allreduce_2pa_hb", 2)
     bad = copy.deepcopy(plan)
@@ -241,7 +241,7 @@ TIMEOUT_SCRIPT = textwrap.dedent(
     """
     import sys
     from jax_mscclpp.dsl import library
-    from jax_mscclpp.testing.plan_ranks import PlanRanks, PlanRanksError
+    from tests.harness.plan_ranks import PlanRanks, PlanRanksError
     name = sys.argv[1]
     pr = PlanRanks(library.PROGRAMS[name](2).lower(), max_block_count=1024, itemsize=4, timeout_s=0.5)
     pr.launch(1024, "float32", "sum", ranks=[0])   # rank 1 never runs

@@ -82,8 +82,8 @@ SCRIPT = textwrap.dedent(r"""
 
 
 @pytest.mark.parametrize("command_buffers,scope", [("default", "full"), ("off", "quick")])
-def test_single_process_matches_lax(cuda, command_buffers, scope):
-    if cuda.device_count() < 2:
+def test_single_process_matches_lax(gpus, command_buffers, scope):
+    if gpus < 2:
         pytest.skip("needs two GPUs")
     env = dict(os.environ, JAX_PLATFORMS="cuda", NCCL_NVLS_ENABLE="0")
     env.pop("JAX_MSCCLPP_NVLS", None)

@@ -67,7 +67,7 @@ def test_environment_refuses_multicast_before_any_driver_call(cuda_build, monkey
 
 
 def test_multimem_support_table(cuda_build):
-    from jax_mscclpp.testing.virtual_ranks import DTYPE_CODES, REDUCE_CODES
+    from tests.harness.virtual_ranks import DTYPE_CODES, REDUCE_CODES
 
     s = lambda d, o: cuda_build.multimem_supported(DTYPE_CODES[d], REDUCE_CODES[o])  # noqa: E731
     assert s("float32", "sum") and not s("float32", "max")

@@ -1,13 +1,14 @@
 """Virtual ranks: N ranks on one GPU, each with its own context, buffers and stream, joined by channels.
 
-Each rank is a native ``HarnessRank`` (ffi/cuda/harness_rank.h): a RankContext (registered scratch, semaphores,
-device epoch, timeout record), an input and an output buffer, a stream, and device tables of MemoryChannels
-(``channels_per_peer`` per peer, one per thread block), PortChannels (optional, one per peer, served by the
-process's proxy thread) and an emulated SwitchChannel over every rank's scratch. Ranks exchange endpoints as
-bytes, exactly as separate processes would; in one process the transport uses the owner's pointers instead of
-CUDA IPC.
+Each rank is a native ``HarnessRank`` (native/harness_rank.h): the rank of the JAX path's GPU communicators
+(``GpuRank``: registered scratch, semaphores, device epoch, timeout record, and the channel tables the collectives
+run on), an input and an output buffer, a stream, and the primitive tests' tables of MemoryChannels
+(``channels_per_peer`` per peer, one per thread block, reading from the input), PortChannels (optional, one per
+peer over the input, served by the process's proxy thread) and the emulated SwitchChannel over every rank's
+scratch (up to 8 ranks). Ranks exchange endpoints as bytes, exactly as separate processes would; in one process
+the transport uses the owner's pointers instead of CUDA IPC.
 
-An operation (``HARNESS_OPS`` in the native module; see ffi/cuda/harness.h for what each does) is launched on
+An operation (``HARNESS_OPS`` in the native module; see native/harness.h for what each does) is launched on
 every rank's stream before any is synchronized, so ranks that wait for each other run concurrently. Kernels
 count what they found wrong in per-rank counters (slot 0: mismatches).
 
@@ -52,12 +53,10 @@ class VirtualRanksError(RuntimeError):
 
 
 def native_cuda():
-    """The native CUDA submodule, or None when the module was built without CUDA (or is not built)."""
-    try:
-        from jax_mscclpp import _jax_mscclpp as native
-    except ImportError:
-        return None
-    return getattr(native, "cuda", None)
+    """The test module (tests/harness/_jax_mscclpp_testing), or None when it is not built."""
+    from . import native_module
+
+    return native_module()
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -69,7 +68,7 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def connect_all(ranks: Sequence) -> None:
-    """Exchanges endpoints between every pair of ``ranks`` (native HarnessRank objects) and builds them."""
+    """Exchanges endpoints between every pair of ``ranks`` (native virtual ranks) and builds them."""
     endpoints = [r.endpoint() for r in ranks]
     for r in ranks:
         for p, ep in enumerate(endpoints):
@@ -77,6 +76,11 @@ def connect_all(ranks: Sequence) -> None:
                 r.connect(p, ep)
     for r in ranks:
         r.build()
+
+
+def make_rank(cls, rank: int, nranks: int, *, timeout_s: float | None = None, **kw):
+    """One native virtual rank (``HarnessRank`` or ``ExecutorRank``); ``timeout_s`` None: the process's setting."""
+    return cls(rank, nranks, timeout_s=0.0 if timeout_s is None else float(timeout_s), **kw)
 
 
 def make_params(cuda, op: str, **kw):
@@ -126,12 +130,15 @@ class VirtualRanks(RankData):
         channels_per_peer: int = 4,
         timeout_s: float | None = None,
         port_channels: bool = False,
-        collective_ports: bool = False,
-        stream_blocks: int = 4,
     ):
+        """``port_channels``: PortChannels for the primitive tests (one per peer over the input) and for the
+        collectives (``channels_per_peer`` per peer over the scratch, which 2PR needs). ``timeout_s``: None takes
+        the process's setting (``JAX_MSCCLPP_TIMEOUT_S``, else 300)."""
         cuda = native_cuda()
         if cuda is None:
-            raise RuntimeError("jax_mscclpp was built without CUDA")
+            from . import MISSING
+
+            raise RuntimeError(MISSING)
         self.cuda = cuda
         self.nranks = nranks
         self.buffer_bytes = buffer_bytes
@@ -140,20 +147,10 @@ class VirtualRanks(RankData):
         self.ranks = []
         try:
             for r in range(nranks):
-                self.ranks.append(
-                    cuda.HarnessRank(
-                        r,
-                        nranks,
-                        device,
-                        buffer_bytes,
-                        scratch_bytes,
-                        channels_per_peer,
-                        timeout_s or 0.0,
-                        port_channels,
-                        collective_ports,
-                        stream_blocks,
-                    )
-                )
+                self.ranks.append(make_rank(cuda.HarnessRank, r, nranks, device=device, input_bytes=buffer_bytes,
+                                            output_bytes=buffer_bytes, scratch_bytes=scratch_bytes,
+                                            channels_per_peer=channels_per_peer, timeout_s=timeout_s,
+                                            port_channels=port_channels))
             connect_all(self.ranks)
         except BaseException:
             self.close()

@@ -1,10 +1,9 @@
 // Harness kernels specialized on (dtype, reduction): reduce_put, SwitchChannel (emulated) all-reduce, the
 // local N-input reduce, and the 1PA-LL all_reduce collective. Specialized through the one dispatch switch of
 // reduce.cuh.
-#include "harness_common.cuh"
+#include "harness_kernels.cuh"
 #include "collectives/algorithms.h"
 #include "collectives/epilogue.h"
-#include "collectives/collective.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
@@ -88,19 +87,7 @@ constexpr bool kSwitchCase = std::is_same_v<T, float> || std::is_same_v<T, __hal
 cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cudaStream_t stream) {
   const dim3 grid(p.blocks), block(p.threads);
   const auto op = static_cast<HarnessOp>(p.op);
-  CollectiveContext c{};
-  c.rank = a.rank;
-  c.nranks = a.nranks;
-  c.channels_per_peer = a.channels_per_peer;
-  c.stream_blocks = a.stream_blocks;
-  c.scratch = a.scratch;
-  c.scratch_bytes = a.scratch_bytes;
-  c.mem = a.mem;
-  c.port = a.collective_port;
-  c.sw = a.sw;
-  c.stream = a.stream;
-  c.epoch = a.epoch;
-  for (int q = 0; q < kDirectPeers; ++q) c.peer_scratch[q] = a.peer_scratch[q];
+  const CollectiveContext& c = a.collective;
   if (op == HarnessOp::kAllReduce1paLL) {
     const uint64_t bytes = p.count * dtype_bytes(p.dtype);
     collectives::Piece piece{a.input, a.output, 0, 0, 0, bytes};

@@ -1,4 +1,4 @@
-// Python bindings of the plan executor and its virtual ranks (jax_mscclpp/testing/plan_ranks.py).
+// Python bindings of decoded plans and the ranks that run them (executor_rank.h; tests/harness/plan_ranks.py).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -8,7 +8,7 @@
 
 #include "bindings.h"
 #include "executor_plan.h"
-#include "executor_ranks.h"
+#include "executor_rank.h"
 #include "host_plan.h"
 
 namespace nb = nanobind;
@@ -21,12 +21,9 @@ struct ExecutorPlanSpec {
   std::shared_ptr<const host::HostPlan> plan;
 };
 
-nb::bytes to_bytes(const std::string& s) { return nb::bytes(s.data(), s.size()); }
-std::string from_bytes(const nb::bytes& b) { return std::string(static_cast<const char*>(b.data()), b.size()); }
-
 }  // namespace
 
-void register_executor_bindings(nb::module_& m) {
+void register_executor(nb::module_& m) {
   nb::class_<ExecutorPlanSpec>(m, "ExecutorPlanSpec")
       .def(
           "__init__",
@@ -59,29 +56,10 @@ void register_executor_bindings(nb::module_& m) {
           "channel_indices", [](const ExecutorPlanSpec& s) { return plan_channel_indices(*s.plan); },
           "The RankContext channel index of every channel endpoint, [rank][channel] (-1: switch or self).");
 
-  nb::class_<ExecutorRank>(m, "ExecutorRank")
-      .def(
-          "__init__",
-          [](ExecutorRank* self, int rank, int nranks, int device, size_t input_bytes, size_t output_bytes,
-             size_t scratch_bytes, int channels_per_peer, double timeout_s, bool port_channels) {
-            RankOptions o;
-            o.device = device;
-            o.rank = rank;
-            o.nranks = nranks;
-            o.scratch_bytes = scratch_bytes;
-            o.channels_per_peer = channels_per_peer;
-            o.timeout_s = timeout_s;
-            new (self) ExecutorRank(o, input_bytes, output_bytes, port_channels);
-          },
-          nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("input_bytes") = 1 << 20,
-          nb::arg("output_bytes") = 1 << 20, nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1,
-          nb::arg("timeout_s") = 0.0, nb::arg("port_channels") = false)
-      .def_prop_ro("rank", &ExecutorRank::rank)
-      .def_prop_ro("nranks", &ExecutorRank::nranks)
-      .def_prop_ro("scratch_bytes", &ExecutorRank::scratch_bytes)
-      .def("endpoint", [](const ExecutorRank& r) { return to_bytes(r.endpoint()); })
-      .def("connect", [](ExecutorRank& r, int peer, nb::bytes ep) { r.connect(peer, from_bytes(ep)); })
-      .def("build", &ExecutorRank::build)
+  nb::class_<ExecutorRank, VirtualRank> executor_rank(m, "ExecutorRank",
+                                                     "A virtual rank running execution plans (executor_rank.h).");
+  def_rank_init(executor_rank);
+  executor_rank
       .def(
           "set_plan", [](ExecutorRank& r, const ExecutorPlanSpec& s, int threads) { r.set_plan(s.plan, threads); },
           nb::arg("plan"), nb::arg("threads") = 0)
@@ -108,20 +86,10 @@ void register_executor_bindings(nb::module_& m) {
             return plan_launch_count(r.plan()->device_plan(), r.scratch_bytes(), block_count, dtype);
           },
           nb::arg("block_count"), nb::arg("dtype"))
-      .def("upload", [](ExecutorRank& r, int which, size_t offset,
-                        nb::bytes data) { r.upload(which, offset, from_bytes(data)); })
-      .def("download", [](ExecutorRank& r, int which, size_t offset,
-                          size_t n) { return to_bytes(r.download(which, offset, n)); })
-      .def("fill", &ExecutorRank::fill)
       .def("launch_plan", &ExecutorRank::launch_plan, nb::arg("block_count"), nb::arg("dtype"), nb::arg("op"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("launch_collective", &ExecutorRank::launch_collective, nb::arg("collective"), nb::arg("algorithm"),
-           nb::arg("block_count"), nb::arg("dtype"), nb::arg("op"), nb::call_guard<nb::gil_scoped_release>())
-      .def("synchronize", &ExecutorRank::synchronize, nb::call_guard<nb::gil_scoped_release>())
-      .def("epoch", &ExecutorRank::epoch)
-      .def_prop_rw("timeout_seconds", &ExecutorRank::timeout_seconds, &ExecutorRank::set_timeout_seconds)
-      .def("error_message", &ExecutorRank::error_message)
-      .def("close", &ExecutorRank::close, nb::call_guard<nb::gil_scoped_release>());
+           nb::arg("block_count"), nb::arg("dtype"), nb::arg("op"), nb::call_guard<nb::gil_scoped_release>());
 
   m.def(
       "time_calls",

@@ -1,4 +1,4 @@
-// Device helpers shared by the harness kernels (not part of the public headers).
+// Device helpers shared by the harness kernels (harness_channels.cu, harness_typed.cu).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Harness kernels for the untyped primitives: MemoryChannel (HB, LL, elements, barriers), PortChannel, the
-// proxy FIFO, timeouts and the benchmarks' transfer loops. One rank per launch; see ffi/cuda/harness.h.
-#include "harness_common.cuh"
+// proxy FIFO, timeouts and the benchmarks' transfer loops. One rank per launch; see harness.h.
+#include "harness_kernels.cuh"
 
 namespace jax_mscclpp::cuda {
 namespace {

@@ -1,12 +1,13 @@
 // The virtual-ranks test harness: one rank's view (RankArgs) handed to test kernels, the operations they
-// implement (HarnessOp), and their raw launchers (kernels/src/harness_*.cu). Several ranks may live on one
-// GPU (each on its own stream) or in different processes; kernels only see channel handles.
+// implement (HarnessOp), and their raw launchers (harness_channels.cu, harness_typed.cu). Several ranks may live
+// on one GPU (each on its own stream) or in different processes; kernels only see channel handles.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "collectives/collective.h"
 #include "jax_mscclpp/fifo.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
@@ -38,10 +39,10 @@ enum class HarnessOp : int32_t {
   kAllReduce1paLL = 14,  // kernels/collectives/all_reduce_1pa_ll.cu on input -> output (dtype, op, count)
   kCollective = 15,      // launch_collective (kernels/collectives/collective.h): `collective`, `algorithm`, dtype,
                          // reduce_op, count (elements per block) on input + src_off -> output + dst_off, iters
-                         // calls in a row; the context is built from RankArgs (port channels: collective_port)
-  kAllReduceEpilogue = 16,  // collectives/epilogue.h: input = [x | residual | weight (`bytes` elements)], output =
-                            // [new_residual | normed], `count` elements, rows of `bytes`; mode 0 residual,
-                            // 1 residual + RMSNorm (eps 1e-6)
+                         // calls in a row, on RankArgs::collective
+  kAllReduceEpilogue = 16,  // collectives/epilogue.h on RankArgs::collective: input = [x | residual | weight
+                            // (`bytes` elements)], output = [new_residual | normed], `count` elements, rows of
+                            // `bytes`; mode 0 residual, 1 residual + RMSNorm (eps 1e-6)
 };
 
 constexpr int kHarnessCounters = 8;
@@ -58,18 +59,16 @@ struct RankArgs {
   uint64_t input_bytes;
   uint64_t output_bytes;
   uint64_t scratch_bytes;
-  const MemoryChannelDeviceHandle* mem;  // [nranks * channels_per_peer], entry p * channels_per_peer + c
-  const PortChannelDeviceHandle* port;   // [nranks] (index 0 per peer), null without port channels
-  // [nranks * channels_per_peer] with this rank's scratch as local buffer (what the collectives need), null
-  // unless the rank was built with collective ports (which excludes `port`: both would own index 0's semaphores).
-  const PortChannelDeviceHandle* collective_port;
-  SwitchChannelDeviceHandle sw;          // emulated, members = every rank's scratch
+  // The primitive tests' channels: [nranks * channels_per_peer], entry p * channels_per_peer + c, reading from
+  // `input` (offset-based puts); PortChannels [nranks], one per peer over `input`, null without port channels.
+  // They share their semaphore words with the same (peer, index) channels of `collective`.
+  const MemoryChannelDeviceHandle* mem;
+  const PortChannelDeviceHandle* port;
+  SwitchChannelDeviceHandle sw;  // emulated over every rank's scratch; members null above kMaxSwitchMembers ranks
   uint64_t* epoch;
-  const D2DSemaphoreDeviceHandle* stream;  // [nranks * stream_blocks * 2] (collectives/stream.cuh)
-  int32_t stream_blocks;
-  char* peer_scratch[kDirectPeers];
   unsigned long long* counters;  // kHarnessCounters, zeroed by the host before a launch
   WaitSite site;
+  CollectiveContext collective;  // the rank's context as the JAX path builds it (GpuRank): what kCollective runs on
 };
 
 struct HarnessParams {

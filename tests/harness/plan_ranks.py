@@ -1,9 +1,10 @@
 """Virtual ranks for execution plans: one plan run by the GPU executor on N ranks of one GPU.
 
-Each rank is a native ``ExecutorRank`` (ffi/cuda/executor_ranks.h): a RankContext (registered scratch,
-semaphores, device epoch, timeout record), an input and an output buffer, a stream, the channel tables of a
-CollectiveContext (memory channels, port channels over the scratch when the plan has any, the emulated
-SwitchChannel) and the plan bound to that rank (kernels/executor/executor.h). Ranks exchange endpoints as bytes,
+Each rank is a native ``ExecutorRank`` (native/executor_rank.h): the rank of the JAX path's GPU communicators
+(``GpuRank``: registered scratch, semaphores, device epoch, timeout record, and the channel tables of its
+CollectiveContext: memory channels, port channels over the scratch when the plan has any, the emulated
+SwitchChannel up to 8 ranks), an input and an output buffer, a stream, and the plan bound to that rank as the JAX
+path binds one (kernels/executor/executor.h). Ranks exchange endpoints as bytes,
 as separate processes would. A call is launched on every rank's stream before any is synchronized, so ranks
 that wait for each other run concurrently. The same ranks also run the hand-written collectives
 (``launch_collective``), which is how bench/executor.py compares the two.
@@ -21,7 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, RankData, native_cuda
+from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, RankData, connect_all, make_rank, native_cuda
 
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 _CODE_OF_ITEMSIZE = {1: DTYPE_CODES["int8"], 2: DTYPE_CODES["bfloat16"], 4: DTYPE_CODES["float32"],
@@ -60,7 +61,9 @@ class PlanRanks(RankData):
                  timeout_s: float | None = None, port_channels: bool | None = None):
         cuda = native_cuda()
         if cuda is None:
-            raise RuntimeError("jax_mscclpp was built without CUDA")
+            from . import MISSING
+
+            raise RuntimeError(MISSING)
         self.cuda = cuda
         self.plan = plan
         self.spec = plan_spec(cuda, plan)
@@ -75,15 +78,11 @@ class PlanRanks(RankData):
         self.ranks = []
         try:
             for r in range(n):
-                self.ranks.append(cuda.ExecutorRank(r, n, device, in_bytes, out_bytes, scratch_bytes, cpp,
-                                                    timeout_s or 0.0, port))
-            endpoints = [rk.endpoint() for rk in self.ranks]
+                self.ranks.append(make_rank(cuda.ExecutorRank, r, n, device=device, input_bytes=in_bytes,
+                                            output_bytes=out_bytes, scratch_bytes=scratch_bytes,
+                                            channels_per_peer=cpp, timeout_s=timeout_s, port_channels=port))
+            connect_all(self.ranks)
             for rk in self.ranks:
-                for p, ep in enumerate(endpoints):
-                    if p != rk.rank:
-                        rk.connect(p, ep)
-            for rk in self.ranks:
-                rk.build()
                 rk.set_plan(self.spec, threads)
         except BaseException:
             self.close()

@@ -1,0 +1,48 @@
+// Python bindings of the test module (module.cc): runtime queries, the virtual ranks and what runs on them.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <string>
+
+#include "rank_context.h"
+#include "virtual_rank.h"
+
+namespace jax_mscclpp::cuda {
+
+void register_runtime_queries(nanobind::module_& m);  // runtime_bindings.cc
+void register_harness(nanobind::module_& m);          // harness_bindings.cc
+void register_executor(nanobind::module_& m);         // executor_bindings.cc
+
+inline nanobind::bytes to_bytes(const std::string& s) { return nanobind::bytes(s.data(), s.size()); }
+inline std::string from_bytes(const nanobind::bytes& b) {
+  return std::string(static_cast<const char*>(b.data()), b.size());
+}
+
+// The constructor every virtual rank class shares: Rank(RankOptions, input_bytes, output_bytes, port_channels).
+template <class Rank>
+void def_rank_init(nanobind::class_<Rank, VirtualRank>& cls) {
+  namespace nb = nanobind;
+  cls.def(
+      "__init__",
+      [](Rank* self, int rank, int nranks, int device, size_t input_bytes, size_t output_bytes, size_t scratch_bytes,
+         int channels_per_peer, double timeout_s, bool port_channels, int stream_blocks) {
+        RankOptions o;
+        o.device = device;
+        o.rank = rank;
+        o.nranks = nranks;
+        o.scratch_bytes = scratch_bytes;
+        o.channels_per_peer = channels_per_peer;
+        o.stream_blocks = stream_blocks;
+        o.timeout_s = timeout_s;
+        new (self) Rank(o, input_bytes, output_bytes, port_channels);
+      },
+      nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("input_bytes") = 1 << 20,
+      nb::arg("output_bytes") = 1 << 20, nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1,
+      nb::arg("timeout_s") = 0.0, nb::arg("port_channels") = false, nb::arg("stream_blocks") = 4,
+      "timeout_s <= 0: the process's setting (JAX_MSCCLPP_TIMEOUT_S, else 300). stream_blocks: the streaming "
+      "kernels' most blocks (every block of every virtual rank on the device must be resident at once).");
+}
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,92 @@
+// Python bindings of the harness kernels' ranks (harness_rank.h) and the proxy FIFO probe (fifo_probe.h).
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "fifo_probe.h"
+#include "harness.h"
+#include "harness_rank.h"
+
+namespace nb = nanobind;
+
+namespace jax_mscclpp::cuda {
+
+void register_harness(nb::module_& m) {
+  m.attr("HARNESS_COUNTERS") = kHarnessCounters;
+  nb::dict ops;
+  ops["hb_exchange"] = static_cast<int>(HarnessOp::kHbExchange);
+  ops["ll_exchange"] = static_cast<int>(HarnessOp::kLlExchange);
+  ops["hb_epochs"] = static_cast<int>(HarnessOp::kHbEpochs);
+  ops["elements"] = static_cast<int>(HarnessOp::kElements);
+  ops["reduce_put"] = static_cast<int>(HarnessOp::kReducePut);
+  ops["barrier"] = static_cast<int>(HarnessOp::kRelaxedBarrier);
+  ops["port_exchange"] = static_cast<int>(HarnessOp::kPortExchange);
+  ops["port_flush_check"] = static_cast<int>(HarnessOp::kPortFlushCheck);
+  ops["switch_all_reduce"] = static_cast<int>(HarnessOp::kSwitchAllReduce);
+  ops["reduce_local"] = static_cast<int>(HarnessOp::kReduceLocal);
+  ops["wait_forever"] = static_cast<int>(HarnessOp::kWaitForever);
+  ops["copy_bench"] = static_cast<int>(HarnessOp::kCopyBench);
+  ops["ping_pong"] = static_cast<int>(HarnessOp::kPingPong);
+  ops["port_latency"] = static_cast<int>(HarnessOp::kPortLatency);
+  ops["all_reduce_1pa_ll"] = static_cast<int>(HarnessOp::kAllReduce1paLL);
+  ops["collective"] = static_cast<int>(HarnessOp::kCollective);
+  ops["all_reduce_epilogue"] = static_cast<int>(HarnessOp::kAllReduceEpilogue);
+  m.attr("HARNESS_OPS") = ops;
+
+  nb::class_<HarnessParams>(m, "HarnessParams")
+      .def(nb::init<>())
+      .def_rw("op", &HarnessParams::op)
+      .def_rw("blocks", &HarnessParams::blocks)
+      .def_rw("threads", &HarnessParams::threads)
+      .def_rw("iters", &HarnessParams::iters)
+      .def_rw("mode", &HarnessParams::mode)
+      .def_rw("packet", &HarnessParams::packet)
+      .def_rw("dtype", &HarnessParams::dtype)
+      .def_rw("reduce_op", &HarnessParams::reduce_op)
+      .def_rw("nsrc", &HarnessParams::nsrc)
+      .def_rw("peer", &HarnessParams::peer)
+      .def_rw("bytes", &HarnessParams::bytes)
+      .def_rw("count", &HarnessParams::count)
+      .def_rw("src_off", &HarnessParams::src_off)
+      .def_rw("dst_off", &HarnessParams::dst_off)
+      .def_rw("slot_stride", &HarnessParams::slot_stride)
+      .def_rw("collective", &HarnessParams::collective)
+      .def_rw("algorithm", &HarnessParams::algorithm);
+
+  nb::class_<HarnessRank, VirtualRank> harness_rank(m, "HarnessRank",
+                                                   "A virtual rank running the harness kernels (harness_rank.h).");
+  def_rank_init(harness_rank);
+  harness_rank
+      .def("launch", &HarnessRank::launch, nb::call_guard<nb::gil_scoped_release>())
+      .def("counters", &HarnessRank::counters)
+      .def("capture", &HarnessRank::capture, nb::call_guard<nb::gil_scoped_release>())
+      .def("replay", &HarnessRank::replay, nb::call_guard<nb::gil_scoped_release>())
+      .def("record_start", &HarnessRank::record_start)
+      .def("record_stop", &HarnessRank::record_stop)
+      .def("elapsed_ms", &HarnessRank::elapsed_ms, nb::call_guard<nb::gil_scoped_release>())
+      .def("time_memcpy", &HarnessRank::time_memcpy, nb::call_guard<nb::gil_scoped_release>());
+
+  nb::class_<FifoProbe>(m, "FifoProbe")
+      .def(nb::init<int, uint32_t, double>(), nb::arg("device") = 0, nb::arg("fifo_size") = 16,
+           nb::arg("timeout_s") = 0.0)
+      .def(
+          "run",
+          [](FifoProbe& p, uint32_t ntriggers, uint32_t pushers, uint32_t sleep_every, uint32_t sleep_us) {
+            FifoProbeResult r;
+            {
+              nb::gil_scoped_release release;
+              r = p.run(ntriggers, pushers, sleep_every, sleep_us);
+            }
+            nb::dict d;
+            d["received"] = r.received;
+            d["distinct"] = r.distinct;
+            d["in_order"] = r.in_order;
+            d["tail"] = r.tail;
+            d["wraps"] = r.wraps;
+            d["elapsed_ms"] = r.elapsed_ms;
+            d["proxy_error"] = r.proxy_error;
+            return d;
+          },
+          nb::arg("ntriggers"), nb::arg("pushers") = 1, nb::arg("sleep_every") = 0, nb::arg("sleep_us") = 0);
+}
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,176 @@
+#include "harness_rank.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "check.h"
+#include "collective_types.h"
+
+namespace jax_mscclpp::cuda {
+
+HarnessRank::HarnessRank(const RankOptions& opts, size_t input_bytes, size_t output_bytes, bool port_channels)
+    : VirtualRank(opts, input_bytes, output_bytes, port_channels) {
+  DeviceGuard g(opts.device);
+  counters_ = DeviceBuffer(opts.device, kHarnessCounters * sizeof(unsigned long long));
+  JAX_MSCCLPP_CUDA_CHECK(cudaEventCreate(&start_));
+  JAX_MSCCLPP_CUDA_CHECK(cudaEventCreate(&stop_));
+}
+
+HarnessRank::~HarnessRank() { close(); }
+
+void HarnessRank::release() {
+  if (graph_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaGraphExecDestroy(graph_));
+  graph_ = nullptr;
+  if (start_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(start_));
+  if (stop_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(stop_));
+  start_ = stop_ = nullptr;
+  tables_ = ChannelTables();
+  counters_ = DeviceBuffer();
+}
+
+void HarnessRank::built() {
+  ChannelTableLayout layout;
+  layout.memory_local = input();
+  if (port_channels()) {
+    layout.port_channels_per_peer = 1;
+    layout.port_local = input();
+    layout.port_local_bytes = input_bytes();
+  }
+  tables_ = ChannelTables(gpu().rank_context(), layout);
+}
+
+RankArgs HarnessRank::args() const {
+  const RankContext& ctx = gpu().rank_context();
+  RankArgs a{};
+  a.rank = rank();
+  a.nranks = nranks();
+  a.channels_per_peer = ctx.channels_per_peer();
+  a.input = input();
+  a.output = output();
+  a.scratch = ctx.scratch();
+  a.input_bytes = input_bytes();
+  a.output_bytes = output_bytes();
+  a.scratch_bytes = ctx.scratch_bytes();
+  a.mem = tables_.memory();
+  a.port = tables_.port();
+  a.sw = tables_.switch_channel();
+  a.epoch = ctx.epoch();
+  a.counters = counters_.get<unsigned long long>();
+  a.site = ctx.site(-1);
+  a.collective = gpu().context();
+  return a;
+}
+
+void HarnessRank::check_launch(const HarnessParams& p) const {
+  if (!is_built()) throw std::runtime_error("jax_mscclpp: build() the rank before launching");
+  const auto op = static_cast<HarnessOp>(p.op);
+  const bool needs_port =
+      op == HarnessOp::kPortExchange || op == HarnessOp::kPortFlushCheck || op == HarnessOp::kPortLatency ||
+      (op == HarnessOp::kWaitForever && p.mode == 2);
+  if (needs_port && !port_channels())
+    throw std::invalid_argument("jax_mscclpp: this rank was built without port channels");
+  const bool per_block_channels = op == HarnessOp::kHbExchange || op == HarnessOp::kLlExchange ||
+                                  op == HarnessOp::kHbEpochs || op == HarnessOp::kReducePut ||
+                                  op == HarnessOp::kSwitchAllReduce;
+  if (per_block_channels && p.blocks > gpu().rank_context().channels_per_peer())
+    throw std::invalid_argument("jax_mscclpp: more blocks than channels per peer");
+  const SwitchChannelDeviceHandle& sw = tables_.switch_channel();
+  if (op == HarnessOp::kSwitchAllReduce && sw.members == nullptr && sw.multicast == nullptr)
+    throw std::invalid_argument("jax_mscclpp: the rank lacks a SwitchChannel (a world of more than " +
+                                std::to_string(kMaxSwitchMembers) + " ranks has none)");
+  if (op == HarnessOp::kCollective) {
+    check_collective(p);
+  } else {
+    const int min_blocks = op == HarnessOp::kAllReduce1paLL ? 0 : 1;  // 0: the collective picks its grid
+    if (p.blocks < min_blocks || p.threads < 1 || p.threads > 1024)
+      throw std::invalid_argument("jax_mscclpp: bad launch shape");
+  }
+}
+
+void HarnessRank::launch(const HarnessParams& p) {
+  check_launch(p);
+  DeviceGuard g(device());
+  JAX_MSCCLPP_CUDA_CHECK(
+      cudaMemsetAsync(counters_.get(), 0, kHarnessCounters * sizeof(unsigned long long), stream()));
+  raise_launch_error(launch_harness(args(), p, stream()));
+}
+
+void HarnessRank::check_collective(const HarnessParams& p) const {
+  const size_t esize = dtype_size(static_cast<DType>(p.dtype));
+  if (esize == 0) throw std::invalid_argument("jax_mscclpp: unknown dtype code");
+  const size_t block = p.count * esize, n = static_cast<size_t>(nranks());
+  const auto c = static_cast<Collective>(p.collective);
+  const size_t in_bytes = block * (c == Collective::kReduceScatter || c == Collective::kAllToAll ? n : 1);
+  const size_t out_bytes = block * (c == Collective::kAllGather || c == Collective::kAllToAll ? n : 1);
+  if (p.src_off + in_bytes > input_bytes() || p.dst_off + out_bytes > output_bytes())
+    throw std::out_of_range("jax_mscclpp: collective input or output outside the rank's buffers");
+}
+
+void HarnessRank::raise_launch_error(cudaError_t e) const {
+  if (e == cudaErrorInvalidValue)
+    throw std::invalid_argument("jax_mscclpp: unknown harness op, collective, algorithm or dtype, or scratch too small");
+  if (e == cudaErrorNotReady)
+    throw std::invalid_argument("jax_mscclpp: the rank lacks what the algorithm needs (port channels, SwitchChannel)");
+  JAX_MSCCLPP_CUDA_CHECK(e);
+}
+
+void HarnessRank::capture(const HarnessParams& p) {
+  if (static_cast<HarnessOp>(p.op) != HarnessOp::kCollective)
+    throw std::invalid_argument("jax_mscclpp: only collective launches are captured");
+  check_launch(p);
+  DeviceGuard g(device());
+  if (graph_ != nullptr) {
+    JAX_MSCCLPP_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+    graph_ = nullptr;
+  }
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  const cudaError_t launched = launch_harness(args(), p, stream());
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+  if (launched != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    raise_launch_error(launched);
+  }
+  JAX_MSCCLPP_CUDA_CHECK(ended);
+  const cudaError_t inst = cudaGraphInstantiate(&graph_, graph, 0);
+  cudaGraphDestroy(graph);
+  JAX_MSCCLPP_CUDA_CHECK(inst);
+}
+
+void HarnessRank::replay(int times) {
+  if (graph_ == nullptr) throw std::runtime_error("jax_mscclpp: nothing captured");
+  DeviceGuard g(device());
+  for (int i = 0; i < times; ++i) JAX_MSCCLPP_CUDA_CHECK(cudaGraphLaunch(graph_, stream()));
+}
+
+std::vector<uint64_t> HarnessRank::counters() {
+  std::vector<uint64_t> out(kHarnessCounters);
+  DeviceGuard g(device());
+  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpyAsync(out.data(), counters_.get(), out.size() * sizeof(uint64_t),
+                                         cudaMemcpyDeviceToHost, stream()));
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  return out;
+}
+
+void HarnessRank::record_start() { JAX_MSCCLPP_CUDA_CHECK(cudaEventRecord(start_, stream())); }
+void HarnessRank::record_stop() { JAX_MSCCLPP_CUDA_CHECK(cudaEventRecord(stop_, stream())); }
+float HarnessRank::elapsed_ms() {
+  JAX_MSCCLPP_CUDA_CHECK(cudaEventSynchronize(stop_));
+  float ms = 0;
+  JAX_MSCCLPP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+  return ms;
+}
+
+float HarnessRank::time_memcpy(size_t bytes, int iters) {
+  if (bytes > input_bytes() || bytes > output_bytes())
+    throw std::out_of_range("jax_mscclpp: size over the buffers");
+  DeviceGuard g(device());
+  JAX_MSCCLPP_CUDA_CHECK(cudaMemcpyAsync(output(), input(), bytes, cudaMemcpyDeviceToDevice, stream()));
+  record_start();
+  for (int i = 0; i < iters; ++i)
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemcpyAsync(output(), input(), bytes, cudaMemcpyDeviceToDevice, stream()));
+  record_stop();
+  return elapsed_ms() / static_cast<float>(iters);
+}
+
+}  // namespace jax_mscclpp::cuda

@@ -1,0 +1,104 @@
+// Queries of the CUDA runtime and of the module's own process-wide state, for the tests.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+#include <string>
+
+#include "bindings.h"
+#include "check.h"
+#include "collectives/algorithms.h"
+#include "collectives/epilogue.h"
+#include "collectives/collective.h"
+#include "memory.h"
+#include "nvls.h"
+#include "proxy.h"
+#include "runtime_settings.h"
+
+namespace nb = nanobind;
+
+namespace jax_mscclpp::cuda {
+
+void register_runtime_queries(nb::module_& m) {
+  m.def("device_count", [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  });
+  m.def("runtime_version", [] {
+    int v = 0;
+    cudaRuntimeGetVersion(&v);
+    return v;
+  });
+  m.def("driver_version", [] {
+    int v = 0;
+    if (cudaDriverGetVersion(&v) != cudaSuccess) (void)cudaGetLastError();
+    return v;
+  });
+  m.def("device_name", [](int device) {
+    cudaDeviceProp prop;
+    JAX_MSCCLPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    return std::string(prop.name);
+  });
+  m.def("mem_get_info", [](int device) {
+    DeviceGuard g(device);
+    size_t free_b = 0, total = 0;
+    JAX_MSCCLPP_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+    return std::make_pair(free_b, total);
+  });
+  m.def("timeout_seconds", &jax_mscclpp::timeout_seconds,
+        "This module's timeout setting (runtime_settings.h): what ranks made with timeout_s <= 0 take.");
+  m.def("live_ipc_mappings", &live_ipc_mappings, "CUDA IPC mappings opened by this module and not yet closed.");
+  m.def("live_proxy_threads", &ProxyService::live_threads, "Proxy threads of this module running in this process.");
+  m.def(
+      "proxy_status",
+      [](int device) {
+        nb::dict d;
+        auto s = ProxyService::find_shared(device);
+        d["running"] = static_cast<bool>(s);
+        if (s) {
+          d["signal_path"] = s->signal_path();
+          d["triggers_handled"] = s->triggers_handled();
+          d["error"] = s->error();
+        }
+        return d;
+      },
+      nb::arg("device") = 0, "This module's proxy service of `device`, if one exists.");
+  m.def(
+      "nvls_policy",
+      [](std::optional<std::string> nvls, std::optional<std::string> nccl) {
+        NvlsPolicy p = nvls_policy(nvls ? nvls->c_str() : nullptr, nccl ? nccl->c_str() : nullptr);
+        return std::make_pair(p.allowed, p.reason);
+      },
+      nb::arg("jax_mscclpp_nvls").none(), nb::arg("nccl_nvls_enable").none(),
+      "Whether the hardware SwitchChannel would be allowed for these variable values, and why.");
+  m.def("nvls_policy_from_env", [] {
+    NvlsPolicy p = nvls_policy_from_env();
+    return std::make_pair(p.allowed, p.reason);
+  });
+  m.def("multimem_supported", &multimem_supported, nb::arg("dtype"), nb::arg("op"));
+  m.def(
+      "create_multicast_buffer",
+      [](std::vector<int> devices, size_t bytes) {
+        MulticastBuffer buf(devices, bytes);  // refuses, before any driver call, unless the policy allows it
+        return buf.bytes();
+      },
+      nb::arg("devices"), nb::arg("bytes"),
+      "Creates and frees an NVLink multicast buffer (opt-in: JAX_MSCCLPP_NVLS=1, refused when NCCL_NVLS_ENABLE=0).");
+  m.def("all_reduce_1pa_ll_scratch_bytes", &collectives::all_reduce_1pa_ll_scratch_bytes, nb::arg("bytes"),
+        nb::arg("nranks"));
+  m.def("epilogue_supported", &epilogue_supported, nb::arg("nranks"), nb::arg("count"), nb::arg("row"),
+        nb::arg("dtype"), nb::arg("scratch_bytes"));
+  m.def("collective_supported", &collective_supported, nb::arg("collective"), nb::arg("algorithm"), nb::arg("dtype"),
+        nb::arg("op"), "Whether launch_collective implements (collective, algorithm) for this dtype/op code.");
+  m.def("collective_launch_count", &collective_launch_count, nb::arg("collective"), nb::arg("algorithm"),
+        nb::arg("block_count"), nb::arg("dtype"), nb::arg("nranks"), nb::arg("scratch_bytes"),
+        "Launches (epochs) one call takes; 0 when it launches nothing or cannot run.");
+}
+
+}  // namespace jax_mscclpp::cuda

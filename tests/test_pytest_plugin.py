@@ -1,0 +1,70 @@
+"""The pytest plugin leaves XLA_FLAGS alone in a session that does not use it, and sets the CPU device count when
+asked or when its fixtures are used (a user's pytest session in a fresh process, the plugin loaded as the
+installed entry point loads it)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def run_user_session(tmp_path, tests: str, *options: str):
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(tests))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
+    env["JAX_PLATFORMS"] = "cpu"
+    # "-p no:jax_mscclpp" keeps an installed entry point from loading the plugin a second time.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:jax_mscclpp",
+         "-p", "jax_mscclpp.testing.pytest_plugin", "--rootdir", str(tmp_path), *options,
+         str(tmp_path / "test_user.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_a_session_that_does_not_use_it_keeps_its_environment(tmp_path):
+    code, out = run_user_session(tmp_path, """
+        import os
+
+        def test_xla_flags_untouched():
+            assert "XLA_FLAGS" not in os.environ
+
+        def test_jax_has_its_default_cpu_device():
+            import jax
+            assert len(jax.devices("cpu")) == 1
+    """)
+    assert code == 0, out
+    assert "2 passed" in out, out
+
+
+def test_asked_for_devices_it_sets_them_at_the_start(tmp_path):
+    tests = """
+        import os
+
+        def test_four_cpu_devices():
+            assert "--xla_force_host_platform_device_count=4" in os.environ["XLA_FLAGS"]
+            import jax
+            assert len(jax.devices("cpu")) == 4
+    """
+    code, out = run_user_session(tmp_path, tests, "--jm-cpu-devices", "4")
+    assert code == 0, out
+    assert "1 passed" in out, out
+    (tmp_path / "pytest.ini").write_text("[pytest]\njm_cpu_devices = 4\n")
+    code, out = run_user_session(tmp_path, tests)
+    assert code == 0, out
+    assert "1 passed" in out, out
+
+
+def test_its_mesh_fixture_sets_eight_devices_when_first_used(tmp_path):
+    code, out = run_user_session(tmp_path, """
+        import os
+
+        def test_before():
+            assert "XLA_FLAGS" not in os.environ
+
+        def test_mesh(jm_mesh):
+            assert jm_mesh.devices.size == 8
+            assert "--xla_force_host_platform_device_count=8" in os.environ["XLA_FLAGS"]
+    """)
+    assert code == 0, out
+    assert "2 passed" in out, out
