@@ -22,6 +22,7 @@ from jax_mscclpp.testing import faults
 from tests.helpers import P, random_array, sharded
 
 TIMEOUT_S = 0.5
+MISMATCH_LIMIT_S = 10.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,14 +35,17 @@ def plan_registered():
 
 @pytest.mark.parametrize("scenario", fault_scenarios.SCENARIOS, ids=[s.name for s in fault_scenarios.SCENARIOS])
 def test_scenario(cpu_devices, plan_registered, scenario):
-    record = fault_scenarios.run_scenario(scenario, list(cpu_devices[:8]), TIMEOUT_S)
+    # A mismatch is caught at the first exchange; its generous limit keeps a loaded 2-core machine (8 device
+    # threads) from turning a slow peer into a timeout before that exchange.
+    limit = MISMATCH_LIMIT_S if scenario.expect == "mismatch" else TIMEOUT_S
+    record = fault_scenarios.run_scenario(scenario, list(cpu_devices[:8]), limit)
     assert record["raised"], record
     assert record["every_rank_failed"], record["rank_errors"]
     assert record["errors_name_the_fault"], record["rank_errors"]
     assert record["within_limit"], record["rank_seconds"]
     assert record["recovered"]
     if scenario.expect == "mismatch":
-        assert record["max_rank_s"] < TIMEOUT_S / 2, record["rank_seconds"]  # seen at once, not by a timeout
+        assert record["max_rank_s"] < 1.0, record["rank_seconds"]  # seen at once, not by a timeout
         assert all("mismatched collective calls" in m for m in record["rank_errors"].values())
     else:
         lost = str(fault_scenarios.LOST_RANK)
