@@ -51,14 +51,14 @@ step_mid() {
 }
 step_others() { bench others all_gather,reduce_scatter,all_to_all 64K,1M,16M,256M,1G allpairs; }
 
-step_kernels_stream() {  # the streaming and fused kernels, and what the epoch change touches
-  JAX_MSCCLPP_TIMEOUT_S=15 timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
-    tests/gpu/test_all_reduce_1pa_ll.py -k "hb or allpairs or fused or supported or 1pa_ll or replay" 2>&1 \
+step_kernels_stream() {  # the streaming and fused kernels on virtual ranks, 2..8 and 16 ranks
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 80 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
+    tests/gpu/test_large_world.py -k "matrix and (2-all_reduce or 3-) or fused or supported or large_world" 2>&1 \
     | tee "$OUT/kernels.log" | tail -6
 }
 
 official() {  # official NAME OPS SIZES: the runtime's choice against lax (cmdbuf)
-  timeout 280 python3 -m jax_mscclpp.bench --ops "$2" --sizes "$3" --dtype bfloat16 --algorithm auto \
+  timeout "$4" python3 -m jax_mscclpp.bench --ops "$2" --sizes "$3" --dtype bfloat16 --algorithm auto \
     --mode cmdbuf --iters 8 --warmup 2 --no-progress --quiet --out "$OUT" --name "$1" 2>&1 | tail -3
   python3 - "$OUT/$1.json" <<'PY'
 import json, sys
@@ -68,23 +68,23 @@ for r in json.load(open(sys.argv[1]))["records"]:
 PY
 }
 step_official() {
-  official official-ar all_reduce 1K:1G:4
-  official official-ag-rs-a2a all_gather,reduce_scatter,all_to_all 1K:1G:16
+  official official-ar all_reduce 1K:1G:4 140
+  official official-ag-rs-a2a all_gather,reduce_scatter,all_to_all 1K:1G:16 100
 }
 
 step_model() {
-  timeout 100 python3 -m jax_mscclpp.bench.model --rows 8 --layers 64 --iters 10 --profile "$OUT/prof" \
+  timeout 40 python3 -m jax_mscclpp.bench.model --rows 8 --layers 64 --iters 10 --profile "$OUT/prof" \
     --out "$OUT" 2>&1 | tail -6
 }
 
 step_decode() {
-  timeout 200 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 \
+  timeout 120 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 24 \
     --profile "$OUT/prof" --profile-steps 8 --profile-batches 8 --out "$OUT/decode.json" 2>&1 \
     | grep -v "^ \{4\}" | tail -24
 }
 
 step_train() {
-  timeout 200 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 --profile "$OUT/prof" \
+  timeout 100 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 --profile "$OUT/prof" \
     --profile-steps 3 --out "$OUT/train.json" 2>&1 | grep -v "^ \{4\}  " | tail -16
 }
 
