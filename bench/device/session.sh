@@ -88,6 +88,22 @@ step_train() {
     --profile-steps 3 --out "$OUT/train.json" 2>&1 | grep -v "^ \{4\}  " | tail -16
 }
 
+step_fused_check() {  # the fused kernel and 16 virtual ranks
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
+    tests/gpu/test_large_world.py -k "fused or large_world" 2>&1 | tee "$OUT/kernels2.log" | tail -4
+}
+step_train_overlap_check() {  # the 128 MiB config with and without the second stream
+  for o in --no-overlap --overlap; do
+    timeout 60 python3 examples/data_parallel_train.py --config 128MiB --steps 10 $o --out "$OUT/train128$o.json" \
+      2>&1 | tail -4
+  done
+}
+step_official_others() { official official-ag-rs-a2a all_gather,reduce_scatter,all_to_all 1K:1G:16 190; }
+step_decode_unfused() {
+  timeout 60 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 8 --steps 24 --no-fused \
+    --out "$OUT/decode-unfused.json" 2>&1 | tail -5
+}
+
 step_pack() { rm -rf "$OUT/prof" "$OUT"/*.csv "$OUT"/*.png; ls "$OUT"; }
 
 for s in "$@"; do log "$s"; "step_$s"; done

@@ -81,8 +81,9 @@ void HarnessRank::check_launch(const HarnessParams& p) const {
   if (op == HarnessOp::kCollective) {
     check_collective(p);
   } else {
-    const int min_blocks = op == HarnessOp::kAllReduce1paLL ? 0 : 1;  // 0: the collective picks its grid
-    if (p.blocks < min_blocks || p.threads < 1 || p.threads > 1024)
+    // 0: the kernel picks its grid
+    const bool own_grid = op == HarnessOp::kAllReduce1paLL || op == HarnessOp::kAllReduceEpilogue;
+    if (p.blocks < (own_grid ? 0 : 1) || p.threads < (own_grid ? 0 : 1) || p.threads > 1024)
       throw std::invalid_argument("jax_mscclpp: bad launch shape");
   }
 }
