@@ -9,10 +9,11 @@ weights must agree (up to the order partial sums are added).
     python examples/data_parallel_train.py --config 128MiB,1GiB --out train.json
     python examples/data_parallel_train.py --config 128MiB --profile /tmp/train-profile
 
-``--overlap`` (the default) lowers jax_mscclpp's gradient sums with ``overlap=True``: they run on a second GPU
-stream with a few thread blocks, so XLA schedules the backward pass of earlier layers beside them, as it does with
-its own asynchronous all-reduces. ``--profile DIR`` prints, per step, the collective kernels' time and how much of
-it ran beside compute kernels.
+``--overlap`` lowers jax_mscclpp's gradient sums with ``overlap=True``: they run on a second GPU stream with a few
+thread blocks, so that XLA may schedule the backward pass of earlier layers beside them, as it does with its own
+asynchronous all-reduces. ``--profile DIR`` prints, per step, the collective kernels' time and how much of it ran
+beside compute kernels. Weights are compared relative to the largest weight of the model: a bias gradient is a
+sum with much cancellation, so two programs that reduce in different orders agree on it only to that scale.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"comma-separated configs of {', '.join(CONFIGS)} (default: tiny on CPU, 128MiB,1GiB "
                         "on GPUs)")
     parser.add_argument("--collectives", choices=("both", "mscclpp", "lax"), default="both")
-    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
-                        help="jax_mscclpp: gradient sums on a second stream beside the backward pass (default on)")
+    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=False,
+                        help="jax_mscclpp: gradient sums on a second stream beside the backward pass (default off)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant (default 20)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -129,11 +130,13 @@ def run_variant(step, params0, x, y, steps: int, warmup: int):
 
 
 def max_rel_diff(a, b) -> float:
-    worst = 0.0
+    """Largest |a - b| over every weight, relative to the largest |b| of the model."""
+    worst, scale = 0.0, 1e-30
     for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         u64, v64 = np.asarray(u, np.float64), np.asarray(v, np.float64)
-        worst = max(worst, float(np.max(np.abs(u64 - v64))) / max(float(np.max(np.abs(v64))), 1e-30))
-    return worst
+        worst = max(worst, float(np.max(np.abs(u64 - v64))))
+        scale = max(scale, float(np.max(np.abs(v64))))
+    return worst / scale
 
 
 def main(argv=None) -> int:

@@ -12,9 +12,11 @@ pmin. The whole decode step is one jitted ``shard_map`` and the KV cache is a do
     python examples/transformer_decode.py --preset 8b --layers 4 --batch 8 --profile /tmp/decode-profile
 
 With ``--collectives both`` (the default) each batch size runs with jax_mscclpp's collectives and with lax's,
-and the run fails (exit status 1) unless both produce the same tokens and close logits. The jax_mscclpp variant
-ends each row-parallel projection with ``jm.fused.all_reduce_residual_rmsnorm`` (the all-reduce, the residual add
-and the next RMSNorm in one kernel on GPUs) unless ``--no-fused``. ``--profile DIR`` profiles decode steps of each
+and the run fails (exit status 1) unless both produce close logits, and the same tokens unless fused. The
+jax_mscclpp variant ends each row-parallel projection with ``jm.fused.all_reduce_residual_rmsnorm`` (the
+all-reduce, the residual add and the next RMSNorm in one kernel on GPUs) unless ``--no-fused``; its RMSNorm sums a
+row in another order than XLA's, so a greedy pick between two nearly equal logits can differ after some steps,
+and with ``--fused`` the logits are compared up to the first step whose tokens differ. ``--profile DIR`` profiles decode steps of each
 variant and prints, per step, GPU busy and idle time and the collective kernels' time.
 """
 
@@ -376,7 +378,8 @@ def run(args) -> dict:
         if len(runs) == 2:
             check = {"batch": batch, **compare(runs["mscclpp"], runs["lax"])}
             tol = LOGIT_TOLERANCE[dtype_name]
-            check["passed"] = check["same_tokens"] and check["logits_max_rel_diff"] <= tol
+            exact = not (args.fused and plat != "cpu")  # the composition on CPU gives lax's bits
+            check["passed"] = (check["same_tokens"] or not exact) and check["logits_max_rel_diff"] <= tol
             checks.append(check)
             ratio = results[-2]["median_step_ms"] / results[-1]["median_step_ms"]
             tokens = f"same tokens ({batch} x {args.steps})" if check["same_tokens"] else (
@@ -398,8 +401,10 @@ def run(args) -> dict:
 
     passed = all(c["passed"] for c in checks)
     if checks:
-        print("PASS: mscclpp and lax produced the same tokens" if passed
-              else "FAIL: mscclpp and lax disagree (see above)")
+        same = all(c["same_tokens"] for c in checks)
+        print(("PASS: mscclpp and lax produced the same tokens" if same else
+               "PASS: mscclpp and lax agree (close logits; fused norms' rounding changed some greedy picks)")
+              if passed else "FAIL: mscclpp and lax disagree (see above)")
     return {
         "example": "transformer_decode",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

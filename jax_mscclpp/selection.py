@@ -67,16 +67,18 @@ DEFAULT_TABLE = (
     Rule(_AG, "cpu", None, "allpairs"),
     Rule(_RS, "cpu", None, "allpairs"),
     Rule(_A2A, "cpu", None, "allpairs"),
-    # GPU, two ranks (two H200s over NVLink, bench/results/*-x2-*): one LL hop up to 1 MiB, lax where neither of
-    # ours wins (the streaming push is 0.8-1.0x of lax at 1-4 MiB), the streaming one-shot push from 4 MiB and
-    # the two-phase streaming kernel for the largest messages; the all-pairs kernels win at every size measured.
+    # GPU, two ranks (two H200s over NVLink, bench/results/*x2-2026-11-29*): one LL hop up to 1 MiB, lax where
+    # neither of ours wins (the streaming push is 0.8-1.0x of lax at 1-4 MiB), the streaming one-shot push from
+    # 4 MiB and the two-phase streaming kernel for the largest messages; the all-pairs kernels win at every size
+    # but all_to_all's largest.
     Rule(_AR, "gpu", 1 * _MiB, "1pa_ll", world=2),
     Rule(_AR, "gpu", 4 * _MiB, "lax", world=2),
     Rule(_AR, "gpu", 128 * _MiB, "1pa_hb", world=2),
     Rule(_AR, "gpu", None, "2pa_hb", world=2),
     Rule(_AG, "gpu", None, "allpairs", world=2),
     Rule(_RS, "gpu", None, "allpairs", world=2),
-    Rule(_A2A, "gpu", None, "allpairs", world=2),
+    Rule(_A2A, "gpu", 256 * _MiB, "allpairs", world=2),  # 1.26x at 64 MiB, 0.97-1.01x at 1 GiB
+    Rule(_A2A, "gpu", None, "lax", world=2),
     # GPU, other world sizes (not measured here): the latency-bound sizes only.
     Rule(_AR, "gpu", 32 * _KiB, "1pa_ll"),
     Rule(_AG, "gpu", 16 * _KiB, "allpairs"),

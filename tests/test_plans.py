@@ -126,9 +126,9 @@ def test_platforms_of_a_registration(mesh8, rng):
 def test_gpu_rules_of_pick():
     """On GPUs a message larger than scratch is pipelined through it, so only a scratch without room for one
     element per chunk refuses a plan; a port-channel plan needs a communicator with port channels."""
-    def pick(platform, requested, scratch_limit, port_channels, block_count=1 << 20):
+    def pick(platform, requested, scratch_bytes, port_channels, block_count=1 << 20):
         return plans.pick(Collective.ALL_REDUCE, platform, requested, nbytes=4 * block_count, world_size=8,
-                          block_count=block_count, itemsize=4, scratch_limit=scratch_limit,
+                          block_count=block_count, itemsize=4, scratch_bytes=scratch_bytes,
                           port_channels=port_channels)
 
     with registered(library.allreduce_2pa_hb, "plan_hb") as name:
