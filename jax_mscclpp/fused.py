@@ -45,6 +45,15 @@ def _reference(x, residual, weight, *, axes, norm, eps, algorithm):
     return ((x32 * weight.astype(jnp.float32)).astype(x.dtype), new_residual)
 
 
+def _composition(axes, norm, eps, algorithm):
+    """_reference over the primitive's operands (x, residual[, weight])."""
+    def run(x, residual, *weight):
+        return _reference(x, residual, weight[0] if weight else None, axes=axes, norm=norm, eps=eps,
+                          algorithm=algorithm)
+
+    return run
+
+
 all_reduce_epilogue_p = Primitive("mscclpp_all_reduce_epilogue")
 all_reduce_epilogue_p.multiple_results = True
 
@@ -92,21 +101,14 @@ def _lower_gpu(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
 
 def _lower_composition(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
     del world
-
-    def run(x, residual, *weight):
-        return _reference(x, residual, weight[0] if weight else None, axes=axes, norm=norm, eps=eps,
-                          algorithm=algorithm)
-
+    run = _composition(axes, norm, eps, algorithm)
     return mlir.lower_fun(run, multiple_results=True)(ctx, x, residual, *weight)
 
 
 def _batch(args, dims, *, axes, world, norm, eps, algorithm):
     """Under vmap the composition runs (each mapped call its own collective)."""
-
-    def run(x, residual, *weight):
-        return _reference(x, residual, weight[0] if weight else None, axes=axes, norm=norm, eps=eps,
-                          algorithm=algorithm)
-
+    del world
+    run = _composition(axes, norm, eps, algorithm)
     outs = jax.vmap(run, in_axes=tuple(d if isinstance(d, int) else None for d in dims))(*args)
     return list(outs), [0] * len(outs)
 

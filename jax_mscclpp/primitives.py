@@ -23,7 +23,7 @@ from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
 from . import _compat, _native, _ordering, selection
-from ._types import ALGORITHMS, ALGORITHMS_OF, REDUCE_OPS, Algorithm, Collective
+from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
 

@@ -94,8 +94,19 @@ const StreamTuning& stream_tuning() {
   return tuning;
 }
 
-StreamGeometry geometry(uint64_t seg, int nranks, uint64_t scratch_bytes, int max_blocks) {
-  return stream_geometry(seg, nranks, ScratchLayout::of(scratch_bytes).hb_half, max_blocks, stream_tuning());
+// The segment and geometry of a streaming call. 2PA-HB streams shards (a 1/n of the message each) and gives each
+// of its two phases half of the HB half's slots; the others stream whole blocks through all of them.
+struct StreamShape {
+  uint64_t seg;
+  uint64_t phase_bytes;  // slot bytes of one phase (the second phase's slots start there)
+  StreamGeometry geo;
+};
+
+StreamShape stream_shape(Kind k, uint64_t bytes, int nranks, uint64_t scratch_bytes, int max_blocks) {
+  const bool two = k == Kind::kStreamTwoPhase;
+  const uint64_t seg = two ? round_up(ceil_div(bytes, nranks), 16) : bytes;
+  const uint64_t phase = ScratchLayout::of(scratch_bytes).hb_half / (two ? 2 : 1);
+  return {seg, phase, stream_geometry(seg, nranks, phase, max_blocks, stream_tuning())};
 }
 
 cudaError_t launch_piece(const CollectiveContext& c, Kind k, int32_t collective, const Piece& p, int32_t dtype,
@@ -114,17 +125,15 @@ cudaError_t launch_piece(const CollectiveContext& c, Kind k, int32_t collective,
 cudaError_t launch_streaming(const CollectiveContext& c, Kind k, int32_t collective, const char* in, char* out,
                              uint64_t bytes, int32_t dtype, int32_t op, cudaStream_t stream, int max_blocks) {
   const int n = c.nranks;
+  const StreamShape s = stream_shape(k, bytes, n, c.scratch_bytes, max_blocks);
+  const StreamGeometry& geo = s.geo;
+  if (geo.blocks == 0) return cudaErrorInvalidValue;
   if (k == Kind::kStreamTwoPhase) {  // 2PA-HB: reduce shard r of every rank into my shard, then share it
-    const uint64_t shard = round_up(ceil_div(bytes, n), 16);
-    const uint64_t half = ScratchLayout::of(c.scratch_bytes).hb_half / 2;  // each phase its own slots
-    const StreamGeometry geo = stream_geometry(shard, n, half, max_blocks, stream_tuning());
-    if (geo.blocks == 0) return cudaErrorInvalidValue;
+    const uint64_t shard = s.seg;
     const StreamArgs reduce{in, shard, out + c.rank * shard, 0, shard, bytes, geo, 0};
-    const StreamArgs gather{out + c.rank * shard, 0, out, shard, shard, bytes, geo, half};
+    const StreamArgs gather{out + c.rank * shard, 0, out, shard, shard, bytes, geo, s.phase_bytes};
     return launch_stream_two_phase(c, reduce, gather, dtype, op, stream);
   }
-  const StreamGeometry geo = geometry(bytes, n, c.scratch_bytes, max_blocks);
-  if (geo.blocks == 0) return cudaErrorInvalidValue;
   const uint64_t total = n * bytes;  // every segment whole
   if (k == Kind::kStreamReduce) {
     const uint64_t stride = collective == kReduceScatterCode ? bytes : 0;  // all_reduce 1PA-HB: the whole input
@@ -150,12 +159,8 @@ uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t
   const uint64_t bytes = block_count * esize;
   const Kind k = kind_of(collective, algorithm, bytes);
   if (k == Kind::kNone) return 0;
-  if (streaming(k)) {  // one launch whatever the size; whether it runs at all does not depend on the grid
-    const bool two = k == Kind::kStreamTwoPhase;
-    const uint64_t seg = two ? round_up(ceil_div(bytes, nranks), 16) : bytes;
-    const uint64_t half = ScratchLayout::of(scratch_bytes).hb_half / (two ? 2 : 1);
-    return stream_geometry(seg, nranks, half, 1, stream_tuning()).blocks == 0 ? 0 : 1;
-  }
+  if (streaming(k))  // one launch whatever the size; whether it runs at all does not depend on the grid
+    return stream_shape(k, bytes, nranks, scratch_bytes, 1).geo.blocks == 0 ? 0 : 1;
   if (k == Kind::kSwitch && nranks > kMaxSwitchMembers) return 0;
   const uint64_t cap = piece_cap(k, collective, nranks, scratch_bytes);
   return cap == 0 ? 0 : ceil_div(bytes, cap);
