@@ -55,4 +55,10 @@ inline const char* target_name(Collective c) {
 inline constexpr const char* kAllReduceResidualTarget = "jax_mscclpp_all_reduce_residual";
 inline constexpr const char* kAllReduceRMSNormTarget = "jax_mscclpp_all_reduce_rmsnorm";
 
+// GPU targets are registered twice: under the name above, command-buffer compatible (XLA may record the call into
+// its CUDA graphs), and under the name plus this suffix, without that trait (XLA runs the call as its own thunk and
+// records only the work between such calls). jax_mscclpp/primitives.py: gpu_target picks one per lowering;
+// docs/architecture.md, "Command buffers", says why both exist.
+inline constexpr const char* kOutsideGraphsSuffix = "_outside_graphs";
+
 }  // namespace jax_mscclpp

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "call_decoding.h"
 #include "handlers.h"
 #include "host_communicator.h"
 #include "host_plan.h"
@@ -44,6 +45,8 @@ NB_MODULE(_jax_mscclpp, m) {
         return platforms;
       },
       "FFI targets by platform: {platform: {target name: capsule}}. Only targets that work are listed.");
+
+  m.attr("OUTSIDE_GRAPHS_SUFFIX") = kOutsideGraphsSuffix;
 
   m.def("cuda_built", [] {
 #ifdef JAX_MSCCLPP_WITH_CUDA

@@ -24,7 +24,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from . import _compat, _native
+from . import _compat, _native, primitives
 from ._types import DTYPE_CODES, check_dtype
 from .collectives import _axes_and_world, psum
 from .communicator import Communicator
@@ -92,10 +92,11 @@ def _lower_gpu(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
     if comm is None:
         return _lower_composition(ctx, x, residual, *weight, axes=axes, world=world, norm=norm, eps=eps,
                                   algorithm=algorithm)
+    nbytes = int(np.prod(x_aval.shape, dtype=int)) * np.dtype(x_aval.dtype).itemsize
     if norm:
-        return jax.ffi.ffi_lowering(RMSNORM_TARGET, has_side_effect=True)(
+        return jax.ffi.ffi_lowering(primitives.gpu_target(RMSNORM_TARGET, nbytes), has_side_effect=True)(
             ctx, x, residual, weight[0], comm_id=np.int64(comm.id), eps=np.float32(eps))
-    return jax.ffi.ffi_lowering(RESIDUAL_TARGET, has_side_effect=True)(
+    return jax.ffi.ffi_lowering(primitives.gpu_target(RESIDUAL_TARGET, nbytes), has_side_effect=True)(
         ctx, x, residual, comm_id=np.int64(comm.id), row=np.int64(row))
 
 

@@ -81,6 +81,13 @@ OVERLAP_MAX_BLOCKS = 32
 OVERLAP_STREAM = 1
 
 
+def gpu_target(name: str, nbytes: int) -> str:
+    """The GPU FFI target to emit for target ``name`` and a call of ``nbytes`` per rank: ``name`` (XLA may record
+    the call into its command buffers) or its twin that XLA runs as its own thunk (``selection.in_command_buffers``;
+    ffi/call_decoding.h, kOutsideGraphsSuffix)."""
+    return name if selection.in_command_buffers(nbytes) else name + _native.native.OUTSIDE_GRAPHS_SUFFIX
+
+
 def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap):
     """Lowers one collective for ``platform`` ("cpu" or "gpu") as ``selection.decide`` says: a registered plan or
     one of our algorithms as a custom call, 2PH as a composition, or the lax collective."""
@@ -119,6 +126,7 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap)
         _ordering.record(ctx, out[0], ctx.avals_out[0])
         return out
     # GPU: the handler finds its rank by device ordinal.
+    target = jax.ffi.ffi_lowering(gpu_target(collective.target, count * itemsize), has_side_effect=True)
     attrs["max_blocks"] = np.int32(OVERLAP_MAX_BLOCKS if overlap else 0)
     if not overlap:
         return target(ctx, x, **attrs)

@@ -26,6 +26,11 @@ from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, Collective
 
 ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
 
+# Whether XLA may record a GPU call into its command buffers (CUDA graphs): "1" always, "0" never, unset: calls of
+# more than GRAPH_MIN_BYTES per rank only (docs/architecture.md, "Command buffers", has the measurements).
+ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
+GRAPH_MIN_BYTES = 1 << 20
+
 # Algorithms each platform's backend runs.
 PLATFORM_ALGORITHMS = {
     "cpu": {
@@ -96,6 +101,16 @@ class Decision:
     algorithm: str
     plan: object = None
     plan_dict: dict | None = None
+
+
+def in_command_buffers(nbytes: int) -> bool:
+    """Whether a GPU call of ``nbytes`` per rank is emitted command-buffer compatible (JAX_MSCCLPP_COMMAND_BUFFERS,
+    read at lowering). A recorded call costs a re-trace whenever XLA updates the command buffer holding it (every
+    step whose input or output buffers moved), which outweighs a small call's kernel; a large call's kernel hides it."""
+    value = os.environ.get(ENV_COMMAND_BUFFERS, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"jax_mscclpp: {ENV_COMMAND_BUFFERS}={value!r}: expected 0, 1 or unset")
+    return value == "1" or (value == "" and nbytes > GRAPH_MIN_BYTES)
 
 
 def requested_algorithm(collective: Collective, platform: str, algorithm: str | None) -> str | None:

@@ -78,7 +78,7 @@ step_model() {
 }
 
 step_decode() {
-  timeout 120 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 24 \
+  timeout 150 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 \
     --profile "$OUT/prof" --profile-steps 8 --profile-batches 8 --out "$OUT/decode.json" 2>&1 \
     | grep -v "^ \{4\}" | tail -24
 }
@@ -103,6 +103,60 @@ step_decode_unfused() {
   timeout 60 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 8 --steps 24 --no-fused \
     --out "$OUT/decode-unfused.json" 2>&1 | tail -5
 }
+
+decode_b8() {  # decode_b8 NAME [XLA_FLAGS]: batch 8, profiled, and the runtime's host events per step
+  XLA_FLAGS="${2:-}" timeout 100 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 8 --steps 24 \
+    --profile "$OUT/prof-$1" --profile-steps 8 --out "$OUT/decode-$1.json" 2>&1 | grep -E "^ +8 |mscclpp/lax|profile"
+  python3 - "$OUT/decode-$1.json" <<'PY'
+import json, sys
+p = {x["collectives"]: x for x in json.load(open(sys.argv[1]))["profiles"]}
+names = list(dict.fromkeys(h["name"] for v in p.values() for h in v["host_calls"]))
+calls = {k: {h["name"]: h for h in v["host_calls"]} for k, v in p.items()}
+for n in names[:40]:
+    print("  ".join(f"{calls[k].get(n, {}).get('calls_per_step', 0):6.1f} {calls[k].get(n, {}).get('total_us_per_step', 0):7.0f}"
+                    for k in ("mscclpp", "lax")), n[:100])
+PY
+}
+step_decode_diag() {
+  decode_b8 default
+  decode_b8 cmdbuf-all "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN --xla_gpu_graph_min_graph_size=1"
+  decode_b8 no-cmdbuf "--xla_gpu_enable_command_buffer="
+}
+
+step_flax() {
+  PYTHONPATH="$PYTHONPATH:$PWD/.deps/py312" timeout 120 python3 examples/flax_tensor_parallel.py --tp 2 --batch 8 --seq 512 --d-model 4096 --heads 32 \
+    --d-ff 14336 --layers 4 --dtype bfloat16 --steps 20 --out "$OUT/flax-tp2.json" 2>&1 | tail -8
+}
+
+official_all() {  # official_all NAME TIMEOUT [--launch 2]: issue 12's command, every algorithm
+  timeout "$2" python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
+    --dtype bfloat16 --algorithm all --mode cmdbuf --no-progress --quiet --out "$OUT" --name "$1" "${@:3}" 2>&1 | tail -3
+  python3 - "$OUT/$1.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["records"]:
+    if r.get("algorithm") == "auto":
+        print(f"{r['op']:<15}{r['size']:>11}  {r.get('algorithm', ''):<9}{r['chosen']:<9}{r.get('ours_us') or 0:>9.1f}"
+              f"{r.get('lax_us') or 0:>9.1f}{r.get('ours_busbw') or 0:>7.0f}{r.get('lax_busbw') or 0:>7.0f} "
+              f"{r.get('speedup') or 0:>5.2f}x {r['check']}")
+PY
+}
+step_official_all() { official_all bench-x2-official-all 500 --iters 10 --warmup 3; }
+step_official_all_launch2() { official_all bench-x2-official-all-launch2 500 --iters 10 --warmup 3 --launch 2; }
+step_copy_engine() { timeout 60 python3 bench/device/copy_engine_rate.py --out "$OUT/copy-engine.json" | tail -12; }
+
+# A/B of JAX_MSCCLPP_COMMAND_BUFFERS (our calls inside XLA's CUDA graphs or outside them), in-model.
+ab_cb() {  # ab_cb CB: decode (the issue's command), the model-shaped bench, training 128 MiB, small all_reduce
+  export JAX_MSCCLPP_COMMAND_BUFFERS=$1
+  timeout 150 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 \
+    --out "$OUT/decode-cb$1.json" 2>&1 | grep -E "^ +[0-9]+ |mscclpp/lax|PASS|FAIL"
+  timeout 60 python3 -m jax_mscclpp.bench.model --rows 8 --layers 64 --iters 10 --out "$OUT/model-cb$1" 2>&1 | tail -4
+  timeout 90 python3 examples/data_parallel_train.py --config 128MiB --steps 10 --out "$OUT/train-cb$1.json" 2>&1 \
+    | tail -3
+  official small-cb$1 all_reduce 1K:1M:4 60
+  unset JAX_MSCCLPP_COMMAND_BUFFERS
+}
+step_ab_cb0() { ab_cb 0; }
+step_ab_cb1() { ab_cb 1; }
 
 step_pack() { rm -rf "$OUT/prof" "$OUT"/*.csv "$OUT"/*.png; ls "$OUT"; }
 

@@ -104,19 +104,25 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
   return ffi::Error::Success();
 }
 
-#define JAX_MSCCLPP_CUDA_HANDLER(symbol, collective)                        \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cuda<collective>,        \
-                                ffi::Ffi::Bind()                            \
-                                    .Ctx<ffi::PlatformStream<cudaStream_t>>() \
-                                    .Ctx<ffi::DeviceOrdinal>()              \
-                                    .Arg<ffi::AnyBuffer>()                  \
-                                    .Ret<ffi::AnyBuffer>()                  \
-                                    .Attr<int64_t>("comm_id")               \
-                                    .Attr<int32_t>("op")                    \
-                                    .Attr<int32_t>("algorithm")             \
-                                    .Attr<int64_t>("plan_id")               \
-                                    .Attr<int32_t>("max_blocks"),           \
-                                {ffi::Traits::kCmdBufferCompatible});
+#define JAX_MSCCLPP_CUDA_BINDING(collective)          \
+  ffi::Ffi::Bind()                                       \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()          \
+      .Ctx<ffi::DeviceOrdinal>()                         \
+      .Arg<ffi::AnyBuffer>()                             \
+      .Ret<ffi::AnyBuffer>()                             \
+      .Attr<int64_t>("comm_id")                          \
+      .Attr<int32_t>("op")                               \
+      .Attr<int32_t>("algorithm")                        \
+      .Attr<int64_t>("plan_id")                          \
+      .Attr<int32_t>("max_blocks")
+
+// Each handler twice (call_decoding.h, kOutsideGraphsSuffix): `symbol` may be recorded into command buffers,
+// `symbol##OutsideGraphs` may not.
+#define JAX_MSCCLPP_CUDA_HANDLER(symbol, collective)                                                       \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cuda<collective>, JAX_MSCCLPP_CUDA_BINDING(collective), \
+                                {ffi::Traits::kCmdBufferCompatible});                                      \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol##OutsideGraphs, collective_cuda<collective>,                        \
+                                JAX_MSCCLPP_CUDA_BINDING(collective));
 
 JAX_MSCCLPP_CUDA_HANDLER(AllReduceCuda, Collective::kAllReduce)
 JAX_MSCCLPP_CUDA_HANDLER(AllGatherCuda, Collective::kAllGather)
@@ -158,41 +164,61 @@ ffi::Error all_reduce_rmsnorm_cuda(cudaStream_t stream, int32_t device, ffi::Any
                        weight.element_count(), *new_residual, normed->untyped_data(), comm_id, eps);
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCuda, all_reduce_residual_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("comm_id")
-                                  .Attr<int64_t>("row"),
-                              {ffi::Traits::kCmdBufferCompatible});
+#define JAX_MSCCLPP_RESIDUAL_BINDING                 \
+  ffi::Ffi::Bind()                                    \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()       \
+      .Ctx<ffi::DeviceOrdinal>()                      \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Ret<ffi::AnyBuffer>()                          \
+      .Attr<int64_t>("comm_id")                       \
+      .Attr<int64_t>("row")
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCuda, all_reduce_rmsnorm_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("comm_id")
-                                  .Attr<float>("eps"),
+#define JAX_MSCCLPP_RMSNORM_BINDING                  \
+  ffi::Ffi::Bind()                                    \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()       \
+      .Ctx<ffi::DeviceOrdinal>()                      \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Ret<ffi::AnyBuffer>()                          \
+      .Ret<ffi::AnyBuffer>()                          \
+      .Attr<int64_t>("comm_id")                       \
+      .Attr<float>("eps")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCuda, all_reduce_residual_cuda, JAX_MSCCLPP_RESIDUAL_BINDING,
                               {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCudaOutsideGraphs, all_reduce_residual_cuda,
+                              JAX_MSCCLPP_RESIDUAL_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCuda, all_reduce_rmsnorm_cuda, JAX_MSCCLPP_RMSNORM_BINDING,
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCudaOutsideGraphs, all_reduce_rmsnorm_cuda,
+                              JAX_MSCCLPP_RMSNORM_BINDING);
 
 }  // namespace
 
 const HandlerList& cuda_handlers() {
-  static const HandlerList handlers = {
-      {target_name(Collective::kAllReduce), reinterpret_cast<void*>(AllReduceCuda)},
-      {target_name(Collective::kAllGather), reinterpret_cast<void*>(AllGatherCuda)},
-      {target_name(Collective::kReduceScatter), reinterpret_cast<void*>(ReduceScatterCuda)},
-      {target_name(Collective::kAllToAll), reinterpret_cast<void*>(AllToAllCuda)},
-      {kAllReduceResidualTarget, reinterpret_cast<void*>(AllReduceResidualCuda)},
-      {kAllReduceRMSNormTarget, reinterpret_cast<void*>(AllReduceRMSNormCuda)},
-  };
+  static const HandlerList handlers = [] {
+    const std::string outside = kOutsideGraphsSuffix;
+    const std::string all_reduce = target_name(Collective::kAllReduce), all_gather = target_name(Collective::kAllGather),
+                      reduce_scatter = target_name(Collective::kReduceScatter),
+                      all_to_all = target_name(Collective::kAllToAll), residual = kAllReduceResidualTarget,
+                      rmsnorm = kAllReduceRMSNormTarget;
+    return HandlerList{
+        {all_reduce, reinterpret_cast<void*>(AllReduceCuda)},
+        {all_reduce + outside, reinterpret_cast<void*>(AllReduceCudaOutsideGraphs)},
+        {all_gather, reinterpret_cast<void*>(AllGatherCuda)},
+        {all_gather + outside, reinterpret_cast<void*>(AllGatherCudaOutsideGraphs)},
+        {reduce_scatter, reinterpret_cast<void*>(ReduceScatterCuda)},
+        {reduce_scatter + outside, reinterpret_cast<void*>(ReduceScatterCudaOutsideGraphs)},
+        {all_to_all, reinterpret_cast<void*>(AllToAllCuda)},
+        {all_to_all + outside, reinterpret_cast<void*>(AllToAllCudaOutsideGraphs)},
+        {residual, reinterpret_cast<void*>(AllReduceResidualCuda)},
+        {residual + outside, reinterpret_cast<void*>(AllReduceResidualCudaOutsideGraphs)},
+        {rmsnorm, reinterpret_cast<void*>(AllReduceRMSNormCuda)},
+        {rmsnorm + outside, reinterpret_cast<void*>(AllReduceRMSNormCudaOutsideGraphs)},
+    };
+  }();
   return handlers;
 }
 

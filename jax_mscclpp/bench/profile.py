@@ -5,7 +5,8 @@ create_perfetto_trace=True)`` and returns the trace file; ``summarize(path, step
 reports, per step and for GPU 0: GPU busy time (the union of kernel intervals over every stream), idle time, the
 collective kernels' time (ours: names with ``jax_mscclpp``; lax: NCCL kernels and XLA's collective fusions such as
 ``psum_*``/``all-reduce``), the time collective kernels ran beside compute kernels (overlap), and the top kernels
-and host events by total time.
+and host events by total time, and the runtime's host events by calls per step (thunks, kernel and graph launches,
+stream captures: what the host does per step).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _intersection(a: list, b: list) -> float:
     return total
 
 
-def summarize(path: str, steps: int, top: int = 12) -> dict:
+def summarize(path: str, steps: int, top: int = 12, top_calls: int = 30) -> dict:
     """Per-step figures (microseconds) for the first GPU of the trace; see the module docstring."""
     events, pnames, tnames = _events(path)
     gpu_pids = sorted(p for p, n in pnames.items() if re.search(r"/device:GPU:0\b|GPU:0\b|/device:GPU:0 ", n))
@@ -126,15 +127,22 @@ def summarize(path: str, steps: int, top: int = 12) -> dict:
              "median_us": statistics.median(d)}
             for n, d in sorted(stats.items(), key=lambda kv: -sum(kv[1]))[:top]
         ],
+        "kernels_per_step": len(kernels) / per,
         "host": [
             {"name": n[:160], "calls_per_step": len(d) / per, "total_us_per_step": sum(d) / per}
             for n, d in sorted(host_stats.items(), key=lambda kv: -sum(kv[1]))[:top]
         ],
+        # Python frames ("$file:line name") excluded: what the runtime does, per step, most frequent first.
+        "host_calls": [
+            {"name": n[:160], "calls_per_step": len(d) / per, "total_us_per_step": sum(d) / per}
+            for n, d in sorted(host_stats.items(), key=lambda kv: (-len(kv[1]), -sum(kv[1])))
+            if not n.startswith("$")][:top_calls],
     }
 
 
 def format_summary(label: str, s: dict) -> str:
-    lines = [f"{label}: per step {s['span_us']:.0f} us span, GPU busy {s['gpu_busy_us']:.0f}, idle "
+    lines = [f"{label}: per step {s['span_us']:.0f} us span, {s['kernels_per_step']:.0f} kernels, GPU busy "
+             f"{s['gpu_busy_us']:.0f}, idle "
              f"{s['gpu_idle_us']:.0f}, collective kernels {s['collective_us']:.1f} (ours {s['ours_us']:.1f}, lax "
              f"{s['lax_collective_us']:.1f}), collective beside compute {s['collective_beside_compute_us']:.1f}"]
     for k in s["kernels"][:6]:
