@@ -12,7 +12,7 @@
 #include "collective_types.h"
 #include "handlers.h"
 #include "host_collectives.h"
-#include "host_plan.h"
+#include "host_executor.h"
 #include "registry.h"
 #include "runtime_settings.h"
 #include "xla/ffi/api/ffi.h"
