@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "collective_types.h"
 #include "xla/ffi/api/ffi.h"
@@ -28,27 +29,14 @@ inline DType to_dtype(xla::ffi::DataType t) {
   }
 }
 
-// Elements of one block (collective_types.h) from the input and output element counts; false on a mismatch.
+// Elements of one block from the input and output element counts; false on a mismatch (the layout's one owner:
+// jax_mscclpp/block_layout.h).
 inline bool block_count_of(Collective c, size_t in_elems, size_t out_elems, size_t world, size_t* block) {
-  switch (c) {
-    case Collective::kAllReduce: *block = in_elems; return out_elems == in_elems;
-    case Collective::kAllGather: *block = in_elems; return out_elems == in_elems * world;
-    case Collective::kReduceScatter: *block = in_elems / world; return in_elems % world == 0 && out_elems == *block;
-    case Collective::kAllToAll: *block = in_elems / world; return in_elems % world == 0 && out_elems == in_elems;
-  }
-  return false;
+  return block_count_of(static_cast<int32_t>(c), in_elems, out_elems, world, block);
 }
 
 // The FFI target of a collective, the same on every platform (jax_mscclpp/_types.py: Collective.target).
-inline const char* target_name(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce: return "jax_mscclpp_all_reduce";
-    case Collective::kAllGather: return "jax_mscclpp_all_gather";
-    case Collective::kReduceScatter: return "jax_mscclpp_reduce_scatter";
-    case Collective::kAllToAll: return "jax_mscclpp_all_to_all";
-  }
-  return "";
-}
+inline std::string target_name(Collective c) { return std::string("jax_mscclpp_") + collective_name(c); }
 
 // The fused all_reduce + epilogue targets (GPU only; jax_mscclpp/fused.py lowers them, and composes the same
 // result from the plain collective elsewhere).

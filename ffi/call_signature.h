@@ -48,38 +48,6 @@ struct CallSignature {
   bool operator==(const CallSignature& o) const { return word0() == o.word0() && block_count == o.block_count; }
 };
 
-inline const char* dtype_name(DType t) {
-  static const char* names[] = {"float32", "bfloat16", "float16", "float64", "int8", "uint8",
-                                "int16",   "uint16",   "int32",   "uint32",  "int64", "uint64"};
-  const int i = int(t);
-  return i >= 0 && i < int(sizeof(names) / sizeof(names[0])) ? names[i] : "?";
-}
-
-inline const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "?";
-}
-
-inline const char* algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::kOnePhaseAllPairsLL: return "1pa_ll";
-    case Algorithm::kOnePhaseAllPairsHB: return "1pa_hb";
-    case Algorithm::kTwoPhaseAllPairsLL: return "2pa_ll";
-    case Algorithm::kTwoPhaseAllPairsHB: return "2pa_hb";
-    case Algorithm::kTwoPhaseRing: return "2pr";
-    case Algorithm::kTwoPhaseNvls: return "2pa_nvls";
-    case Algorithm::kAllPairs: return "allpairs";
-    case Algorithm::kPlan: return "plan";
-    case Algorithm::kAllPairsLL: return "allpairs_ll";
-    case Algorithm::kAllPairsHB: return "allpairs_hb";
-  }
-  return "?";
-}
-
 // "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll" (or "..., plan 'name'" given the plan's name).
 inline std::string describe(const CallSignature& s, const std::string& plan_name = "") {
   std::ostringstream out;

@@ -3,7 +3,7 @@
 //
 // Operands: x (the local block(s)), partition (u32 scalar: XLA's partition id of this device, which the
 // communicator maps to its group and rank), and optionally the previous collective's result, never read: it only
-// orders the calls (jax_mscclpp/_ordering.py). Attributes: comm_id, op, algorithm (collective_types.h values),
+// orders the calls (jax_mscclpp/_ordering.py). Attributes: comm_id, op, algorithm (codes of jax_mscclpp/codes.def),
 // plan_id (the registered execution plan when algorithm is kPlan, else -1).
 #include <chrono>
 #include <sstream>
@@ -12,7 +12,7 @@
 #include "collective_types.h"
 #include "handlers.h"
 #include "host_collectives.h"
-#include "host_plan.h"
+#include "host_executor.h"
 #include "registry.h"
 #include "runtime_settings.h"
 #include "xla/ffi/api/ffi.h"

@@ -222,8 +222,7 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
   };
   switch (call.collective) {
     case Collective::kAllReduce:
-      if (call.algorithm == Algorithm::kOnePhaseAllPairsLL || call.algorithm == Algorithm::kOnePhaseAllPairsHB)
-        return all_reduce_one_phase(rc, call);
+      if (host_run(call.algorithm) == kHostOnePhase) return all_reduce_one_phase(rc, call);
       return all_reduce_two_phase(rc, call);
     case Collective::kAllGather:
       return all_pairs_rounds(rc, n, [&](int, size_t off) { return in + off * es; }, copy_to_blocks);
@@ -237,11 +236,12 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
   return true;
 }
 
+// codes.def's `host` column: all_reduce in one or two phases, the other collectives all-pairs.
 bool supported_on_host(const CollectiveCall& call) {
-  if (call.collective == Collective::kAllReduce)
-    return call.algorithm == Algorithm::kOnePhaseAllPairsLL || call.algorithm == Algorithm::kTwoPhaseAllPairsLL ||
-           call.algorithm == Algorithm::kTwoPhaseAllPairsHB || call.algorithm == Algorithm::kOnePhaseAllPairsHB;
-  return call.algorithm == Algorithm::kAllPairs;
+  const HostRun run = host_run(call.algorithm);
+  if (!algorithm_serves(call.algorithm, call.collective)) return false;
+  if (call.collective == Collective::kAllReduce) return run == kHostOnePhase || run == kHostTwoPhase;
+  return run == kHostAllPairs;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "host_communicator.h"
 
-#include "host_plan.h"
+#include "host_executor.h"
 
 #include <algorithm>
 #include <limits>

@@ -7,9 +7,10 @@
 #include <memory>
 
 #include "call_decoding.h"
+#include "collective_types.h"
 #include "handlers.h"
 #include "host_communicator.h"
-#include "host_plan.h"
+#include "host_executor.h"
 #include "registry.h"
 #include "runtime_settings.h"
 
@@ -27,6 +28,53 @@ nb::dict handler_dict(const HandlerList& handlers) {
   nb::dict d;
   for (const auto& [name, fn] : handlers) d[name.c_str()] = nb::capsule(fn);
   return d;
+}
+
+nb::dict code_row(const char* enumerator, int code, const char* name) {
+  nb::dict row;
+  row["enumerator"] = enumerator;
+  row["code"] = code;
+  row["name"] = name;
+  return row;
+}
+
+// Every table of kernels/include/jax_mscclpp/codes.def, for jax_mscclpp/_types.py: {table: [row dict, ...]}.
+nb::dict code_tables() {
+  nb::list collectives, reduce_ops, dtypes, algorithms, plan_ops, plan_buffers, plan_channels;
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
+  {                                                                                 \
+    nb::dict row = code_row(#enumerator, code, name);                               \
+    row["input_per_rank"] = input_blocks != 0;                                      \
+    row["output_per_rank"] = output_blocks != 0;                                    \
+    collectives.append(row);                                                        \
+  }
+#define JAX_MSCCLPP_REDUCE_OP(enumerator, code, name) reduce_ops.append(code_row(#enumerator, code, name));
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes) \
+  {                                                      \
+    nb::dict row = code_row(#enumerator, code, name);    \
+    row["bytes"] = bytes;                                \
+    dtypes.append(row);                                  \
+  }
+#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives_mask, host) \
+  {                                                                           \
+    nb::dict row = code_row(#enumerator, code, name);                         \
+    row["collectives"] = int(collectives_mask);                               \
+    row["host"] = #host;                                                      \
+    algorithms.append(row);                                                   \
+  }
+#define JAX_MSCCLPP_PLAN_OP(enumerator, code, name) plan_ops.append(code_row(#enumerator, code, name));
+#define JAX_MSCCLPP_PLAN_BUFFER(enumerator, code, name) plan_buffers.append(code_row(#enumerator, code, name));
+#define JAX_MSCCLPP_PLAN_CHANNEL(enumerator, code, name) plan_channels.append(code_row(#enumerator, code, name));
+#include "jax_mscclpp/codes.def"
+  nb::dict tables;
+  tables["collective"] = collectives;
+  tables["reduce_op"] = reduce_ops;
+  tables["dtype"] = dtypes;
+  tables["algorithm"] = algorithms;
+  tables["plan_op"] = plan_ops;
+  tables["plan_buffer"] = plan_buffers;
+  tables["plan_channel"] = plan_channels;
+  return tables;
 }
 
 }  // namespace
@@ -55,6 +103,19 @@ NB_MODULE(_jax_mscclpp, m) {
     return false;
 #endif
   });
+
+  m.def("codes", &code_tables,
+        "The code tables of kernels/include/jax_mscclpp/codes.def: {table: [{enumerator, code, name, ...}, ...]}.");
+
+  m.def(
+      "block_count_of",
+      [](int collective, size_t in_elems, size_t out_elems, size_t world) -> nb::object {
+        size_t block = 0;
+        if (!block_count_of(static_cast<int32_t>(collective), in_elems, out_elems, world, &block)) return nb::none();
+        return nb::int_(block);
+      },
+      nb::arg("collective"), nb::arg("in_elems"), nb::arg("out_elems"), nb::arg("world"),
+      "The block's element count of a call (jax_mscclpp/block_layout.h), None when the counts do not fit.");
 
   m.def(
       "create_host_communicator",

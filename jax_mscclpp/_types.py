@@ -1,74 +1,75 @@
 """The vocabulary shared with the native side: collectives, ops, algorithms and dtypes.
 
-The integer codes travel to the FFI handlers as custom-call attributes; they mirror ``ffi/collective_types.h``.
+Every integer code comes from the native module, which exports the tables of
+``kernels/include/jax_mscclpp/codes.def`` (the one definition, docs/architecture.md "Codes"); the enums here are
+built from them, with the member names of the C++ enumerators (``kTwoPhaseRing`` -> ``TWO_PHASE_RING``).
 """
 
 from __future__ import annotations
 
 import enum
+import re
 
 import numpy as np
 import jax.numpy as jnp
 
+from . import _jax_mscclpp
 
-class Collective(enum.IntEnum):
-    ALL_REDUCE = 0
-    ALL_GATHER = 1
-    REDUCE_SCATTER = 2
-    ALL_TO_ALL = 3
+CODE_TABLES = _jax_mscclpp.codes()
 
+
+def _member(enumerator: str) -> str:
+    """``kOnePhaseAllPairsLL`` -> ``ONE_PHASE_ALL_PAIRS_LL``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", enumerator[1:]).upper()
+
+
+def _members(table: str) -> list[tuple[str, int]]:
+    return [(_member(row["enumerator"]), row["code"]) for row in CODE_TABLES[table]]
+
+
+class _CollectiveBase(enum.IntEnum):
     @property
     def target(self) -> str:
         """The FFI target name of this collective (the same on every platform)."""
         return "jax_mscclpp_" + self.name.lower()
 
 
-class ReduceOp(enum.IntEnum):
-    SUM = 0
-    MAX = 1
-    MIN = 2
+Collective = _CollectiveBase("Collective", _members("collective"), module=__name__)
+ReduceOp = enum.IntEnum("ReduceOp", _members("reduce_op"), module=__name__)
+Algorithm = enum.IntEnum("Algorithm", _members("algorithm"), module=__name__)
 
+REDUCE_OPS = {row["name"]: ReduceOp(row["code"]) for row in CODE_TABLES["reduce_op"]}
 
-REDUCE_OPS = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN}
-
-
-class Algorithm(enum.IntEnum):
-    ONE_PHASE_ALL_PAIRS_LL = 0
-    TWO_PHASE_ALL_PAIRS_LL = 1
-    TWO_PHASE_ALL_PAIRS_HB = 2
-    TWO_PHASE_RING = 3
-    TWO_PHASE_NVLS = 4
-    ALL_PAIRS = 5
-    PLAN = 6  # a registered execution plan (plans.py)
-    ONE_PHASE_ALL_PAIRS_HB = 9
-
-
-ALGORITHMS = {
-    "1pa_ll": Algorithm.ONE_PHASE_ALL_PAIRS_LL,
-    "1pa_hb": Algorithm.ONE_PHASE_ALL_PAIRS_HB,
-    "2pa_ll": Algorithm.TWO_PHASE_ALL_PAIRS_LL,
-    "2pa_hb": Algorithm.TWO_PHASE_ALL_PAIRS_HB,
-    "2pr": Algorithm.TWO_PHASE_RING,
-    "2pa_nvls": Algorithm.TWO_PHASE_NVLS,
-    "allpairs": Algorithm.ALL_PAIRS,
-}
+# Algorithm names a call may choose (codes.def: those serving some collective), in the table's order.
+ALGORITHMS = {row["name"]: Algorithm(row["code"]) for row in CODE_TABLES["algorithm"] if row["collectives"]}
 
 # Algorithms composed in Python from other collectives rather than run by one native kernel:
 #   "2ph": hierarchical all_reduce over (slow, fast) axes = our reduce-scatter over the fast axis, the lax
 #          collective over the slow axis on 1/n of the data, our all-gather over the fast axis.
 COMPOSED_ALGORITHMS = ("2ph",)
+_COMPOSED_OF = {"2ph": "ALL_REDUCE"}
+
+
+def _native_names(collective: Collective, where=lambda row: True) -> tuple[str, ...]:
+    return tuple(row["name"] for row in CODE_TABLES["algorithm"]
+                 if row["collectives"] >> int(collective) & 1 and where(row))
+
+
+def _composed(collective: Collective) -> tuple[str, ...]:
+    return tuple(name for name, of in _COMPOSED_OF.items() if of == collective.name)
+
 
 # Algorithm names each collective knows (on some platform). "lax" always means: emit the lax collective.
-ALGORITHMS_OF = {
-    Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls", "2ph", "lax"),
-    Collective.ALL_GATHER: ("allpairs", "lax"),
-    Collective.REDUCE_SCATTER: ("allpairs", "lax"),
-    Collective.ALL_TO_ALL: ("allpairs", "lax"),
+ALGORITHMS_OF = {c: _native_names(c) + _composed(c) + ("lax",) for c in Collective}
+
+# Algorithms each platform's backend runs: on CPU those codes.def gives a host shape, on GPUs every one.
+PLATFORM_ALGORITHMS = {
+    "cpu": {c: _native_names(c, lambda row: row["host"] != "kHostNone") + _composed(c) for c in Collective},
+    "gpu": {c: _native_names(c) + _composed(c) for c in Collective},
 }
 
-# DType codes of the native side (ffi/collective_types.h, DType; kernels/include/jax_mscclpp/reduce.cuh).
-DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2, "float64": 3, "int8": 4, "uint8": 5, "int16": 6,
-               "uint16": 7, "int32": 8, "uint32": 9, "int64": 10, "uint64": 11}
+# DType codes of the native side, by numpy name.
+DTYPE_CODES = {row["name"]: row["code"] for row in CODE_TABLES["dtype"]}
 
 _ALWAYS = ("float32", "bfloat16", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 _WITH_X64 = ("float64", "int64", "uint64")

@@ -3,7 +3,7 @@ selection table, and this module encodes plans for the native executors.
 
 Plans run on both platforms: on CPU devices through the host backend, on GPUs through the plan executor kernel.
 The JSON plan (``dsl/PLAN.md``) is the documented interchange format; the executors receive it as plain
-integers, decoded and checked once when a plan is bound to a communicator (``ffi/host_plan.h``; on GPUs once per
+integers, decoded and checked once when a plan is bound to a communicator (``ffi/host_executor.h``; on GPUs once per
 local device, ``ffi/cuda/communicator.h``):
 
     geometry      [input blocks, output blocks, chunks per block, scratch chunks, scratch packets (0/1)]
@@ -21,14 +21,14 @@ import math
 import threading
 from typing import Any
 
-from ._types import Collective
+from ._types import CODE_TABLES, Collective
 from .dsl import ops as _ops
 
-# Operation name -> code: the op table's opcodes (dsl/ops.py), which ffi/host_plan.h and
-# kernels/executor/executor.h repeat (tests/dsl/test_dsl_ops.py compares them).
-OPCODES = {name: spec.opcode for name, spec in _ops.OPS.items()}
-_BUFFERS = {"input": 0, "output": 1, "scratch": 2}
-_CHANNEL_TYPES = {"memory": 0, "port": 1, "switch": 2}
+# The codes of the encoding (kernels/include/jax_mscclpp/codes.def): operation name -> code (the operations of
+# the op table, dsl/ops.py; tests/dsl/test_dsl_ops.py checks that the two list the same), buffers, channel types.
+OPCODES = {row["name"]: row["code"] for row in CODE_TABLES["plan_op"]}
+_BUFFERS = {row["name"]: row["code"] for row in CODE_TABLES["plan_buffer"]}
+_CHANNEL_TYPES = {row["name"]: row["code"] for row in CODE_TABLES["plan_channel"]}
 _COLLECTIVES = {c.name.lower(): c for c in Collective}
 _PACKET_DATA, _PACKET_BYTES = 4, 8
 # Platforms with a plan executor: the host backend ("cpu") and the GPU executor kernel ("gpu").
@@ -36,12 +36,15 @@ PLATFORMS = ("cpu", "gpu")
 
 
 def _chunk(ref: dict | None) -> list[int]:
-    return [-1, 0, 0] if ref is None else [_BUFFERS[ref["buffer"]], ref["index"], ref["count"]]
+    return [_BUFFERS["none"], 0, 0] if ref is None else [_BUFFERS[ref["buffer"]], ref["index"], ref["count"]]
 
 
 def encode_op(op: dict) -> list[int]:
-    """The words of one operation (module docstring); an operation the op table does not know is refused."""
-    code = _ops.spec_of(op["op"]).opcode
+    """The words of one operation (module docstring); an operation the op table or the executors do not know is
+    refused."""
+    code = OPCODES.get(_ops.spec_of(op["op"]).name)
+    if code is None:
+        raise ValueError(f"operation {op['op']!r} has no code in the integer encoding (codes.def)")
     srcs, packet_srcs, remotes = op.get("srcs", []), op.get("packet_srcs", []), op.get("remotes", [])
     words = [code, op.get("channel", -1), len(srcs), len(packet_srcs), len(remotes)]
     words += _chunk(op.get("dst")) + _chunk(op.get("src"))
@@ -67,7 +70,7 @@ def encode_plan(plan: dict) -> dict:
     channels, threadblocks = [], []
     for rank in plan["ranks"]:
         channels.append([
-            [2, -1, -1, *c["peers"]] if c["type"] == "switch"
+            [_CHANNEL_TYPES["switch"], -1, -1, *c["peers"]] if c["type"] == "switch"
             else [_CHANNEL_TYPES[c["type"]], c["peer"], c["peer_channel"]]
             for c in rank["channels"]
         ])

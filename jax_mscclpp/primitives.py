@@ -1,12 +1,9 @@
 """The JAX primitives behind the public collectives: typing, lowering, autodiff and batching.
 
-Each collective is one primitive over a "block" layout that the native side reads as contiguous memory
-(``ffi/collective_types.h``); the public functions in ``collectives.py`` reshape around them:
-
-    all_reduce      x            -> x             (reduced over the axes; invariant over them under check_vma)
-    all_gather      x            -> [world, *x]   (block r from rank r)
-    reduce_scatter  [world, *r]  -> r             (block r, summed over ranks, lands on rank r)
-    all_to_all      [world, *r]  -> [world, *r]   (out block r = rank r's block for me)
+Each collective is one primitive over its block layout (``layout.py``), which the native side reads as
+contiguous memory; an operand or result that holds one block per rank has the block index as its leading
+dimension (all_gather: ``x -> [world, *x]``), and the public functions in ``collectives.py`` reshape around them.
+all_reduce's result is invariant over the reduced axes under check_vma.
 
 Types follow the lax collective each replaces; transposes and batching rules are those of lax, written with our
 own primitives so gradients run on our collectives too.
@@ -22,7 +19,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, _native, _ordering, selection
+from . import _compat, _native, _ordering, layout, selection
 from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -32,14 +29,9 @@ _LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 def _out_aval(x, *, collective, axes, world, op, algorithm, overlap):
     del op, algorithm, overlap
-    varying = _compat.varying_axes(x)
-    if collective == Collective.ALL_REDUCE:
-        return _compat.with_varying_axes(x, varying - frozenset(axes))
-    if collective == Collective.ALL_GATHER:
-        return x.update(shape=(world, *x.shape))
-    if collective == Collective.REDUCE_SCATTER:
-        return x.update(shape=x.shape[1:])
-    return x.update(shape=x.shape)
+    if collective == Collective.ALL_REDUCE:  # typed like lax.psum: invariant over the reduced axes
+        return _compat.with_varying_axes(x, _compat.varying_axes(x) - frozenset(axes))
+    return x.update(shape=layout.out_shape(collective, x.shape, world))
 
 
 def _lax_equivalent(collective, axes, op):
@@ -100,7 +92,7 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap)
     aval_in = ctx.avals_in[0]
     itemsize = np.dtype(aval_in.dtype).itemsize
     count = int(np.prod(aval_in.shape, dtype=int))
-    blocks = world if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
+    blocks, _ = layout.blocks(collective, world)
     decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
                                 communicator=lambda: Communicator(mesh, axes))

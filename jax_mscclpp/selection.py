@@ -6,8 +6,8 @@ Order of precedence, for one call of a collective on a platform:
    plan registered for it on this platform (the variable applies to every collective that knows the name);
 2. a registered DSL plan (``plans.py``): the requested one, else the first whose size range covers the call and
    that runs on this communicator;
-3. the rules measured on this machine (``tuning.py``), then ``DEFAULT_TABLE``: the first rule whose collective,
-   platform, world size and size range match;
+3. the rules measured on this machine (the tuning file, ``tuning_file.py``), then ``DEFAULT_TABLE``: the first
+   rule whose collective, platform, world size and size range match;
 4. ``"lax"`` (also what a rule may say): the lax collective is emitted instead of ours, and so it is whenever the
    communicator cannot run here (``Communicator.fallback_reason``).
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, Collective
+from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
 
 ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
 
@@ -30,22 +30,6 @@ ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
 # more than GRAPH_MIN_BYTES per rank only (docs/architecture.md, "Command buffers", has the measurements).
 ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
 GRAPH_MIN_BYTES = 1 << 20
-
-# Algorithms each platform's backend runs.
-PLATFORM_ALGORITHMS = {
-    "cpu": {
-        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2ph"),
-        Collective.ALL_GATHER: ("allpairs",),
-        Collective.REDUCE_SCATTER: ("allpairs",),
-        Collective.ALL_TO_ALL: ("allpairs",),
-    },
-    "gpu": {
-        Collective.ALL_REDUCE: ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls", "2ph"),
-        Collective.ALL_GATHER: ("allpairs",),
-        Collective.REDUCE_SCATTER: ("allpairs",),
-        Collective.ALL_TO_ALL: ("allpairs",),
-    },
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,14 +174,14 @@ def check_algorithm(collective: Collective, algorithm: str | None, api_name: str
 
 
 def _tuned_rules(platform: str | None) -> tuple:
-    from . import tuning
+    from . import tuning_file
 
-    return tuning.rules_for(platform)
+    return tuning_file.rules_for(platform)
 
 
 def table() -> list[dict]:
     """The selection table, for ``info()``: tuned rules (consulted first) and then the defaults."""
-    from . import tuning
+    from . import tuning_file
 
     return [
         {
@@ -208,5 +192,5 @@ def table() -> list[dict]:
             "algorithm": r.algorithm,
             "source": source,
         }
-        for r, source in (*tuning.listed_rules(), *((r, "default") for r in DEFAULT_TABLE))
+        for r, source in (*tuning_file.listed_rules(), *((r, "default") for r in DEFAULT_TABLE))
     ]

@@ -1,11 +1,11 @@
 """``python -m jax_mscclpp.tune``: measure every algorithm this platform runs over a size range on this machine and
-write the selection file the runtime reads (``tuning.py``), with the margin by which each choice won.
+write the selection file the runtime reads (``tuning_file.py``), with the margin by which each choice won.
 
 For each collective and size it times every algorithm (and the lax collective, unless ``--no-lax``) with the
 benchmark's machinery (checked against lax first), picks the fastest, and merges runs of sizes with one winner
 into a rule. The margin of a choice is how much slower the runner-up was: 0.25 = the winner was 25% faster.
 
-By default the file goes to this topology's default path (``tuning.default_path``), which every later process
+By default the file goes to this topology's default path (``tuning_file.default_path``), which every later process
 on this machine reads; ``--output FILE`` writes elsewhere (point ``JAX_MSCCLPP_TUNING_FILE`` at it).
 """
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
 
     machine.ensure_host_devices(args.devices or machine.DEFAULT_HOST_DEVICES)
 
-    from . import selection, tuning
+    from . import selection, tuning_file
     from .bench import programs, sweep
     from .bench.driver import resolve_settings, select_devices
     from .bench.units import format_size
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     rules, measurements = [], []
     for op in settings.ops:
         per_size = won.get(op, [])
-        rules.extend(tuning.rules_from_winners(op, sel_platform, [w[:4] for w in per_size]))
+        rules.extend(tuning_file.rules_from_winners(op, sel_platform, [w[:4] for w in per_size]))
         measurements.extend(
             {"collective": op, "bytes": b, "winner": w, "margin": m, "runner_up": ru, "times_us": t}
             for b, w, m, ru, t in per_size
@@ -141,12 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{rule['collective']:16}{span:>12}{'':4}{rule['algorithm']:10}{margin:>8}  {rule['runner_up'] or '-'}")
     if args.dry_run:
         return 0
-    path = args.output or tuning.default_path(sel_platform)
+    path = args.output or tuning_file.default_path(sel_platform)
     doc = {
-        "topology": tuning.topology(sel_platform),
+        "topology": tuning_file.topology(sel_platform),
         "platform": sel_platform,
         "world_size": len(devices),
-        "created": tuning.now(),
+        "created": tuning_file.now(),
         "metric": metric,
         "mode": mode,
         "dtype": args.dtype,
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "rules": rules,
         "measurements": measurements,
     }
-    tuning.write(path, doc)
+    tuning_file.write(path, doc)
     print(f"# wrote {path}")
     if args.output is None and len(devices) != len(jax.devices()):
         print(f"# note: tuned on {len(devices)} of {len(jax.devices())} devices, written to the default file of "

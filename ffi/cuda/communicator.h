@@ -20,7 +20,7 @@
 #include "channel_tables.h"
 #include "collectives/collective.h"
 #include "executor_plan.h"
-#include "host_plan.h"
+#include "host_executor.h"
 #include "memory.h"
 #include "rank_context.h"
 

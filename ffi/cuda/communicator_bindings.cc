@@ -10,7 +10,7 @@
 #include "check.h"
 #include "collectives/epilogue.h"
 #include "communicator.h"
-#include "host_plan.h"
+#include "host_executor.h"
 
 namespace nb = nanobind;
 

@@ -22,13 +22,6 @@ using host::PlanOpCode;
 constexpr size_t kMaxSharedBytes = 48 * 1024;  // without opting in to more per kernel
 constexpr int kDefaultThreads = 512;
 
-const char* op_name(PlanOpCode code) {
-  static const char* names[] = {"copy", "reduce", "put", "put_packets", "read_packets", "signal", "wait", "flush",
-                                "put_with_signal", "reduce_put", "reduce_packets", "barrier", "switch_reduce",
-                                "switch_broadcast"};
-  return names[static_cast<int>(code)];
-}
-
 int chunk_total(const HostPlan& plan, PlanBuffer buffer) {
   switch (buffer) {
     case PlanBuffer::kInput: return plan.input_blocks * plan.chunks_per_block;
@@ -341,7 +334,7 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
       const PlanOp& op = list[i];
       const std::string where = "jax_mscclpp: plan '" + P.name + "': rank " + std::to_string(me) +
                                 " thread block " + std::to_string(t) + " operation " + std::to_string(i) + " (" +
-                                op_name(op.code) + "): ";
+                                host::plan_op_name(op.code) + "): ";
       auto fail = [&](const std::string& what) { throw std::invalid_argument(where + what); };
       auto kind_of = [&](int c) {
         if (c < 0 || c >= static_cast<int>(R.channels.size())) fail("channel out of range");

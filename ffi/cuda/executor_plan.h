@@ -1,4 +1,4 @@
-// Host side of the plan executor (kernels/executor/executor.h): a decoded plan (ffi/host_plan.h) bound to one
+// Host side of the plan executor (kernels/executor/executor.h): a decoded plan (ffi/host_executor.h) bound to one
 // rank of a RankContext, as the program images the kernel reads (one per thread block, handles resolved).
 //
 // Channel binding: both ends of a plan channel must use the same RankContext channel index, because a
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "executor/executor.h"
-#include "host_plan.h"
+#include "host_executor.h"
 #include "memory.h"
 #include "rank_context.h"
 

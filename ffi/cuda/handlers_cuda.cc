@@ -84,7 +84,7 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
                            int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
   if (!rank) return no_rank(comm_id, device);
-  // DType codes equal those of jax_mscclpp/reduce.cuh, which the kernels take.
+  // The kernels take the DType codes (jax_mscclpp/codes.def).
   const int32_t dtype = int32_t(to_dtype(x.element_type()));
   if (to_dtype(x.element_type()) == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");

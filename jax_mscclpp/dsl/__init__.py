@@ -12,7 +12,7 @@ Nothing here imports jax or native code; ``run_plan`` alone needs numpy, importe
 from . import library
 from .channels import MemoryChannel, PortChannel, SwitchChannel, all_pairs
 from .errors import OpLocation, VerificationError
-from .plan import PLAN_VERSION, plan_from_json, plan_to_json, validate_plan
+from .plan_format import PLAN_VERSION, plan_from_json, plan_to_json, validate_plan
 from .program import Buffer, Chunk, Program, Rank, ThreadBlockGroup
 from .verify import verify
 

@@ -9,22 +9,17 @@ Scratch chunks always hold ``ce`` elements.
 
 from __future__ import annotations
 
+from .. import layout
+from .._types import Collective
+
 BUFFERS = ("input", "output", "scratch")
 
-# Collective -> (input blocks, output blocks) as multiples of the world size (0 means one block).
-_BLOCKS_PER_RANK = {
-    "all_reduce": (0, 0),
-    "all_gather": (0, 1),
-    "reduce_scatter": (1, 0),
-    "all_to_all": (1, 1),
-}
-COLLECTIVES = tuple(_BLOCKS_PER_RANK)
+COLLECTIVES = tuple(c.name.lower() for c in Collective)
 
 
 def buffer_blocks(collective: str, world_size: int) -> tuple[int, int]:
-    """(input blocks, output blocks) of a collective over ``world_size`` ranks."""
-    per_rank_in, per_rank_out = _BLOCKS_PER_RANK[collective]
-    return (world_size if per_rank_in else 1), (world_size if per_rank_out else 1)
+    """(input blocks, output blocks) of a collective over ``world_size`` ranks (the block layout, ``layout.py``)."""
+    return layout.blocks(collective, world_size)
 
 
 def buffer_layout(collective: str, world_size: int, chunks_per_block: int, scratch_chunks: int) -> dict:

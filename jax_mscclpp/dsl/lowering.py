@@ -19,7 +19,7 @@ import copy
 from . import barriers, fusion
 from .errors import VerificationError
 from .ops import OPS, RECV, SEND, spec_of
-from .plan import PLAN_VERSION, iter_ops, validate_plan
+from .plan_format import PLAN_VERSION, iter_ops, validate_plan
 from .program import Chunk, Operation, Program, members
 
 

@@ -1,11 +1,12 @@
 """The plan operations: one table row per operation, the only place an operation's meaning is written down.
 
 Every pass reads this table and refuses an operation it does not list (``spec_of``): plan validation and JSON
-output (plan.py), chunk accesses (access.py), fusion, barrier placement, verification, simulation, lowering, and
+output (plan_format.py), chunk accesses (access.py), fusion, barrier placement, verification, simulation, lowering, and
 the integer encoding of the native executors (``jax_mscclpp/plans.py``). A row says:
 
-* ``opcode``: the operation's number in the integer encoding; ``ffi/host_plan.h`` (``PlanOpCode``) and
-  ``kernels/executor/executor.h`` (``plan_codes::Op``) use the same numbers (a test parses both headers).
+* the name: the operation's code in the integer encoding is the row of that name in
+  ``kernels/include/jax_mscclpp/codes.def`` (``jax_mscclpp/plans.py``, ``OPCODES``; a test checks that both
+  tables list the same operations).
 * ``channel``: whether the operation names a channel of its own (plan field ``"channel"``);
   ``channel_kinds``: the (type, protocol) pairs every channel it names may have, its own and those of its
   ``VIA`` operands; ``side``: which end of a memory/port pipe its own channel is, the sender's (``SEND``) or
@@ -42,7 +43,7 @@ Fusion (fusion.py) merges chains of one thread block:
 
 How to add an operation
 -----------------------
-1. ``dsl/ops.py``: a row of ``_TABLE`` with the next free opcode. An operation whose data step and role fit
+1. ``dsl/ops.py``: a row of ``_TABLE``. An operation whose data step and role fit
    the description above, with fields the integer encoding carries (``channel``, ``dst``, ``src``, ``srcs``,
    ``packet_srcs``, ``remotes``), needs nothing else from the passes; a new kind of semantics (a new role,
    say) needs its handling in ``simulate.py`` and ``verify.py`` as well, a new field its words in
@@ -52,8 +53,8 @@ How to add an operation
 3. ``dsl/PLAN.md``: its row in "Operations" (a test checks that the table lists exactly the operations here).
 4. A test in ``tests/dsl``.
 
-The native executors learn it separately: the opcode in ``ffi/host_plan.h`` and ``kernels/executor/executor.h``
-(a test compares them with this table) and its implementation in the host backend and the executor kernel.
+The native executors learn it separately: its code, a row of ``kernels/include/jax_mscclpp/codes.def`` (a test
+compares the two tables), and its implementation in the host backend and the executor kernel.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ class OpSpec:
     """One operation of the plan (module docstring)."""
 
     name: str
-    opcode: int
     operands: tuple[Operand, ...] = ()
     channel: bool = False
     channel_kinds: frozenset = frozenset()
@@ -135,26 +135,26 @@ _SRCS = Operand("srcs", REFS, READ)
 _PUT = (Operand("dst", REF, WRITE, REMOTE), _SRC)
 
 _TABLE = (
-    OpSpec("copy", 0, (_DST, _SRC)),
-    OpSpec("reduce", 1, (_DST, _SRCS), min_sources=2, reduction=True),
-    OpSpec("put", 2, _PUT, channel=True, channel_kinds=_PUTS, side=SEND, fuses_into="remotes"),
-    OpSpec("put_packets", 3, (Operand("dst", REF, WRITE, REMOTE, packets=True), _SRC), channel=True,
+    OpSpec("copy", (_DST, _SRC)),
+    OpSpec("reduce", (_DST, _SRCS), min_sources=2, reduction=True),
+    OpSpec("put", _PUT, channel=True, channel_kinds=_PUTS, side=SEND, fuses_into="remotes"),
+    OpSpec("put_packets", (Operand("dst", REF, WRITE, REMOTE, packets=True), _SRC), channel=True,
            channel_kinds=_MEMORY_LL, side=SEND, fuses_into="remotes"),
-    OpSpec("read_packets", 4, (_DST, Operand("src", REF, READ, packets=True)), channel=True,
+    OpSpec("read_packets", (_DST, Operand("src", REF, READ, packets=True)), channel=True,
            channel_kinds=_MEMORY_LL, side=RECV, fuses_into="packet_srcs"),
-    OpSpec("signal", 5, channel=True, channel_kinds=_PIPES, side=SEND, sync=SIGNAL),
-    OpSpec("wait", 6, channel=True, channel_kinds=_PIPES, side=RECV, sync=WAIT),
-    OpSpec("flush", 7, channel=True, channel_kinds=_PIPES, side=SEND, sync=FLUSH),
-    OpSpec("put_with_signal", 8, _PUT, channel=True, channel_kinds=_PUTS, side=SEND, sync=SIGNAL,
+    OpSpec("signal", channel=True, channel_kinds=_PIPES, side=SEND, sync=SIGNAL),
+    OpSpec("wait", channel=True, channel_kinds=_PIPES, side=RECV, sync=WAIT),
+    OpSpec("flush", channel=True, channel_kinds=_PIPES, side=SEND, sync=FLUSH),
+    OpSpec("put_with_signal", _PUT, channel=True, channel_kinds=_PUTS, side=SEND, sync=SIGNAL,
            fused_from=("put", "signal")),
-    OpSpec("reduce_put", 9, (_DST, _SRCS, Operand("remotes", VIA, WRITE, REMOTE, min_entries=1)),
+    OpSpec("reduce_put", (_DST, _SRCS, Operand("remotes", VIA, WRITE, REMOTE, min_entries=1)),
            channel_kinds=_MEMORY_HB, min_sources=2, reduction=True),
-    OpSpec("reduce_packets", 10, (_DST, _SRCS, Operand("packet_srcs", VIA, READ, packets=True),
-                                  Operand("remotes", VIA, WRITE, REMOTE, packets=True)),
+    OpSpec("reduce_packets", (_DST, _SRCS, Operand("packet_srcs", VIA, READ, packets=True),
+                              Operand("remotes", VIA, WRITE, REMOTE, packets=True)),
            channel_kinds=_MEMORY_LL, min_sources=2, reduction=True),
-    OpSpec("barrier", 11, sync=BARRIER),
-    OpSpec("switch_reduce", 12, (_DST, Operand("src", REF, READ, REMOTE)), channel=True, channel_kinds=_SWITCH),
-    OpSpec("switch_broadcast", 13, (Operand("dst", REF, WRITE, REMOTE), _SRC), channel=True,
+    OpSpec("barrier", sync=BARRIER),
+    OpSpec("switch_reduce", (_DST, Operand("src", REF, READ, REMOTE)), channel=True, channel_kinds=_SWITCH),
+    OpSpec("switch_broadcast", (Operand("dst", REF, WRITE, REMOTE), _SRC), channel=True,
            channel_kinds=_SWITCH),
 )
 

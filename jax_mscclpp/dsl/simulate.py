@@ -20,7 +20,7 @@ from .access import placed_refs
 from .errors import VerificationError
 from .geometry import ElementGeometry
 from .ops import LOCAL, READ, SIGNAL, WAIT, WRITE, spec_of
-from .plan import locate, validate_plan
+from .plan_format import locate, validate_plan
 from .verify import check_channel_kinds
 
 REDUCTIONS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}

@@ -24,11 +24,12 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter, defaultdict
 
+from .. import layout
 from . import geometry
 from .access import add_pending, chunk_keys, conflicts, is_barrier_point, op_accesses, placed_refs
 from .errors import OpLocation, VerificationError
 from .ops import FLUSH, LOCAL, READ, SIGNAL, VIA, WAIT, WRITE, spec_of
-from .plan import describe_ref, iter_ops, locate, validate_plan
+from .plan_format import describe_ref, iter_ops, locate, validate_plan
 from .program import Program
 
 
@@ -421,15 +422,14 @@ class _SymbolicRun:
 
 
 def _expected(collective: str, world: int, per_block: int, rank: int, index: int) -> tuple:
-    """The contributions output chunk ``index`` of ``rank`` must hold (the collective's postcondition)."""
+    """The contributions output chunk ``index`` of ``rank`` must hold (the collective's postcondition), from its
+    block layout (``layout.py``): the chunk comes from the input block for ``rank`` (block 0 when the input holds
+    one block), of rank b for output block b when the output holds one block per rank, else of every rank (the
+    reductions, all_reduce and reduce_scatter)."""
     block, within = divmod(index, per_block)
-    if collective == "all_reduce":
-        return tuple((q, index) for q in range(world))
-    if collective == "reduce_scatter":
-        return tuple((q, rank * per_block + index) for q in range(world))
-    if collective == "all_gather":
-        return ((block, within),)
-    return ((block, rank * per_block + within),)  # all_to_all
+    per_rank_in, per_rank_out = layout.per_rank(collective)
+    source = (rank if per_rank_in else 0) * per_block + within
+    return ((block, source),) if per_rank_out else tuple((q, source) for q in range(world))
 
 
 def _describe_value(value: tuple | None) -> str:

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import plans, selection
-from .._types import COMPOSED_ALGORITHMS, Collective
+from .._types import COMPOSED_ALGORITHMS, Collective, REDUCE_OPS as _REDUCE_OPS
 
 OPS = tuple(c.name.lower() for c in Collective)
-REDUCE_OPS = ("sum", "max", "min")
+REDUCE_OPS = tuple(_REDUCE_OPS)
 AUTO = "auto"
 # Chained configs only up to this many bytes per rank: a chain of large messages on CPU devices costs seconds.
 CHAIN_MAX_BYTES = 4 << 20
@@ -136,7 +136,7 @@ class Drawer:
         if op == "all_reduce":
             ndim = 0 if elems == 1 and rng.random() < 0.5 else int(rng.integers(1, 4))
             fields.update(local_shape=tuple(_split(rng, elems, ndim)) if ndim else (),
-                          redop=REDUCE_OPS[int(rng.integers(3))])
+                          redop=REDUCE_OPS[int(rng.integers(len(REDUCE_OPS)))])
         elif op == "all_gather":
             tiled = bool(rng.random() < 0.5)
             ndim = int(rng.integers(1, 4)) if tiled else int(rng.integers(0, 4))

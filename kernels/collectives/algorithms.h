@@ -1,19 +1,22 @@
-// The collective algorithms behind launch_collective (collective.h), each a kernel plus a raw-pointer launcher
-// that issues ONE launch (one epoch); collective.cu picks the launcher, and for the LL, ring and switch
-// algorithms cuts a call into pieces that fit the scratch. Sizes and grids depend only on (sizes, nranks,
-// scratch size, channels per peer, stream blocks), the same on every rank, so every rank issues the same launches
-// with the same grids.
+// The collective algorithms behind launch_collective (collective.h): each a kernel plus its launcher, both in
+// the kernel's .cu file. The launcher of the codes.def row `kName` is the function launcher_kName (declared below
+// for every row); collective.cu finds it by the algorithm code, so a new algorithm is a .cu file here and a row of
+// codes.def (docs/architecture.md, "Adding things").
 //
-//   launcher                      collectives                              protocol
-//   launch_all_reduce_1pa_ll      all_reduce (1PA-LL)                      LL16 packets, one phase
-//   launch_all_pairs_reduce_ll    all_reduce (2PA-LL), reduce_scatter      LL16 packets, no semaphores
-//   launch_all_pairs_copy_ll      all_gather, all_to_all                   LL16 packets
-//   launch_stream_reduce          all_reduce (1PA-HB), reduce_scatter      streaming HB (stream.cuh): chunk slots,
-//                                                                          a signal and a credit per chunk
-//   launch_stream_copy            all_gather, all_to_all                   streaming HB
-//   launch_stream_two_phase       all_reduce (2PA-HB)                      streaming HB, reduce then copy
-//   launch_all_reduce_ring        all_reduce (2PR)                         PortChannel DMA, one ring per block
-//   launch_all_reduce_switch      all_reduce (2PA-NVLS)                    SwitchChannel reduce/broadcast + barriers
+// One launch convention for all: a Launcher says how large a piece of a call one launch (one epoch) handles, and
+// issues the launch of one piece. launch_collective cuts a call into pieces of at most piece_cap bytes per block;
+// a streaming launcher (stream.cuh) answers the whole block (one launch whatever the size) or 0. Sizes and grids
+// depend only on (sizes, nranks, scratch size, channels per peer, stream blocks), the same on every rank, so
+// every rank issues the same launches with the same grids.
+//
+//   file                  algorithm (codes.def)                      protocol
+//   all_reduce_1pa_ll.cu  kOnePhaseAllPairsLL: all_reduce            LL16 packets, one phase
+//   all_pairs_ll.cu       kTwoPhaseAllPairsLL: all_reduce;           LL16 packets, no semaphores
+//                         kAllPairsLL: the others; kAllPairs: LL for small blocks, else kAllPairsHB
+//   all_pairs_stream.cu   kOnePhaseAllPairsHB, kTwoPhaseAllPairsHB:  streaming HB (stream.cuh): chunk slots,
+//                         all_reduce; kAllPairsHB: the others       a signal and a credit per chunk
+//   all_reduce_ring.cu    kTwoPhaseRing: all_reduce                  PortChannel DMA, one ring per block
+//   all_reduce_switch.cu  kTwoPhaseNvls: all_reduce                  SwitchChannel reduce/broadcast + barriers
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,37 +44,35 @@ inline int blocks_for(uint64_t work, uint64_t per_block, int cap) {
   return static_cast<int>(b < static_cast<uint64_t>(cap) ? b : cap);
 }
 
-// Largest piece (bytes of one block per launch) each piecewise algorithm fits into the scratch; 0 when none fits.
-uint64_t piece_cap_1pa_ll(int nranks, const ScratchLayout& s);
+// What one launch needs besides the context and its piece. Codes of codes.def.
+struct LaunchArgs {
+  int32_t collective;
+  int32_t dtype;
+  int32_t op;          // ignored by all_gather and all_to_all
+  int32_t max_blocks;  // > 0: caps the streaming kernels' grid below ctx.stream_blocks (collective.h)
+};
+
+struct Launcher {
+  // The largest piece (bytes of one block) one launch handles for blocks of `block_bytes` over `nranks` ranks
+  // in a scratch of `scratch_bytes`; 0 when none fits (the call cannot run).
+  uint64_t (*piece_cap)(int32_t collective, int nranks, uint64_t block_bytes, uint64_t scratch_bytes);
+  // cudaErrorNotReady when the context lacks what the kernel needs for blocks of `block_bytes` (port channels, a
+  // usable SwitchChannel, stream semaphores), asked before the first launch of a call; null: nothing beyond
+  // what launch_collective checks (memory channels, the epoch).
+  cudaError_t (*ready)(const CollectiveContext& c, uint64_t block_bytes);
+  // Issues the launch of one piece (bytes [p.lo, p.lo + p.len) of every block).
+  cudaError_t (*launch)(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream);
+};
+
+// The launcher of algorithm `enumerator` (codes.def) for `collective` and blocks of `block_bytes`: null when the
+// algorithm does not implement that collective. kPlan has none (the plan executor runs it, kernels/executor/).
+#define JAX_MSCCLPP_LAUNCHER(enumerator) \
+  const Launcher* launcher_##enumerator(int32_t collective, uint64_t block_bytes)
+
+#define JAX_MSCCLPP_ALGORITHM(enumerator, ...) JAX_MSCCLPP_LAUNCHER(enumerator);
+#include "jax_mscclpp/codes.def"
+
 // The smallest scratch in which 1PA-LL runs `bytes` in one launch; 0 when no scratch can (the LL halves are capped).
 uint64_t all_reduce_1pa_ll_scratch_bytes(uint64_t bytes, int nranks);
-uint64_t piece_cap_reduce_ll(int32_t collective, int nranks, const ScratchLayout& s);
-uint64_t piece_cap_copy_ll(int nranks, const ScratchLayout& s);
-uint64_t piece_cap_ring(int nranks, const ScratchLayout& s);
-uint64_t piece_cap_switch(int nranks, const ScratchLayout& s);
-
-// `collective` is a Collective code (ffi/collective_types.h); dtype/op codes of reduce.cuh. blocks / threads
-// <= 0 pick the grid from the size (tests and benchmarks may force one).
-cudaError_t launch_all_reduce_1pa_ll(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
-                                     cudaStream_t stream, int blocks = 0, int threads = 0);
-cudaError_t launch_all_pairs_reduce_ll(const CollectiveContext& c, const Piece& p, int32_t collective, int32_t dtype,
-                                       int32_t op, cudaStream_t stream);
-cudaError_t launch_all_pairs_copy_ll(const CollectiveContext& c, const Piece& p, int32_t collective,
-                                     cudaStream_t stream);
-cudaError_t launch_stream_reduce(const CollectiveContext& c, const StreamArgs& a, int32_t dtype, int32_t op,
-                                 cudaStream_t stream);
-cudaError_t launch_stream_copy(const CollectiveContext& c, const StreamArgs& a, cudaStream_t stream);
-cudaError_t launch_stream_two_phase(const CollectiveContext& c, const StreamArgs& reduce, const StreamArgs& gather,
-                                    int32_t dtype, int32_t op, cudaStream_t stream);
-cudaError_t launch_all_reduce_ring(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
-                                   cudaStream_t stream);
-cudaError_t launch_all_reduce_switch(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
-                                     cudaStream_t stream);
-
-// Collective codes as used by the kernels (the values of ffi/collective_types.h's Collective).
-constexpr int32_t kAllReduceCode = 0;
-constexpr int32_t kAllGatherCode = 1;
-constexpr int32_t kReduceScatterCode = 2;
-constexpr int32_t kAllToAllCode = 3;
 
 }  // namespace jax_mscclpp::collectives

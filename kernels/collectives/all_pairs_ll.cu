@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kLLThreads)
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
   const uint64_t e = launch_epoch(c);
   const uint32_t flag = static_cast<uint32_t>(e);
-  const bool ar = collective == kAllReduceCode;
+  const bool ar = collective == codes::kAllReduce;
   const Chunks ch{p, ar, ar ? round_up(ceil_div(p.len, n), 16) : round_up(p.len, 16)};
   const uint64_t slot = 2 * ch.chunk;  // packet bytes of one chunk (16 per 8 of data)
   const uint64_t rs = ScratchLayout::of(c.scratch_bytes).ll(e), ag = rs + n * slot;
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kLLThreads) all_pairs_copy_ll_kernel(Collectiv
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
   const uint64_t e = launch_epoch(c);
   const uint32_t flag = static_cast<uint32_t>(e);
-  const bool a2a = collective == kAllToAllCode;
+  const bool a2a = collective == codes::kAllToAll;
   const uint64_t slot = 2 * round_up(p.len, 16);
   const uint64_t base = ScratchLayout::of(c.scratch_bytes).ll(e);
   const Span s = split(p.len, blockIdx.x, gridDim.x, 16);
@@ -123,36 +123,60 @@ __global__ void __launch_bounds__(kLLThreads) all_pairs_copy_ll_kernel(Collectiv
   finish_launch(c, e);
 }
 
-}  // namespace
-
-uint64_t piece_cap_reduce_ll(int32_t collective, int nranks, const ScratchLayout& s) {
-  // all_reduce: RS + AG areas of n slots of 2 * chunk each, chunk = piece / n; reduce_scatter: RS area only,
-  // chunk = piece.
-  if (collective == kAllReduceCode) return nranks * round_down(s.ll_half / (4 * static_cast<uint64_t>(nranks)), 16);
+// all_reduce: RS + AG areas of n slots of 2 * chunk each, chunk = piece / n; reduce_scatter: RS area only,
+// chunk = piece.
+uint64_t piece_cap_reduce(int32_t collective, int nranks, uint64_t, uint64_t scratch_bytes) {
+  const ScratchLayout s = ScratchLayout::of(scratch_bytes);
+  if (collective == codes::kAllReduce) return nranks * round_down(s.ll_half / (4 * static_cast<uint64_t>(nranks)), 16);
   return round_down(s.ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
 }
 
-uint64_t piece_cap_copy_ll(int nranks, const ScratchLayout& s) {
-  return round_down(s.ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
+uint64_t piece_cap_copy(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+  return round_down(ScratchLayout::of(scratch_bytes).ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
 }
 
-cudaError_t launch_all_pairs_reduce_ll(const CollectiveContext& c, const Piece& p, int32_t collective, int32_t dtype,
-                                       int32_t op, cudaStream_t stream) {
-  const uint64_t chunk = collective == kAllReduceCode ? ceil_div(p.len, c.nranks) : p.len;
+cudaError_t launch_reduce(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
+  const uint64_t chunk = a.collective == codes::kAllReduce ? ceil_div(p.len, c.nranks) : p.len;
   const int blocks = blocks_for(chunk, 2048, kLLMaxBlocks);
   cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(dtype, op, [&](auto t, auto o) {
-    all_pairs_reduce_ll_kernel<decltype(t), decltype(o)><<<blocks, kLLThreads, 0, stream>>>(c, p, collective);
+  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+    all_pairs_reduce_ll_kernel<decltype(t), decltype(o)><<<blocks, kLLThreads, 0, stream>>>(c, p, a.collective);
     result = cudaGetLastError();
   });
   return result;
 }
 
-cudaError_t launch_all_pairs_copy_ll(const CollectiveContext& c, const Piece& p, int32_t collective,
-                                     cudaStream_t stream) {
+cudaError_t launch_copy(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int blocks = blocks_for(p.len, 4096, kLLMaxBlocks);
-  all_pairs_copy_ll_kernel<<<blocks, kLLThreads, 0, stream>>>(c, p, collective);
+  all_pairs_copy_ll_kernel<<<blocks, kLLThreads, 0, stream>>>(c, p, a.collective);
   return cudaGetLastError();
+}
+
+constexpr Launcher kReduce{piece_cap_reduce, nullptr, launch_reduce};
+constexpr Launcher kCopy{piece_cap_copy, nullptr, launch_copy};
+
+// kAllPairs: LL up to this many bytes per block, streaming HB above. (Virtual-ranks round trips on one H200: LL16
+// beats HB up to ~16-64 KiB; bench/kernels/collectives.py measures both.)
+constexpr uint64_t kAllPairsLLMaxBytes = 16 << 10;
+
+}  // namespace
+
+JAX_MSCCLPP_LAUNCHER(kTwoPhaseAllPairsLL) {
+  return collective == codes::kAllReduce ? &kReduce : nullptr;
+}
+
+JAX_MSCCLPP_LAUNCHER(kAllPairsLL) {
+  switch (collective) {
+    case codes::kReduceScatter: return &kReduce;
+    case codes::kAllGather:
+    case codes::kAllToAll: return &kCopy;
+    default: return nullptr;
+  }
+}
+
+JAX_MSCCLPP_LAUNCHER(kAllPairs) {
+  return block_bytes <= kAllPairsLLMaxBytes ? launcher_kAllPairsLL(collective, block_bytes)
+                                            : launcher_kAllPairsHB(collective, block_bytes);
 }
 
 }  // namespace jax_mscclpp::collectives

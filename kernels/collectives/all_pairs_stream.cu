@@ -17,6 +17,8 @@
 // the senders have read chunk k of every segment (`sent`, in shared memory). That wait cannot close a cycle: the
 // senders' chunk k needs the peer's receivers at chunk k - S, which need the peer's senders at k - S, which need
 // these receivers at k - 2S, already past.
+#include <cstdlib>
+
 #include "collectives/algorithms.h"
 #include "collectives/stream.cuh"
 
@@ -125,31 +127,117 @@ __global__ void __launch_bounds__(kHBThreads)
   finish_launch(c, e);
 }
 
-}  // namespace
+// The streaming launches' tuning (docs/benchmarking.md, "Streaming geometry"): defaults from measurements on two
+// H200s over NVLink; JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} override them (read once per process).
+const StreamTuning& stream_tuning() {
+  static const StreamTuning tuning = [] {
+    StreamTuning t{32 << 10, 128, 2, 256 << 10, 4};
+    auto env = [](const char* name, uint64_t fallback) {
+      const char* v = std::getenv(name);
+      if (v == nullptr || *v == '\0') return fallback;
+      const unsigned long long x = std::strtoull(v, nullptr, 10);
+      return x == 0 ? fallback : static_cast<uint64_t>(x);
+    };
+    t.max_blocks = static_cast<int32_t>(env("JAX_MSCCLPP_STREAM_BLOCKS", t.max_blocks));
+    t.block_bytes = env("JAX_MSCCLPP_STREAM_BLOCK_BYTES", t.block_bytes);
+    t.max_chunk = round_up(env("JAX_MSCCLPP_STREAM_CHUNK", t.max_chunk), 16);
+    t.slots = static_cast<int32_t>(env("JAX_MSCCLPP_STREAM_SLOTS", t.slots));
+    return t;
+  }();
+  return tuning;
+}
 
-cudaError_t launch_stream_reduce(const CollectiveContext& c, const StreamArgs& a, int32_t dtype, int32_t op,
-                                 cudaStream_t stream) {
+// The segment and geometry of a streaming call of `bytes` per block. 2PA-HB streams shards (a 1/n of the message
+// each) and gives each of its two phases half of the HB half's slots; the others stream whole blocks through all
+// of them.
+struct StreamShape {
+  uint64_t seg;
+  uint64_t phase_bytes;  // slot bytes of one phase (the second phase's slots start there)
+  StreamGeometry geo;
+};
+
+StreamShape stream_shape(bool two_phase, uint64_t bytes, int nranks, uint64_t scratch_bytes, int max_blocks) {
+  const uint64_t seg = two_phase ? round_up(ceil_div(bytes, nranks), 16) : bytes;
+  const uint64_t phase = ScratchLayout::of(scratch_bytes).hb_half / (two_phase ? 2 : 1);
+  return {seg, phase, stream_geometry(seg, nranks, phase, max_blocks, stream_tuning())};
+}
+
+// One launch whatever the size: the piece is the whole block, or nothing when the geometry does not fit.
+template <bool kTwoPhase>
+uint64_t piece_cap(int32_t, int nranks, uint64_t block_bytes, uint64_t scratch_bytes) {
+  return stream_shape(kTwoPhase, block_bytes, nranks, scratch_bytes, 1).geo.blocks == 0 ? 0 : block_bytes;
+}
+
+cudaError_t ready(const CollectiveContext& c, uint64_t) {
+  return c.stream == nullptr || c.stream_blocks < 1 ? cudaErrorNotReady : cudaSuccess;
+}
+
+// The call's shape on this context: its grid capped by the stream blocks and `max_blocks`.
+StreamShape shape_here(const CollectiveContext& c, bool two_phase, uint64_t bytes, const LaunchArgs& a) {
+  const int blocks = a.max_blocks > 0 && a.max_blocks < c.stream_blocks ? a.max_blocks : c.stream_blocks;
+  return stream_shape(two_phase, bytes, c.nranks, c.scratch_bytes, blocks);
+}
+
+// all_reduce 1PA-HB (every segment the whole input: in_stride 0) and reduce_scatter (segment q = input block q).
+cudaError_t launch_reduce(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
+  const StreamShape s = shape_here(c, false, p.len, a);
+  if (s.geo.blocks == 0) return cudaErrorInvalidValue;
+  const StreamArgs args{p.in + p.lo, p.in_stride, p.out + p.lo, 0, p.len, c.nranks * p.len, s.geo, 0};
   cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(dtype, op, [&](auto t, auto o) {
-    stream_reduce_kernel<decltype(t), decltype(o)><<<a.geo.blocks, kHBThreads, 0, stream>>>(c, a);
+  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+    stream_reduce_kernel<decltype(t), decltype(o)><<<args.geo.blocks, kHBThreads, 0, stream>>>(c, args);
     result = cudaGetLastError();
   });
   return result;
 }
 
-cudaError_t launch_stream_two_phase(const CollectiveContext& c, const StreamArgs& reduce, const StreamArgs& gather,
-                                    int32_t dtype, int32_t op, cudaStream_t stream) {
+// all_gather (the input to every peer: in_stride 0) and all_to_all (block q to peer q).
+cudaError_t launch_copy(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
+  const StreamShape s = shape_here(c, false, p.len, a);
+  if (s.geo.blocks == 0) return cudaErrorInvalidValue;
+  const StreamArgs args{p.in + p.lo, p.in_stride, p.out + p.lo, p.out_stride, p.len, c.nranks * p.len, s.geo, 0};
+  stream_copy_kernel<<<args.geo.blocks, kHBThreads, 0, stream>>>(c, args);
+  return cudaGetLastError();
+}
+
+// all_reduce 2PA-HB: reduce shard r of every rank into my shard, then share it.
+cudaError_t launch_two_phase(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
+  const StreamShape s = shape_here(c, true, p.len, a);
+  if (s.geo.blocks == 0) return cudaErrorInvalidValue;
+  const uint64_t shard = s.seg, bytes = p.len;
+  const char* in = p.in + p.lo;
+  char* out = p.out + p.lo;
+  const StreamArgs reduce{in, shard, out + c.rank * shard, 0, shard, bytes, s.geo, 0};
+  const StreamArgs gather{out + c.rank * shard, 0, out, shard, shard, bytes, s.geo, s.phase_bytes};
   cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(dtype, op, [&](auto t, auto o) {
+  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     stream_two_phase_kernel<decltype(t), decltype(o)><<<reduce.geo.blocks, kHBThreads, 0, stream>>>(c, reduce, gather);
     result = cudaGetLastError();
   });
   return result;
 }
 
-cudaError_t launch_stream_copy(const CollectiveContext& c, const StreamArgs& a, cudaStream_t stream) {
-  stream_copy_kernel<<<a.geo.blocks, kHBThreads, 0, stream>>>(c, a);
-  return cudaGetLastError();
+constexpr Launcher kReduce{piece_cap<false>, ready, launch_reduce};
+constexpr Launcher kCopy{piece_cap<false>, ready, launch_copy};
+constexpr Launcher kTwoPhase{piece_cap<true>, ready, launch_two_phase};
+
+}  // namespace
+
+JAX_MSCCLPP_LAUNCHER(kOnePhaseAllPairsHB) {
+  return collective == codes::kAllReduce ? &kReduce : nullptr;
+}
+
+JAX_MSCCLPP_LAUNCHER(kTwoPhaseAllPairsHB) {
+  return collective == codes::kAllReduce ? &kTwoPhase : nullptr;
+}
+
+JAX_MSCCLPP_LAUNCHER(kAllPairsHB) {
+  switch (collective) {
+    case codes::kReduceScatter: return &kReduce;
+    case codes::kAllGather:
+    case codes::kAllToAll: return &kCopy;
+    default: return nullptr;
+  }
 }
 
 }  // namespace jax_mscclpp::collectives

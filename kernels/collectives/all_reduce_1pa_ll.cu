@@ -189,26 +189,37 @@ cudaError_t launch_rows(const CollectiveContext& c, const EpilogueCall& a, cudaS
 
 }  // namespace
 
-uint64_t piece_cap_1pa_ll(int nranks, const ScratchLayout& s) {
-  // Each half holds n slots of packets, 16 bytes per 8 of data.
-  return round_down(s.ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
-}
-
 uint64_t all_reduce_1pa_ll_scratch_bytes(uint64_t bytes, int nranks) {
   const uint64_t half = nranks * slot_bytes(bytes);
   return half > kLLHalfCap ? 0 : 4 * round_up(half, 256);
 }
 
-cudaError_t launch_all_reduce_1pa_ll(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
-                                     cudaStream_t stream, int blocks, int threads) {
-  if (threads <= 0) threads = k1paLLThreads;
-  if (blocks <= 0) blocks = blocks_for(p.len, k1paLLBytesPerBlock, kLLMaxBlocks);
+namespace {
+
+uint64_t piece_cap_1pa_ll(int nranks, const ScratchLayout& s) {
+  // Each half holds n slots of packets, 16 bytes per 8 of data.
+  return round_down(s.ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
+}
+
+uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+  return piece_cap_1pa_ll(nranks, ScratchLayout::of(scratch_bytes));
+}
+
+cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
+  const int blocks = blocks_for(p.len, k1paLLBytesPerBlock, kLLMaxBlocks);
   cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(dtype, op, [&](auto t, auto o) {
-    all_reduce_1pa_ll_kernel<decltype(t), decltype(o)><<<blocks, threads, 0, stream>>>(c, p);
+  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+    all_reduce_1pa_ll_kernel<decltype(t), decltype(o)><<<blocks, k1paLLThreads, 0, stream>>>(c, p);
     result = cudaGetLastError();
   });
   return result;
+}
+
+}  // namespace
+
+JAX_MSCCLPP_LAUNCHER(kOnePhaseAllPairsLL) {
+  static constexpr Launcher kLauncher{piece_cap, nullptr, launch};
+  return collective == codes::kAllReduce ? &kLauncher : nullptr;
 }
 
 }  // namespace jax_mscclpp::collectives

@@ -107,24 +107,31 @@ __global__ void __launch_bounds__(kHBThreads) all_reduce_ring_kernel(CollectiveC
   finish_launch(c, e);
 }
 
-}  // namespace
-
-uint64_t piece_cap_ring(int nranks, const ScratchLayout& s) {
+uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+  const ScratchLayout s = ScratchLayout::of(scratch_bytes);
   // Port-channel offsets travel as 32 bits: the whole scratch must lie below 4 GiB.
   if (2 * (s.ll_half + s.hb_half) > (1ull << 32)) return 0;
   return nranks * round_down(s.hb_half / (2 * static_cast<uint64_t>(nranks) - 1), 16);
 }
 
-cudaError_t launch_all_reduce_ring(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
-                                   cudaStream_t stream) {
+cudaError_t ready(const CollectiveContext& c, uint64_t) { return c.port == nullptr ? cudaErrorNotReady : cudaSuccess; }
+
+cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int cap = c.channels_per_peer < kRingMaxBlocks ? c.channels_per_peer : kRingMaxBlocks;
   const int blocks = blocks_for(ceil_div(p.len, c.nranks), kRingBytesPerBlock, cap);
   cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(dtype, op, [&](auto t, auto o) {
+  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     all_reduce_ring_kernel<decltype(t), decltype(o)><<<blocks, kHBThreads, 0, stream>>>(c, p);
     result = cudaGetLastError();
   });
   return result;
+}
+
+}  // namespace
+
+JAX_MSCCLPP_LAUNCHER(kTwoPhaseRing) {
+  static constexpr Launcher kLauncher{piece_cap, ready, launch};
+  return collective == codes::kAllReduce ? &kLauncher : nullptr;
 }
 
 }  // namespace jax_mscclpp::collectives

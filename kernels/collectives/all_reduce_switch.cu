@@ -68,18 +68,24 @@ __global__ void __launch_bounds__(kHBThreads) all_reduce_switch_kernel(Collectiv
   finish_launch(c, e);
 }
 
-}  // namespace
-
-uint64_t piece_cap_switch(int nranks, const ScratchLayout& s) {
-  return nranks * round_down(s.hb_half / static_cast<uint64_t>(nranks), 16);
+// Emulated, the members are an array of at most kMaxSwitchMembers scratches.
+uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+  if (nranks > kMaxSwitchMembers) return 0;
+  return nranks * round_down(ScratchLayout::of(scratch_bytes).hb_half / static_cast<uint64_t>(nranks), 16);
 }
 
-cudaError_t launch_all_reduce_switch(const CollectiveContext& c, const Piece& p, int32_t dtype, int32_t op,
-                                     cudaStream_t stream) {
+// Emulated: the members' scratches; hardware multicast: 16-byte multiples.
+cudaError_t ready(const CollectiveContext& c, uint64_t block_bytes) {
+  if (c.sw.multicast == nullptr && (c.sw.members == nullptr || c.nranks > kMaxSwitchMembers)) return cudaErrorNotReady;
+  if (c.sw.multicast != nullptr && block_bytes % 16 != 0) return cudaErrorNotReady;
+  return cudaSuccess;
+}
+
+cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int cap = c.channels_per_peer < kHBMaxBlocks ? c.channels_per_peer : kHBMaxBlocks;
   const int blocks = blocks_for(ceil_div(p.len, c.nranks), 64 << 10, cap);
   cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(dtype, op, [&](auto t, auto o) {
+  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     using T = decltype(t);
     using Op = decltype(o);
     if (c.sw.multicast != nullptr) {
@@ -92,6 +98,13 @@ cudaError_t launch_all_reduce_switch(const CollectiveContext& c, const Piece& p,
     result = cudaGetLastError();
   });
   return result;
+}
+
+}  // namespace
+
+JAX_MSCCLPP_LAUNCHER(kTwoPhaseNvls) {
+  static constexpr Launcher kLauncher{piece_cap, ready, launch};
+  return collective == codes::kAllReduce ? &kLauncher : nullptr;
 }
 
 }  // namespace jax_mscclpp::collectives

@@ -2,7 +2,7 @@
 // built once per communicator and passed by value) and launch_collective(), which the CUDA FFI handler calls
 // with raw pointers. No XLA types here.
 //
-// Layouts are those of ffi/collective_types.h (block_count elements per block):
+// Buffers hold blocks of block_count elements as the collective's block layout says (jax_mscclpp/block_layout.h):
 //   all_reduce in[n] -> out[n]; all_gather in[n] -> out[world][n]; reduce_scatter in[world][n] -> out[n];
 //   all_to_all in[world][n] -> out[world][n].
 // Every launch reads this call's epoch from ctx.epoch (device memory), uses epoch + 1 as its flag and scratch
@@ -43,8 +43,7 @@ struct CollectiveContext {
   char* peer_scratch[kDirectPeers];      // rank q's scratch as mapped here (q < min(nranks, kDirectPeers))
 };
 
-// Collective and algorithm codes: ffi/collective_types.h (Collective, Algorithm). dtype / op codes:
-// jax_mscclpp/reduce.cuh (codes::DTypeCode, codes::ReduceCode).
+// Collective, algorithm, dtype and op codes: jax_mscclpp/codes.def (as int32_t: jax_mscclpp/codes.h).
 
 // What the algorithms need from the context (kernels/README.md, "Collective kernels", has the table):
 //   - mem: every entry p * cpp + c with p != rank (LL algorithms use c = 0 only; HB, NVLS and ring algorithms

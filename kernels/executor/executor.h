@@ -59,14 +59,21 @@
 namespace jax_mscclpp {
 
 namespace plan_codes {
-// Operation codes: the op table (jax_mscclpp/dsl/ops.py) and ffi/host_plan.h; tests/dsl/test_dsl_ops.py checks.
+// The codes of the integer encoding (jax_mscclpp/codes.def); kSelfMemory is the executor's own kind for a memory
+// channel to the rank itself.
 enum Op : uint8_t {
-  kCopy = 0, kReduce = 1, kPut = 2, kPutPackets = 3, kReadPackets = 4, kSignal = 5, kWait = 6, kFlush = 7,
-  kPutWithSignal = 8, kReducePut = 9, kReducePackets = 10, kBarrier = 11, kSwitchReduce = 12,
-  kSwitchBroadcast = 13,
+#define JAX_MSCCLPP_PLAN_OP(enumerator, code, name) enumerator = code,
+#include "jax_mscclpp/codes.def"
 };
-enum Buffer : int16_t { kInput = 0, kOutput = 1, kScratch = 2, kNone = -1 };
-enum ChannelKind : int32_t { kMemory = 0, kPort = 1, kSwitch = 2, kSelfMemory = 3 };
+enum Buffer : int16_t {
+#define JAX_MSCCLPP_PLAN_BUFFER(enumerator, code, name) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+enum ChannelKind : int32_t {
+#define JAX_MSCCLPP_PLAN_CHANNEL(enumerator, code, name) enumerator = code,
+#include "jax_mscclpp/codes.def"
+  kSelfMemory,
+};
 }  // namespace plan_codes
 
 // Most references of one kind in one operation (sources, packet sources, remotes) and most switch members.

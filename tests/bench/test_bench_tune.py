@@ -8,14 +8,14 @@ import warnings
 
 import pytest
 
-from jax_mscclpp import selection, tuning
+from jax_mscclpp import selection, tuning_file
 from jax_mscclpp._types import Collective
 
 AR = Collective.ALL_REDUCE
 
 
 def _file(path, rules):
-    tuning.write(str(path), {"topology": "test", "rules": rules})
+    tuning_file.write(str(path), {"topology": "test", "rules": rules})
     return str(path)
 
 
@@ -25,7 +25,7 @@ def _rule(max_bytes, algorithm, collective="all_reduce", platform="cpu"):
 
 @pytest.fixture
 def no_tuning(monkeypatch):
-    monkeypatch.setenv(tuning.ENV_FILE, "off")
+    monkeypatch.setenv(tuning_file.ENV_FILE, "off")
 
 
 def _other_than(algorithm):
@@ -38,7 +38,7 @@ def test_a_written_file_changes_the_choice(tmp_path, monkeypatch, no_tuning):
     gather = selection.choose(Collective.ALL_GATHER, "cpu", 1024, None)
     tuned = _other_than(small)
     path = _file(tmp_path / "sel.json", [_rule(4096, tuned), _rule(1 << 20, "lax")])
-    monkeypatch.setenv(tuning.ENV_FILE, path)
+    monkeypatch.setenv(tuning_file.ENV_FILE, path)
     assert selection.choose(AR, "cpu", 1024, None) == tuned
     assert selection.choose(AR, "cpu", 4096, None) == tuned  # bounds are inclusive
     assert selection.choose(AR, "cpu", 8192, None) == "lax"
@@ -52,7 +52,7 @@ def test_a_written_file_changes_the_choice(tmp_path, monkeypatch, no_tuning):
 
 def test_the_table_shows_tuned_rules_first(tmp_path, monkeypatch):
     path = _file(tmp_path / "sel.json", [_rule(4096, "2pa_ll")])
-    monkeypatch.setenv(tuning.ENV_FILE, path)
+    monkeypatch.setenv(tuning_file.ENV_FILE, path)
     table = selection.table()
     assert table[0] == {"collective": "all_reduce", "platform": "cpu", "world": None, "max_bytes": 4096,
                         "algorithm": "2pa_ll", "source": path}
@@ -62,7 +62,7 @@ def test_the_table_shows_tuned_rules_first(tmp_path, monkeypatch):
 
 def test_a_rewritten_file_is_reread(tmp_path, monkeypatch):
     path = tmp_path / "sel.json"
-    monkeypatch.setenv(tuning.ENV_FILE, _file(path, [_rule(4096, "2pa_ll")]))
+    monkeypatch.setenv(tuning_file.ENV_FILE, _file(path, [_rule(4096, "2pa_ll")]))
     assert selection.choose(AR, "cpu", 1024, None) == "2pa_ll"
     _file(path, [_rule(4096, "2pa_hb"), _rule(8192, "1pa_ll")])
     assert selection.choose(AR, "cpu", 1024, None) == "2pa_hb"
@@ -70,21 +70,21 @@ def test_a_rewritten_file_is_reread(tmp_path, monkeypatch):
 
 
 def test_bad_files_are_ignored_with_a_warning(tmp_path, monkeypatch):
-    monkeypatch.setenv(tuning.ENV_FILE, "off")
+    monkeypatch.setenv(tuning_file.ENV_FILE, "off")
     default = selection.choose(AR, "cpu", 1024, None)
     missing = str(tmp_path / "missing.json")
-    monkeypatch.setenv(tuning.ENV_FILE, missing)
+    monkeypatch.setenv(tuning_file.ENV_FILE, missing)
     with pytest.warns(RuntimeWarning, match="does not exist"):
         assert selection.choose(AR, "cpu", 1024, None) == default
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    monkeypatch.setenv(tuning.ENV_FILE, str(broken))
+    monkeypatch.setenv(tuning_file.ENV_FILE, str(broken))
     with pytest.warns(RuntimeWarning, match="cannot read"):
         assert selection.choose(AR, "cpu", 1024, None) == default
     # A rule for an algorithm this build does not run there is dropped; the rest stand.
     tuned = _other_than(default)
     path = _file(tmp_path / "partly.json", [_rule(4096, "2pa_nvls"), _rule(8192, tuned)])
-    monkeypatch.setenv(tuning.ENV_FILE, path)
+    monkeypatch.setenv(tuning_file.ENV_FILE, path)
     with pytest.warns(RuntimeWarning, match="2pa_nvls"):
         assert selection.choose(AR, "cpu", 1024, None) == tuned
 
@@ -92,8 +92,8 @@ def test_bad_files_are_ignored_with_a_warning(tmp_path, monkeypatch):
 def test_off_means_no_file(monkeypatch, tmp_path):
     default = None
     for value in ("off", "none", "0", ""):
-        monkeypatch.setenv(tuning.ENV_FILE, value)
-        assert tuning.active_path("cpu") is None
+        monkeypatch.setenv(tuning_file.ENV_FILE, value)
+        assert tuning_file.active_path("cpu") is None
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             choice = selection.choose(AR, "cpu", 1024, None)
@@ -102,23 +102,23 @@ def test_off_means_no_file(monkeypatch, tmp_path):
 
 
 def test_default_path_is_per_topology(monkeypatch, tmp_path):
-    monkeypatch.setenv(tuning.ENV_FILE, "off")
+    monkeypatch.setenv(tuning_file.ENV_FILE, "off")
     default = selection.choose(AR, "cpu", 1024, None)
-    monkeypatch.delenv(tuning.ENV_FILE)
-    monkeypatch.setenv(tuning.ENV_CACHE_DIR, str(tmp_path))
+    monkeypatch.delenv(tuning_file.ENV_FILE)
+    monkeypatch.setenv(tuning_file.ENV_CACHE_DIR, str(tmp_path))
     import jax
 
     n = len(jax.devices("cpu"))
-    assert tuning.topology("cpu") == f"cpu-cpu-{n}dev"
-    assert tuning.default_path("cpu") == os.path.join(str(tmp_path), "tuning", f"cpu-cpu-{n}dev.json")
-    assert tuning.active_path("cpu") is None  # no file there yet
-    _file(tuning.default_path("cpu"), [_rule(1 << 30, _other_than(default))])
-    assert tuning.active_path("cpu") == tuning.default_path("cpu")
+    assert tuning_file.topology("cpu") == f"cpu-cpu-{n}dev"
+    assert tuning_file.default_path("cpu") == os.path.join(str(tmp_path), "tuning", f"cpu-cpu-{n}dev.json")
+    assert tuning_file.active_path("cpu") is None  # no file there yet
+    _file(tuning_file.default_path("cpu"), [_rule(1 << 30, _other_than(default))])
+    assert tuning_file.active_path("cpu") == tuning_file.default_path("cpu")
     assert selection.choose(AR, "cpu", 1024, None) == _other_than(default)
 
 
 def test_rules_from_winners_merge_runs():
-    rules = tuning.rules_from_winners("all_reduce", "cpu", [
+    rules = tuning_file.rules_from_winners("all_reduce", "cpu", [
         (1024, "1pa_ll", 0.5, "2pa_ll"), (2048, "1pa_ll", 0.2, "lax"), (4096, "2pa_hb", 0.1, "2pa_ll"),
         (8192, "2pa_hb", None, None),
     ])
@@ -129,7 +129,7 @@ def test_rules_from_winners_merge_runs():
 
 def test_tune_writes_a_file_the_runtime_follows(tmp_path, monkeypatch):
     out = tmp_path / "tuned.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", tuning.ENV_FILE)}
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", tuning_file.ENV_FILE)}
     env.update(JAX_PLATFORMS="cpu", JAX_MSCCLPP_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run(
         [sys.executable, "-m", "jax_mscclpp.tune", "--ops", "all_reduce,all_gather", "--sizes", "1K,4K", "--iters",
@@ -140,7 +140,7 @@ def test_tune_writes_a_file_the_runtime_follows(tmp_path, monkeypatch):
     assert f"wrote {out}" in proc.stdout and "margin" in proc.stdout
     assert not (tmp_path / "cache").exists()  # --output: nothing in the default place
     doc = json.loads(out.read_text())
-    assert doc["format"] == tuning.FORMAT and doc["platform"] == "cpu" and doc["world_size"] == 4
+    assert doc["format"] == tuning_file.FORMAT and doc["platform"] == "cpu" and doc["world_size"] == 4
     assert doc["machine"]["device_count"] == 4
     by_op = {}
     for rule in doc["rules"]:
@@ -156,7 +156,7 @@ def test_tune_writes_a_file_the_runtime_follows(tmp_path, monkeypatch):
             assert {"1pa_ll", "2pa_ll", "2pa_hb"} <= set(m["times_us"])
 
     # What the runtime picks now is what the file says.
-    monkeypatch.setenv(tuning.ENV_FILE, str(out))
+    monkeypatch.setenv(tuning_file.ENV_FILE, str(out))
     for m in doc["measurements"]:
         collective = Collective[m["collective"].upper()]
         assert selection.choose(collective, "cpu", m["bytes"], None) == m["winner"]

@@ -7,7 +7,7 @@ SwitchChannel up to 8 ranks), an input and an output buffer, a stream, and the p
 path binds one (kernels/executor/executor.h). Ranks exchange endpoints as bytes,
 as separate processes would. A call is launched on every rank's stream before any is synchronized, so ranks
 that wait for each other run concurrently. The same ranks also run the hand-written collectives
-(``launch_collective``), which is how bench/executor.py compares the two.
+(``launch_collective``), which is how bench/kernels/executor.py compares the two.
 
 Typical use::
 

@@ -29,23 +29,13 @@ import numpy as np
 
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
 
-# Integer codes of ffi/collective_types.h and kernels/include/jax_mscclpp/reduce.cuh.
-from jax_mscclpp._types import DTYPE_CODES  # noqa: E402  (the one table)
-REDUCE_CODES = {"sum": 0, "max": 1, "min": 2}
-# Collective and Algorithm codes of ffi/collective_types.h ("allpairs_ll" / "allpairs_hb": kAllPairs with the
-# protocol forced; the GPU kernels choose by size under plain "allpairs").
-COLLECTIVE_CODES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all": 3}
-ALGORITHM_CODES = {
-    "1pa_ll": 0,
-    "2pa_ll": 1,
-    "2pa_hb": 2,
-    "2pr": 3,
-    "2pa_nvls": 4,
-    "allpairs": 5,
-    "allpairs_ll": 7,
-    "allpairs_hb": 8,
-    "1pa_hb": 9,
-}
+# Integer codes by name: the native tables (kernels/include/jax_mscclpp/codes.def). ALGORITHM_CODES has every
+# algorithm the kernels run, "allpairs_ll" / "allpairs_hb" (kAllPairs with the protocol forced) included.
+from jax_mscclpp._types import CODE_TABLES, DTYPE_CODES  # noqa: E402
+
+REDUCE_CODES = {row["name"]: row["code"] for row in CODE_TABLES["reduce_op"]}
+COLLECTIVE_CODES = {row["name"]: row["code"] for row in CODE_TABLES["collective"]}
+ALGORITHM_CODES = {row["name"]: row["code"] for row in CODE_TABLES["algorithm"] if row["name"] != "plan"}
 
 
 class VirtualRanksError(RuntimeError):

@@ -2,8 +2,8 @@
 //
 // Arithmetic: f16 and bf16 are widened to f32, reduced, and rounded to nearest-even once at the end;
 // integer sums wrap (two's complement, as XLA's do), computed in a wider or unsigned type so no signed
-// overflow occurs; max/min of floats propagate NaN. Codes match ffi/collective_types.h (DType, ReduceOp)
-// so a kernel can dispatch on the attributes the FFI handler decodes.
+// overflow occurs; max/min of floats propagate NaN. Kernels dispatch on the dtype and op codes of codes.def, the
+// attributes the FFI handler decodes.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "atomics.cuh"
+#include "codes.h"
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
@@ -18,34 +19,6 @@
 #endif
 
 namespace jax_mscclpp {
-
-// Integer codes of the dtype and reduction attributes (same values as ffi/collective_types.h).
-namespace codes {
-enum DTypeCode : int32_t {
-  kF32 = 0, kBF16 = 1, kF16 = 2, kF64 = 3, kS8 = 4, kU8 = 5, kS16 = 6, kU16 = 7, kS32 = 8, kU32 = 9, kS64 = 10,
-  kU64 = 11,
-};
-enum ReduceCode : int32_t { kSum = 0, kMax = 1, kMin = 2 };
-}  // namespace codes
-
-// Element size of a dtype code, 0 for an unknown code.
-inline uint64_t dtype_bytes(int32_t dtype) {
-  switch (dtype) {
-    case codes::kS8:
-    case codes::kU8: return 1;
-    case codes::kBF16:
-    case codes::kF16:
-    case codes::kS16:
-    case codes::kU16: return 2;
-    case codes::kF32:
-    case codes::kS32:
-    case codes::kU32: return 4;
-    case codes::kF64:
-    case codes::kS64:
-    case codes::kU64: return 8;
-    default: return 0;
-  }
-}
 
 // Reduction operations as types, so kernels specialize on them at compile time.
 struct SumOp {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "executor_plan.h"
-#include "host_plan.h"
+#include "host_executor.h"
 #include "virtual_rank.h"
 
 namespace jax_mscclpp::cuda {

@@ -87,7 +87,7 @@ struct HarnessParams {
   uint64_t src_off = 0;
   uint64_t dst_off = 0;
   uint64_t slot_stride = 0;
-  int32_t collective = 0;  // kCollective: Collective code (ffi/collective_types.h)
+  int32_t collective = 0;  // kCollective: Collective code (jax_mscclpp/codes.def)
   int32_t algorithm = 0;   // kCollective: Algorithm code
 };
 

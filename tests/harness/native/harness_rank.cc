@@ -81,9 +81,9 @@ void HarnessRank::check_launch(const HarnessParams& p) const {
   if (op == HarnessOp::kCollective) {
     check_collective(p);
   } else {
-    // 0: the kernel picks its grid
+    // The collective launchers pick their own grid: blocks and threads 0.
     const bool own_grid = op == HarnessOp::kAllReduce1paLL || op == HarnessOp::kAllReduceEpilogue;
-    if (p.blocks < (own_grid ? 0 : 1) || p.threads < (own_grid ? 0 : 1) || p.threads > 1024)
+    if (own_grid ? (p.blocks != 0 || p.threads != 0) : (p.blocks < 1 || p.threads < 1 || p.threads > 1024))
       throw std::invalid_argument("jax_mscclpp: bad launch shape");
   }
 }

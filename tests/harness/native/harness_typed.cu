@@ -91,7 +91,8 @@ cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cuda
   if (op == HarnessOp::kAllReduce1paLL) {
     const uint64_t bytes = p.count * dtype_bytes(p.dtype);
     collectives::Piece piece{a.input, a.output, 0, 0, 0, bytes};
-    return collectives::launch_all_reduce_1pa_ll(c, piece, p.dtype, p.reduce_op, stream, p.blocks, p.threads);
+    const collectives::LaunchArgs args{codes::kAllReduce, p.dtype, p.reduce_op, 0};
+    return collectives::launcher_kOnePhaseAllPairsLL(codes::kAllReduce, bytes)->launch(c, piece, args, stream);
   }
   if (op == HarnessOp::kAllReduceEpilogue) {
     const uint64_t es = dtype_bytes(p.dtype);

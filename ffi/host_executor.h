@@ -17,15 +17,40 @@
 
 namespace jax_mscclpp::host {
 
-enum class PlanBuffer : int32_t { kInput = 0, kOutput = 1, kScratch = 2, kNone = -1 };
-enum class PlanChannelType : int32_t { kMemory = 0, kPort = 1, kSwitch = 2 };
-
-// Operation codes of the integer encoding: the op table, jax_mscclpp/dsl/ops.py (tests/dsl/test_dsl_ops.py checks).
-enum class PlanOpCode : int32_t {
-  kCopy = 0, kReduce = 1, kPut = 2, kPutPackets = 3, kReadPackets = 4, kSignal = 5, kWait = 6, kFlush = 7,
-  kPutWithSignal = 8, kReducePut = 9, kReducePackets = 10, kBarrier = 11, kSwitchReduce = 12,
-  kSwitchBroadcast = 13,
+// The codes of the integer encoding (kernels/include/jax_mscclpp/codes.def): buffers, channel types, operations.
+enum class PlanBuffer : int32_t {
+#define JAX_MSCCLPP_PLAN_BUFFER(enumerator, code, name) enumerator = code,
+#include "jax_mscclpp/codes.def"
 };
+enum class PlanChannelType : int32_t {
+#define JAX_MSCCLPP_PLAN_CHANNEL(enumerator, code, name) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+enum class PlanOpCode : int32_t {
+#define JAX_MSCCLPP_PLAN_OP(enumerator, code, name) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+
+// The op table's name of an operation code ("?" for a code it does not list).
+inline const char* plan_op_name(PlanOpCode code) {
+  switch (code) {
+#define JAX_MSCCLPP_PLAN_OP(enumerator, code, name) \
+  case PlanOpCode::enumerator:                     \
+    return name;
+#include "jax_mscclpp/codes.def"
+  }
+  return "?";
+}
+
+// Whether `code` is an operation code of the encoding.
+inline bool is_plan_op(int32_t code) {
+  switch (code) {
+#define JAX_MSCCLPP_PLAN_OP(enumerator, value, name) case value:
+#include "jax_mscclpp/codes.def"
+    return true;
+  }
+  return false;
+}
 
 struct ChunkRef {
   PlanBuffer buffer = PlanBuffer::kNone;

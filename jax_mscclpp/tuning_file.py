@@ -1,4 +1,4 @@
-"""The selection file: algorithm choices measured on this machine, which ``selection.choose`` reads before its
+"""The tuning file: algorithm choices measured on this machine, which ``selection.choose`` reads before its
 default table.
 
 Where it is read from:

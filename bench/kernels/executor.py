@@ -1,6 +1,6 @@
 """The plan executor against the hand-written collective kernels, on the same virtual ranks of one GPU.
 
-    python bench/executor.py [--out bench/results/executor-<date>.json] [--nranks 8] [--quick]
+    python bench/kernels/executor.py [--out bench/results/executor-<date>.json] [--nranks 8] [--quick]
 
 For each message size (bytes per rank, f32 sum all_reduce), one set of N virtual ranks runs
   - the executor interpreting a DSL plan (jax_mscclpp.dsl.library), lowered with as many instances (thread blocks)
@@ -27,23 +27,28 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness: tests.harness
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.harness
 
 import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library  # noqa: E402
 from tests.harness.plan_ranks import INPUT, OUTPUT, PlanRanks  # noqa: E402
-from tests.harness.virtual_ranks import device_run_header, native_cuda  # noqa: E402
+from tests.harness.virtual_ranks import (  # noqa: E402
+    ALGORITHM_CODES,
+    COLLECTIVE_CODES,
+    device_run_header,
+    native_cuda,
+)
 
 KiB, MiB = 1 << 10, 1 << 20
-ALL_REDUCE = 0
-# Hand-written algorithm codes (ffi/collective_types.h, Algorithm) of the library programs compared.
-ALGORITHMS = {"allreduce_1pa_ll": 0, "allreduce_2pa_ll": 1, "allreduce_2pa_hb": 2}
+ALL_REDUCE = COLLECTIVE_CODES["all_reduce"]
+# The hand-written algorithm of each library program compared.
+ALGORITHMS = {f"allreduce_{name}": ALGORITHM_CODES[name] for name in ("1pa_ll", "2pa_ll", "2pa_hb")}
 THREADS = 256  # the hand-written LL kernels' block size
 
 
 def hand_written_blocks(nbytes: int) -> int:
-    """The grid launch_all_reduce_1pa_ll picks (about 8 KiB per block, 1..16 blocks) for one piece."""
+    """The grid the 1PA-LL launcher picks (about 8 KiB per block, 1..16 blocks) for one piece."""
     piece = min(nbytes, 256 * KiB)
     return max(1, min(16, (piece + 8191) // 8192))
 

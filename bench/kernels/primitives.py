@@ -1,6 +1,6 @@
 """Primitive-level measurements on one GPU (virtual ranks), written as JSON under bench/results/.
 
-    python bench/primitives.py [--out bench/results/primitives-<date>.json] [--quick]
+    python bench/kernels/primitives.py [--out bench/results/primitives-<date>.json] [--quick]
 
 Measures, each against the device-to-device copy bandwidth of cudaMemcpyAsync measured in the same run
 (bandwidth counts bytes read + bytes written):
@@ -24,7 +24,7 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness: tests.harness
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.harness
 
 import numpy as np  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Our collectives beside lax through the plugin's fixtures: small sizes, a few iterations (fast on CPU).
 
-On GPUs the same tests time real kernels; run ``pytest tests/benchmarks --benchmark-only`` for
-pytest-benchmark's table.
+On GPUs the same tests time real kernels; ``pytest tests/bench/test_benchmark_fixtures.py --benchmark-only``
+prints pytest-benchmark's table.
 """
 
 import pytest

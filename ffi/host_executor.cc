@@ -1,4 +1,4 @@
-#include "host_plan.h"
+#include "host_executor.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,13 +11,6 @@
 namespace jax_mscclpp::host {
 namespace {
 
-const char* plan_op_name(PlanOpCode code) {
-  static const char* names[] = {"copy", "reduce", "put", "put_packets", "read_packets", "signal", "wait", "flush",
-                                "put_with_signal", "reduce_put", "reduce_packets", "barrier", "switch_reduce",
-                                "switch_broadcast"};
-  return names[int(code)];
-}
-
 // Reads the integer encoding of one operation (jax_mscclpp/plans.py):
 //   code, channel, n_srcs, n_packet_srcs, n_remotes, dst(3), src(3), srcs(3 each), packet_srcs(4 each),
 //   remotes(4 each); a chunk is (buffer, index, count) with buffer -1 for none.
@@ -28,7 +21,7 @@ class OpReader {
   PlanOp next() {
     PlanOp op;
     int32_t code = take();
-    if (code < 0 || code > int32_t(PlanOpCode::kSwitchBroadcast)) throw std::invalid_argument("unknown op code");
+    if (!is_plan_op(code)) throw std::invalid_argument("unknown op code");
     op.code = PlanOpCode(code);
     op.channel = take();
     const int n_srcs = take(), n_packet = take(), n_remotes = take();

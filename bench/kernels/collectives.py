@@ -1,7 +1,7 @@
 """Kernel time of every collective algorithm of kernels/collectives on virtual ranks (N ranks on ONE GPU), written as
 JSON under bench/results/.
 
-    python bench/collectives.py [--nranks 8] [--out bench/results/collectives-<date>.json] [--quick]
+    python bench/kernels/collectives.py [--nranks 8] [--out bench/results/collectives-<date>.json] [--quick]
 
 (with the package installed from this checkout, e.g. `pip install -e .`, which builds the harness module on a
 machine with a GPU.)
@@ -30,7 +30,7 @@ os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
 os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the harness: tests.harness
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.harness
 
 import numpy as np  # noqa: E402
 

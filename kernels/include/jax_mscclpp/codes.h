@@ -1,0 +1,43 @@
+// The codes of codes.def as plain int32_t enumerators, for code that dispatches on attribute values (the kernels'
+// launchers and the executor), and the element size of each dtype. Host and device code alike.
+#pragma once
+
+#include <cstdint>
+
+namespace jax_mscclpp {
+namespace codes {
+
+enum CollectiveCode : int32_t {
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, ...) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+
+enum ReduceCode : int32_t {
+#define JAX_MSCCLPP_REDUCE_OP(enumerator, code, ...) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+
+enum DTypeCode : int32_t {
+#define JAX_MSCCLPP_DTYPE(enumerator, code, ...) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+
+enum AlgorithmCode : int32_t {
+#define JAX_MSCCLPP_ALGORITHM(enumerator, code, ...) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+
+}  // namespace codes
+
+// Element size of a dtype code, 0 for an unknown code.
+constexpr uint64_t dtype_bytes(int32_t dtype) {
+  switch (dtype) {
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes) \
+  case code:                                              \
+    return bytes;
+#include "jax_mscclpp/codes.def"
+    default: return 0;
+  }
+}
+
+}  // namespace jax_mscclpp
