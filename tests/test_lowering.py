@@ -4,6 +4,7 @@ import jax
 import pytest
 
 import jax_mscclpp as jm
+from jax_mscclpp import primitives, selection
 from tests.helpers import P, random_array
 
 
@@ -40,3 +41,19 @@ def test_info_describes_the_installation(mesh8):
     assert info["timeout_s"] > 0
     assert any(r["collective"] == "all_reduce" and r["algorithm"] == "1pa_ll" for r in info["algorithms"])
     assert info["communicators"]
+
+
+def test_command_buffer_choice(monkeypatch):
+    # GPU calls up to GRAPH_MIN_BYTES per rank stay out of XLA's command buffers unless the variable says otherwise.
+    monkeypatch.delenv(selection.ENV_COMMAND_BUFFERS, raising=False)
+    small, large = selection.GRAPH_MIN_BYTES, selection.GRAPH_MIN_BYTES + 1
+    assert not selection.in_command_buffers(small) and selection.in_command_buffers(large)
+    assert primitives.gpu_target("jax_mscclpp_all_reduce", small) == "jax_mscclpp_all_reduce_outside_graphs"
+    assert primitives.gpu_target("jax_mscclpp_all_reduce", large) == "jax_mscclpp_all_reduce"
+    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "1")
+    assert selection.in_command_buffers(1)
+    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "0")
+    assert not selection.in_command_buffers(1 << 30)
+    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "yes")
+    with pytest.raises(ValueError, match="expected 0, 1 or unset"):
+        selection.in_command_buffers(1)

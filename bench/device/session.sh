@@ -158,6 +158,24 @@ ab_cb() {  # ab_cb CB: decode (the issue's command), the model-shaped bench, tra
 step_ab_cb0() { ab_cb 0; }
 step_ab_cb1() { ab_cb 1; }
 
+step_verify() {  # after a restructuring: the JAX path on two GPUs, streaming + 16-rank kernels, the executor
+  timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_jax_single_process.py 2>&1 \
+    | tee "$OUT/jax2.log" | tail -4
+  step_kernels_stream
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_executor.py \
+    tests/gpu/test_all_reduce_1pa_ll.py 2>&1 | tee "$OUT/executor.log" | tail -4
+}
+
+step_recheck() {  # the executor on every program (no -x), 2PR on 4 ranks thrice more, the target choice on 2 GPUs
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_executor.py 2>&1 \
+    | tee "$OUT/executor.log" | grep -E "passed|failed|FAILED|Mismatched" | tail -12
+  for i in 1 2 3; do
+    JAX_MSCCLPP_TIMEOUT_S=15 timeout 40 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_executor.py \
+      -k "library_program and 2pr" 2>&1 | grep -E "passed|failed|Mismatched|indices" -A1 | tail -4
+  done
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_jax_single_process.py -k graphs 2>&1 | tail -3
+}
+
 step_pack() { rm -rf "$OUT/prof" "$OUT"/*.csv "$OUT"/*.png; ls "$OUT"; }
 
 for s in "$@"; do log "$s"; "step_$s"; done

@@ -77,17 +77,34 @@ SCRIPT = textwrap.dedent(r"""
     x = random_array(rng, (n * 4096,), "float32")
     loop = lambda psum: (lambda v: lax.fori_loop(0, 1000, lambda i, a: lax.pcast(psum(a, "x"), "x", to="varying") / n, v))
     assert_same(sharded(loop(jm.psum), mesh, P("x"), P("x"))(x), sharded(loop(lax.psum), mesh, P("x"), P("x"))(x))
+    # Which target small and large calls lower to (selection.in_command_buffers): 20 B and 16 MiB per rank.
+    import os, re
+    def target_of(count):
+        v = random_array(rng, (n * count,), "float32")
+        text = sharded(lambda a: jm.psum(a, "x"), mesh, P("x"), P()).lower(v).as_text()
+        found = re.findall(r"jax_mscclpp_all_reduce(_outside_graphs)?\b", text)
+        assert len(set(found)) == 1, found
+        return "outside" if found[0] else "inside"
+    forced = os.environ.get("JAX_MSCCLPP_COMMAND_BUFFERS")
+    assert target_of(5) == ("inside" if forced == "1" else "outside")
+    assert target_of(1 << 22) == ("outside" if forced == "0" else "inside")
     print(f"{checks + 1} checks passed on {n} GPUs")
 """)
 
 
-@pytest.mark.parametrize("command_buffers,scope", [("default", "full"), ("off", "quick")])
+@pytest.mark.parametrize("command_buffers,scope", [("default", "full"), ("off", "quick"), ("ours in graphs", "quick"),
+                                                    ("ours outside graphs", "quick")])
 def test_single_process_matches_lax(gpus, command_buffers, scope):
     if gpus < 2:
         pytest.skip("needs two GPUs")
     env = dict(os.environ, JAX_PLATFORMS="cuda", NCCL_NVLS_ENABLE="0")
     env.pop("JAX_MSCCLPP_NVLS", None)
     env.pop("XLA_FLAGS", None)
+    env.pop("JAX_MSCCLPP_COMMAND_BUFFERS", None)
+    if command_buffers == "ours in graphs":
+        env["JAX_MSCCLPP_COMMAND_BUFFERS"] = "1"
+    if command_buffers == "ours outside graphs":
+        env["JAX_MSCCLPP_COMMAND_BUFFERS"] = "0"
     if command_buffers == "off":
         env["XLA_FLAGS"] = "--xla_gpu_enable_command_buffer="
     root = Path(__file__).resolve().parents[2]
