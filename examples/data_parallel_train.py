@@ -19,10 +19,7 @@ sum with much cancellation, so two programs that reduce in different orders agre
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform as host_platform
 import statistics
 import sys
 import time
@@ -39,6 +36,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
+import _report  # noqa: E402  (examples/_report.py)
 
 # name: (layers, width, batch per device). Gradient bytes: layers * width^2 * 2 (bf16) plus the biases.
 CONFIGS = {
@@ -199,22 +197,14 @@ def main(argv=None) -> int:
             row.update({f"{variants[0] if variants[0] == 'lax' else 'ours'}_ms": timed[variants[0]]})
         results.append(row)
     report = {
-        "example": "data_parallel_train",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"hostname": host_platform.node(), "cpu_count": os.cpu_count()},
-        "devices": {"platform": plat, "kind": devices[0].device_kind, "count": n},
-        "versions": {"jax": jax.__version__, "jax_mscclpp": jm.__version__},
+        **_report.header("data_parallel_train", devices[:n]),
         "config": {"configs": names, "dtype": dtype_name, "steps": args.steps, "warmup": args.warmup,
                    "overlap": args.overlap, "variants": list(variants)},
         "results": results,
         "profiles": profiles,
         "passed": passed,
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        print(f"wrote {args.out}")
+    _report.write(report, args.out)
     print("PASS: same weights" if passed else "FAIL: the variants' weights differ")
     return 0 if passed else 1
 

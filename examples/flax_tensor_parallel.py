@@ -23,11 +23,8 @@ virtual CPU devices before JAX starts. Exit status: 0 when every check passes, 1
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import logging
 import os
-import platform as host_platform
 import re
 import statistics
 import sys
@@ -50,6 +47,7 @@ except ImportError:
     sys.exit("this example needs flax: pip install flax (or pip install -e '.[examples]')")
 
 import jax_mscclpp as jm  # noqa: E402
+import _report  # noqa: E402  (examples/_report.py)
 
 # Ours against lax, relative to the largest magnitude of lax's value: the two differ only in the order of the
 # cross-device sums (float32), or also in where bfloat16 rounds them.
@@ -165,14 +163,6 @@ def median_ms(fn, args, steps: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def versions() -> dict:
-    import flax
-    import jaxlib
-
-    return {"python": host_platform.python_version(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-            "flax": flax.__version__, "jax_mscclpp": jm.__version__, "numpy": np.__version__}
-
-
 def run(args) -> dict:
     devices = jax.devices()
     plat = devices[0].platform
@@ -249,12 +239,7 @@ def run(args) -> dict:
     passed = all(c["passed"] for c in checks)
     print("PASS" if passed else "FAIL")
     return {
-        "example": "flax_tensor_parallel",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"hostname": host_platform.node(), "system": host_platform.system(),
-                    "arch": host_platform.machine(), "cpu_count": os.cpu_count()},
-        "devices": {"platform": plat, "kind": devices[0].device_kind, "count": len(devices), "tp": tp},
-        "versions": versions(),
+        **_report.header("flax_tensor_parallel", devices, tp=tp),
         "config": {"layers": args.layers, "d_model": args.d_model, "heads": args.heads, "d_ff": args.d_ff,
                    "batch": args.batch, "seq": args.seq, "dtype": dtype_name, "steps": args.steps,
                    "xla_flags": os.environ.get("XLA_FLAGS", "")},
@@ -271,11 +256,7 @@ def main(argv=None) -> int:
         logging.basicConfig(format="%(name)s: %(message)s")
         logging.getLogger("jax_mscclpp.rewrite").setLevel(logging.DEBUG)
     report = run(args)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        print(f"wrote {args.out}")
+    _report.write(report, args.out)
     return 0 if report["passed"] else 1
 
 

@@ -23,10 +23,7 @@ variant and prints, per step, GPU busy and idle time and the collective kernels'
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform as host_platform
 import statistics
 import sys
 import time
@@ -43,6 +40,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
+import _report  # noqa: E402  (examples/_report.py)
 
 PRESETS = {
     "tiny": dict(d_model=256, n_heads=16, n_kv_heads=8, head_dim=16, d_ff=512, vocab=1024, layers=2,
@@ -322,13 +320,6 @@ def compare(ours: dict, ref: dict) -> dict:
     }
 
 
-def versions() -> dict:
-    import jaxlib
-
-    return {"python": host_platform.python_version(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
-            "jax_mscclpp": jm.__version__, "numpy": np.__version__}
-
-
 def run(args) -> dict:
     devices = jax.devices()
     plat = devices[0].platform
@@ -406,12 +397,7 @@ def run(args) -> dict:
                "PASS: mscclpp and lax agree (close logits; fused norms' rounding changed some greedy picks)")
               if passed else "FAIL: mscclpp and lax disagree (see above)")
     return {
-        "example": "transformer_decode",
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"hostname": host_platform.node(), "system": host_platform.system(),
-                    "arch": host_platform.machine(), "cpu_count": os.cpu_count()},
-        "devices": {"platform": plat, "kind": devices[0].device_kind, "count": len(devices), "tp": tp},
-        "versions": versions(),
+        **_report.header("transformer_decode", devices, tp=tp),
         "config": {"preset": args.preset, **cfg, "dtype": dtype_name, "prompt_len": args.prompt_len,
                    "steps": args.steps, "batches": args.batch, "collectives": list(variants), "fused": args.fused,
                    "xla_flags": os.environ.get("XLA_FLAGS", "")},
@@ -425,11 +411,7 @@ def run(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     report = run(args)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        print(f"wrote {args.out}")
+    _report.write(report, args.out)
     return 0 if report["passed"] else 1
 
 

@@ -1,0 +1,45 @@
+"""What every example's JSON report opens with (example, date, machine, devices, versions) and how it is written.
+
+Imported after JAX (``header`` reads the devices and versions of the running process).
+"""
+
+import datetime
+import json
+import os
+import platform as host_platform
+
+
+def header(example: str, devices, **device_fields) -> dict:
+    """The report's first fields; ``device_fields`` (e.g. ``tp=2``) join the devices entry."""
+    import jax
+    import jaxlib
+    import numpy as np
+
+    import jax_mscclpp as jm
+
+    versions = {"python": host_platform.python_version(), "jax": jax.__version__, "jaxlib": jaxlib.__version__,
+                "jax_mscclpp": jm.__version__, "numpy": np.__version__}
+    try:
+        import flax
+
+        versions["flax"] = flax.__version__
+    except ImportError:
+        pass
+    return {
+        "example": example,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"hostname": host_platform.node(), "system": host_platform.system(),
+                    "arch": host_platform.machine(), "cpu_count": os.cpu_count()},
+        "devices": {"platform": devices[0].platform, "kind": devices[0].device_kind, "count": len(devices),
+                    **device_fields},
+        "versions": versions,
+    }
+
+
+def write(report: dict, path: str | None) -> None:
+    """Writes ``report`` as indented JSON to ``path`` (nothing when ``path`` is None)."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        print(f"wrote {path}")
