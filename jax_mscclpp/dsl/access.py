@@ -64,7 +64,8 @@ def op_accesses(op: dict, rank: int, channels: list[dict]) -> tuple[list, list]:
 
 def is_barrier_point(op: dict) -> bool:
     """Whether the executor runs ``op`` as a barrier point of the whole thread block: every thread finishes
-    what came before before any thread starts what comes after (PLAN.md, "Barriers")."""
+    what came before before any thread starts what comes after (PLAN.md, "Execution model"). The point comes
+    after the operation's own data step (put_with_signal's put): that step is ordered like a data operation."""
     return spec_of(op["op"]).barrier_point
 
 

@@ -3,7 +3,8 @@
 The threads of a thread block split each data operation among themselves, each operation its own way, so
 two data operations that touch a common chunk (at least one writing it) need a barrier between them unless a
 barrier point (an operation with a synchronization role in the op table: barrier, signal, wait, flush,
-put_with_signal) already separates them.
+put_with_signal) already separates them. A barrier point with chunk operands (put_with_signal) is one after
+its data step (PLAN.md, "Execution model"): its own accesses are checked like any data operation's first.
 
 Placement tracks, per thread block, the chunks read and written since the last barrier point (their last
 writer and active readers) and puts a barrier right before the first operation that conflicts. Existing
@@ -31,13 +32,12 @@ def _with_barriers(ops: list, rank: int, channels: list) -> list:
     for op in ops:
         if op["op"] == BARRIER_OP:
             continue
-        if is_barrier_point(op):
+        reads, writes = op_accesses(op, rank, channels)
+        if conflicts(reads, writes, pending):
+            out.append({"op": BARRIER_OP})
             pending = {}
-        else:
-            reads, writes = op_accesses(op, rank, channels)
-            if conflicts(reads, writes, pending):
-                out.append({"op": BARRIER_OP})
-                pending = {}
-            add_pending(reads, writes, pending)
+        add_pending(reads, writes, pending)
+        if is_barrier_point(op):  # after its data step
+            pending = {}
         out.append(op)
     return out

@@ -16,7 +16,7 @@ the integer encoding of the native executors (``jax_mscclpp/plans.py``). A row s
   switch channel), and may carry LL packets (written as packets; or read by unpacking packets that the
   channel's peer wrote, waiting for them).
 * ``sync``: its synchronization role (``BARRIER``, ``SIGNAL``, ``WAIT``, ``FLUSH`` or None). An operation with a
-  role is a barrier point of its thread block (PLAN.md, "Execution model").
+  role is a barrier point of its thread block, after its data step if it has one (PLAN.md, "Execution model").
 * ``min_sources``: the fewest chunk references its read operands must have together (reductions: 2).
 * ``reduction``, ``fuses_into``, ``fused_from``: what fusion may make of it (fusion.py, below).
 
@@ -112,7 +112,8 @@ class OpSpec:
 
     @property
     def barrier_point(self) -> bool:
-        """Whether every thread of the thread block finishes what came before before any starts what follows."""
+        """Whether every thread of the thread block finishes what came before, this operation's data step
+        included, before any starts what follows."""
         return self.sync is not None
 
     @property

@@ -103,15 +103,13 @@ def _check_channel_use(plan: dict) -> None:
 
 def _check_barriers(plan: dict) -> None:
     """Two data operations of one thread block that touch a common chunk, one writing it, need a sync
-    operation between them (barriers.py)."""
+    operation between them (barriers.py). A put_with_signal orders only what follows its put: its put is
+    checked against what came before (PLAN.md, "Execution model")."""
     for rank, rank_plan in enumerate(plan["ranks"]):
         for tb, block in enumerate(rank_plan["threadblocks"]):
             pending: dict = {}
             last_toucher: dict = {}
             for index, op in enumerate(block["ops"]):
-                if is_barrier_point(op):
-                    pending = {}
-                    continue
                 reads, writes = op_accesses(op, rank, rank_plan["channels"])
                 if conflicts(reads, writes, pending):
                     key = next(k for k in reads + writes if k in pending and (pending[k] or k in writes))
@@ -121,6 +119,8 @@ def _check_barriers(plan: dict) -> None:
                 add_pending(reads, writes, pending)
                 for key in reads + writes:
                     last_toucher[key] = index
+                if is_barrier_point(op):
+                    pending = {}
 
 
 @dataclasses.dataclass(frozen=True)

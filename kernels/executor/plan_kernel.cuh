@@ -11,7 +11,9 @@
 //   wait              : one thread per wait of the group waits (acquire), then __syncthreads: every thread reads
 //                       after the acquires.
 //   flush             : thread 0 flushes (port), then __syncthreads: no thread reuses a source before.
-//   put_with_signal   : (port; memory ones arrive split) the put, __syncthreads, then thread 0 signals.
+//   put_with_signal   : (port; memory ones arrive split) the put, __syncthreads, then thread 0 signals. No
+//                       barrier before the put: lowering places one where an earlier operation wrote its
+//                       source (PLAN.md, "Execution model": the barrier point follows the put).
 //   barrier           : __syncthreads.
 // Port puts are pushed by thread 0, always in program order, so a signal follows the puts of its channel in
 // the proxy FIFO. LL packet operations need no barrier: each packet carries the call's flag.
@@ -242,6 +244,8 @@ struct Block {
       return;
     }
     const bool staged = r[1].buffer != pc::kScratch;
+    // The staging copy reads the source split over the threads with no barrier first: ordering it after the
+    // block's earlier writes of the source is the plan's (a barrier placed by lowering).
     if (staged) {
       for (int t = 0; t < op.count; ++t) {
         uint64_t ls;

@@ -69,8 +69,10 @@ def test_reduce_then_put_fuses_into_reduce_put():
 
 def test_port_channel_keeps_the_reduce_and_fuses_put_with_signal():
     plan = reduce_then_put_program(PortChannel).lower()
-    # The DMA reads memory, so the reduction stays; put_with_signal is a barrier point, so no barrier.
-    assert op_names(plan) == ["put_with_signal", "wait", "reduce", "put_with_signal", "wait", "copy", "flush"]
+    # The DMA reads memory, so the reduction stays. put_with_signal is a barrier point only after its put, whose
+    # staging copy reads what the reduction wrote: a barrier separates them.
+    assert op_names(plan) == ["put_with_signal", "wait", "reduce", "barrier", "put_with_signal", "wait", "copy",
+                              "flush"]
     simulate_all_reduce(plan)
 
 
@@ -131,7 +133,7 @@ def barrier_program():
         rank.copy(rank.output.block(r)[0], rank.input[0])  # reads input only: no conflict
         rank.barrier()  # needed: the next copy reads scratch[1]
         rank.copy(rank.scratch[0], rank.scratch[1])
-        rank.barrier()  # the put reads scratch[0], but put + signal fuse into put_with_signal, a barrier point
+        rank.barrier()  # needed: the put reads scratch[0] (put_with_signal is a barrier point after its put)
         pipes[r, 1 - r].put(prog.rank(1 - r).scratch[2], rank.scratch[0])
         rank.barrier()  # between a put and a signal: does not stop their fusion
         pipes[r, 1 - r].signal()
@@ -147,8 +149,8 @@ def test_redundant_barriers_are_removed_and_needed_ones_kept():
     written = sum(op.name == "barrier" for op in prog.operations if op.rank == 0)
     assert written == 7
     plan = prog.lower()
-    assert op_names(plan) == ["copy", "copy", "barrier", "copy", "put_with_signal", "wait", "copy"]
-    assert count_ops(plan, "barrier") == 1 * 2
+    assert op_names(plan) == ["copy", "copy", "barrier", "copy", "barrier", "put_with_signal", "wait", "copy"]
+    assert count_ops(plan, "barrier") == 2 * 2
     assert op_names(prog.lower(fuse=False)) == ["copy", "copy", "barrier", "copy", "barrier", "put", "signal",
                                                 "wait", "copy"]
     assert plan["ranks"][0]["threadblocks"][0]["ops"][2] == {"op": "barrier"}

@@ -186,6 +186,17 @@ def test_missing_barrier_in_plan():
     assert error.op == "switch_broadcast"
 
 
+def test_put_with_signal_reading_an_unbarriered_write():
+    """put_with_signal is a barrier point after its put only: its threads read the source (port: the staging
+    copy of an output chunk) before the barrier, so the reduction that wrote it needs one of its own."""
+    plan = library.allreduce_2pr(4).lower()
+    ops = ops_of(plan, 1)
+    ops[:] = [op for op in ops if op["op"] != "barrier"]
+    error = expect_error("barrier", plan)
+    assert error.op == "put_with_signal" and error.src_line.startswith("library.py:")
+    assert "reduce" in str(error) and "output" in str(error)
+
+
 def test_cross_threadblock_dependency_needs_a_semaphore():
     def program(with_loopback):
         prog = Program("all_gather", 1, chunks=1)
