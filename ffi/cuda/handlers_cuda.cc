@@ -4,8 +4,9 @@
 // Attributes are those of the CPU handlers (ffi/handlers_cpu.cc); there is no partition operand here: a process
 // holds at most one rank per device and communicator, found by the device ordinal. Algorithm kPlan runs the execution
 // plan bound to the rank as `plan_id` (GpuRank::bind_plan, at lowering) on the plan executor. Everything a
-// launch depends on is fixed per (communicator, plan, shapes), and the epoch lives in device memory, so the
-// handlers are command-buffer compatible: XLA may record a call once and replay it.
+// launch depends on is fixed per (communicator, plan, shapes), and the epoch lives in device memory, so a call may
+// be recorded once and replayed; each handler is registered with and without XLA's command-buffer trait
+// (call_decoding.h, kOutsideGraphsSuffix) and the lowering picks one per call.
 #include <string>
 
 #include "call_decoding.h"
@@ -104,7 +105,7 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
   return ffi::Error::Success();
 }
 
-#define JAX_MSCCLPP_CUDA_BINDING(collective)          \
+#define JAX_MSCCLPP_CUDA_BINDING                      \
   ffi::Ffi::Bind()                                       \
       .Ctx<ffi::PlatformStream<cudaStream_t>>()          \
       .Ctx<ffi::DeviceOrdinal>()                         \
@@ -119,10 +120,10 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
 // Each handler twice (call_decoding.h, kOutsideGraphsSuffix): `symbol` may be recorded into command buffers,
 // `symbol##OutsideGraphs` may not.
 #define JAX_MSCCLPP_CUDA_HANDLER(symbol, collective)                                                       \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cuda<collective>, JAX_MSCCLPP_CUDA_BINDING(collective), \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cuda<collective>, JAX_MSCCLPP_CUDA_BINDING, \
                                 {ffi::Traits::kCmdBufferCompatible});                                      \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol##OutsideGraphs, collective_cuda<collective>,                        \
-                                JAX_MSCCLPP_CUDA_BINDING(collective));
+                                JAX_MSCCLPP_CUDA_BINDING);
 
 JAX_MSCCLPP_CUDA_HANDLER(AllReduceCuda, Collective::kAllReduce)
 JAX_MSCCLPP_CUDA_HANDLER(AllGatherCuda, Collective::kAllGather)
