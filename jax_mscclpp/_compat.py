@@ -183,20 +183,25 @@ def mesh_axes() -> tuple[frozenset, frozenset]:
     return frozenset(mesh.axis_names), frozenset(mesh.manual_axes)
 
 
+# jax 0.10: ClosedJaxpr wraps an open Jaxpr; 0.11: an alias of Jaxpr, which carries its consts; 0.12: Jaxpr only
+# (Jaxpr(jaxpr, consts) closes it, as ClosedJaxpr(jaxpr, consts) did).
+_ClosedJaxpr = getattr(_core, "ClosedJaxpr", _core.Jaxpr)
+
+
 def is_jaxpr(value: Any) -> bool:
-    return isinstance(value, (_core.Jaxpr, _core.ClosedJaxpr))
+    return isinstance(value, (_core.Jaxpr, _ClosedJaxpr))
 
 
 def jaxpr_and_consts(jaxpr: Any) -> tuple:
     """(jaxpr, consts) of a closed or open jaxpr; evaluate with ``constvars <- consts, invars <- args``."""
-    if isinstance(jaxpr, _core.ClosedJaxpr):
+    if isinstance(jaxpr, _ClosedJaxpr):
         return jaxpr.jaxpr, list(jaxpr.consts)
     return jaxpr, list(getattr(jaxpr, "consts", ()))
 
 
 def closed_jaxpr(jaxpr: Any, consts: list) -> Any:
     """The closed jaxpr of ``jaxpr`` (open in jax 0.10) with ``consts`` for its constvars."""
-    return _core.ClosedJaxpr(jaxpr, consts)
+    return _ClosedJaxpr(jaxpr, consts)
 
 
 def trace_to_closed_jaxpr(flat_fun, in_avals: list, debug_info: Any) -> Any:
@@ -204,7 +209,7 @@ def trace_to_closed_jaxpr(flat_fun, in_avals: list, debug_info: Any) -> Any:
     env, mesh, check_vma) into a closed jaxpr."""
     wrapped = _lu.wrap_init(flat_fun, debug_info=debug_info)
     jaxpr, _, consts = _pe.trace_to_jaxpr_dynamic(wrapped, in_avals)
-    return _core.ClosedJaxpr(jaxpr, consts)
+    return _ClosedJaxpr(jaxpr, consts)
 
 
 def consts_as_arguments(closed: Any) -> tuple:
