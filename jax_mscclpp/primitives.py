@@ -108,12 +108,12 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap)
         code, plan_id = ALGORITHMS[decision.algorithm], -1
     attrs = dict(comm_id=np.int64(comm.id), op=np.int32(REDUCE_OPS[op]), algorithm=np.int32(code),
                  plan_id=np.int64(plan_id))
-    target = jax.ffi.ffi_lowering(collective.target, has_side_effect=True)
     if platform == "cpu":
         # XLA's partition id is the CPU handler's second operand: it maps it to the device's group and rank. A
         # third, the previous collective's result, orders the calls on every device (_ordering.py).
         after, after_avals = _ordering.predecessor(ctx)
         operands = ctx.replace(avals_in=[aval_in, jax.core.ShapedArray((), np.uint32), *after_avals])
+        target = jax.ffi.ffi_lowering(collective.target, has_side_effect=True)
         out = target(operands, x, hlo.partition_id(), *after, **attrs)
         _ordering.record(ctx, out[0], ctx.avals_out[0])
         return out
