@@ -9,10 +9,11 @@ weights must agree (up to the order partial sums are added).
     python examples/data_parallel_train.py --config 128MiB,1GiB --out train.json
     python examples/data_parallel_train.py --config 128MiB --profile /tmp/train-profile
 
-``--overlap`` lowers jax_mscclpp's gradient sums with ``overlap=True``: they run on a second GPU stream with a few
-thread blocks, so that XLA may schedule the backward pass of earlier layers beside them, as it does with its own
-asynchronous all-reduces. ``--profile DIR`` prints, per step, the collective kernels' time and how much of it ran
-beside compute kernels. Weights are compared relative to the largest weight of the model: a bias gradient is a
+With ``--overlap`` (the default) jax_mscclpp's variant takes its gradients with ``jm.value_and_psum_grad``: each
+layer's gradient sum starts as soon as its backward step has produced it and runs on a side GPU stream beside the
+backward steps of the layers before it, as XLA's own asynchronous all-reduces do; ``--no-overlap`` sums the whole
+gradient pytree with ``jm.psum`` after ``jax.grad``. ``--profile DIR`` prints, per step, the collective kernels'
+time and how much of it ran beside compute kernels. Weights are compared relative to the largest weight of the model: a bias gradient is a
 sum with much cancellation, so two programs that reduce in different orders agree on it only to that scale.
 """
 
@@ -52,8 +53,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help=f"comma-separated configs of {', '.join(CONFIGS)} (default: tiny on CPU, 128MiB,1GiB "
                         "on GPUs)")
     parser.add_argument("--collectives", choices=("both", "mscclpp", "lax"), default="both")
-    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=False,
-                        help="jax_mscclpp: gradient sums on a second stream beside the backward pass (default off)")
+    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="jax_mscclpp: each layer's gradient sum started during the backward pass, beside it "
+                        "(default on)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant (default 20)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -79,17 +81,27 @@ def init(key, cfg, dtype):
     return params
 
 
-def forward(params, x):
-    for i, layer in enumerate(params):
-        x = x @ layer["w"] + layer["b"]
-        if i + 1 < len(params):
-            x = jax.nn.gelu(x)
-    return x
+def hidden_layer(layer, x):
+    return jax.nn.gelu(x @ layer["w"] + layer["b"])
+
+
+def output_layer(layer, x):
+    return x @ layer["w"] + layer["b"]
+
+
+def layers_of(params):
+    return [hidden_layer] * (len(params) - 1) + [output_layer]
+
+
+def squared_error(out, y):
+    diff = (out - y).astype(jnp.float32)
+    return jnp.mean(diff * diff)
 
 
 def loss_fn(params, x, y):
-    diff = (forward(params, x) - y).astype(jnp.float32)
-    return jnp.mean(diff * diff)
+    for layer, f in zip(params, layers_of(params)):
+        x = f(layer, x)
+    return squared_error(x, y)
 
 
 def make_step(mesh, variant: str, lr: float, overlap: bool):
@@ -99,11 +111,11 @@ def make_step(mesh, variant: str, lr: float, overlap: bool):
 
     def local(params, x, y):
         mine = jax.tree_util.tree_map(lambda a: lax.pcast(a, "dp", to="varying"), params)
-        loss, grads = jax.value_and_grad(loss_fn)(mine, x, y)
-        if variant == "lax":
-            grads = lax.psum(grads, "dp")
+        if variant == "mscclpp" and overlap:
+            loss, grads = jm.value_and_psum_grad(layers_of(mine), squared_error, "dp")(mine, x, y)
         else:
-            grads = jm.psum(grads, "dp", overlap=overlap)
+            loss, grads = jax.value_and_grad(loss_fn)(mine, x, y)
+            grads = lax.psum(grads, "dp") if variant == "lax" else jm.psum(grads, "dp")
         new = jax.tree_util.tree_map(lambda p, g: (p - lr * (g / n)).astype(p.dtype), params, grads)
         return new, lax.pmean(loss, "dp")
 

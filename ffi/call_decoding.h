@@ -49,4 +49,10 @@ inline constexpr const char* kAllReduceRMSNormTarget = "jax_mscclpp_all_reduce_r
 // docs/architecture.md, "Command buffers", says why both exist.
 inline constexpr const char* kOutsideGraphsSuffix = "_outside_graphs";
 
+// A collective started on a side stream: the collective's target plus this suffix (all_reduce only), and the done
+// that joins any started call (GPU only, never in command buffers; jax_mscclpp/overlap.py lowers them,
+// docs/architecture.md, "Overlap").
+inline constexpr const char* kStartSuffix = "_start";
+inline constexpr const char* kDoneTarget = "jax_mscclpp_done";
+
 }  // namespace jax_mscclpp

@@ -95,6 +95,8 @@ NB_MODULE(_jax_mscclpp, m) {
       "FFI targets by platform: {platform: {target name: capsule}}. Only targets that work are listed.");
 
   m.attr("OUTSIDE_GRAPHS_SUFFIX") = kOutsideGraphsSuffix;
+  m.attr("START_SUFFIX") = kStartSuffix;
+  m.attr("DONE_TARGET") = kDoneTarget;
 
   m.def("cuda_built", [] {
 #ifdef JAX_MSCCLPP_WITH_CUDA

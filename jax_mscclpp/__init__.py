@@ -19,6 +19,7 @@ from .collectives import (
 from . import fused
 from .communicator import Communicator
 from .info import info
+from .overlap import psum_done, psum_start, value_and_psum_grad
 from .plans import register_algorithm, unregister_algorithm
 from .rewrite import rewrite
 
@@ -35,7 +36,10 @@ __all__ = [
     "unregister_algorithm",
     "pmin",
     "psum",
+    "psum_done",
+    "psum_start",
     "psum_scatter",
     "reduce_scatter",
     "rewrite",
+    "value_and_psum_grad",
 ]

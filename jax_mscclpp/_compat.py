@@ -67,32 +67,6 @@ def lowering_mesh(ctx: Any):
     return None
 
 
-def call_on_stream(ctx: Any, stream: int, body, *operands) -> list:
-    """Emits ``body(*arguments)`` (which builds ops and returns result values) inside a private function, called
-    with XLA's stream annotation: XLA wraps the call in an async start/done pair running on compute stream
-    ``stream`` and schedules independent work between them (what ``jax.experimental.compute_on("gpu_stream:N")``
-    emits, here from a lowering rule, where the platform is known). The operands stay alive until the done."""
-    from jax._src.lib.mlir import ir
-    from jax._src.lib.mlir.dialects import func as func_dialect
-
-    in_types = [v.type for v in operands]
-    module_ctx = ctx.module_context
-    with ir.InsertionPoint.at_block_begin(module_ctx.module.body):
-        fn = func_dialect.FuncOp("jax_mscclpp_on_stream", ir.FunctionType.get(in_types, []))
-    fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
-    module_ctx.symbol_table.insert(fn)
-    block = fn.add_entry_block()
-    with ir.InsertionPoint(block):
-        outs = list(body(*block.arguments))
-        func_dialect.ReturnOp(outs)
-    out_types = [o.type for o in outs]
-    fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(in_types, out_types))
-    call = func_dialect.CallOp(out_types, ir.FlatSymbolRefAttr.get(fn.name.value), list(operands))
-    call.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(
-        {"_xla_stream_annotation": ir.StringAttr.get(str(stream)), "inlineable": ir.StringAttr.get("false")})
-    return list(call.results)
-
-
 def module_state(ctx: Any, key: str) -> dict:
     """A dict that lives as long as the MLIR module being lowered (for state shared by the lowering rules of one
     module), kept in the module context's cache of primitive lowerings under a key no primitive uses."""
@@ -262,7 +236,6 @@ __all__ = [
     "LAX_COLLECTIVES",
     "bind_equation",
     "bound_axis_sizes",
-    "call_on_stream",
     "closed_jaxpr",
     "collective_axes",
     "consts_as_arguments",

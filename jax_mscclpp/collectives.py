@@ -79,41 +79,60 @@ def _buckets(leaves) -> list[list[int]]:
     return calls
 
 
-def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, overlap: bool = False):
-    """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``.
+def bucketed(leaves, axes) -> list[tuple[list[int], jax.Array]]:
+    """The calls that reduce ``leaves`` over ``axes``: (indices of the leaves, the call's operand), the operand
+    being the leaf itself or the bucket's leaves flattened and concatenated (``_buckets``)."""
+    calls = []
+    for call in _buckets(leaves):
+        parts = [_compat.make_varying(leaves[i], axes) for i in call]
+        calls.append((call, parts[0] if len(parts) == 1 else jnp.concatenate([p.reshape(-1) for p in parts])))
+    return calls
 
-    Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``). With
-    ``overlap=True`` the collective runs on a second GPU stream with a few thread blocks, so XLA can schedule
-    independent compute (a backward pass) beside it; the result is the same."""
+
+def unbucketed(leaves, calls, results) -> list:
+    """``leaves`` with each call's ``results`` put in place of the leaves it reduced (``bucketed``'s inverse)."""
+    out = list(leaves)
+    for (call, _), result in zip(calls, results):
+        if len(call) == 1:
+            out[call[0]] = result
+            continue
+        offset = 0
+        for i in call:
+            out[i] = result[offset:offset + leaves[i].size].reshape(leaves[i].shape)
+            offset += leaves[i].size
+    return out
+
+
+def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
+    """Checks a reduction's arguments: (leaves, treedef, axes, world), else a clear error at trace time."""
     if not isinstance(op, str) or op not in REDUCE_OPS:
         raise ValueError(f"all_reduce: unsupported op {op!r}; supported: {', '.join(REDUCE_OPS)}")
-    api = {"sum": "psum", "max": "pmax", "min": "pmin"}[op]
     _check_algorithm(Collective.ALL_REDUCE, algorithm, api)
     axes, world = _axes_and_world(axis_name, api)
     leaves, treedef = jax.tree_util.tree_flatten(x)
     leaves = [jnp.asarray(leaf) for leaf in leaves]
     for leaf in leaves:
         check_dtype(leaf.dtype, api)
+    return leaves, treedef, axes, world
+
+
+def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None):
+    """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``.
+
+    Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``)."""
+    api = {"sum": "psum", "max": "pmax", "min": "pmin"}.get(op, "all_reduce") if isinstance(op, str) else "all_reduce"
+    leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
         return jax.tree_util.tree_unflatten(treedef, leaves)
-    params = dict(axes=axes, world=world, op=op, algorithm=algorithm, overlap=bool(overlap))
-    out = list(leaves)
-    for call in _buckets(leaves):
-        parts = [_compat.make_varying(leaves[i], axes) for i in call]
-        if len(parts) == 1:
-            out[call[0]] = all_reduce_p.bind(parts[0], **params)
-            continue
-        flat = all_reduce_p.bind(jnp.concatenate([p.reshape(-1) for p in parts]), **params)
-        offset = 0
-        for i, part in zip(call, parts):
-            out[i] = flat[offset:offset + part.size].reshape(part.shape)
-            offset += part.size
-    return jax.tree_util.tree_unflatten(treedef, out)
+    params = dict(axes=axes, world=world, op=op, algorithm=algorithm)
+    calls = bucketed(leaves, axes)
+    results = [all_reduce_p.bind(operand, **params) for _, operand in calls]
+    return jax.tree_util.tree_unflatten(treedef, unbucketed(leaves, calls, results))
 
 
-def psum(x, axis_name, *, algorithm: str | None = None, overlap: bool = False):
-    """Sum over ``axis_name``: ``lax.psum``'s drop-in (``overlap``: see ``all_reduce``)."""
-    return all_reduce(x, axis_name, op="sum", algorithm=algorithm, overlap=overlap)
+def psum(x, axis_name, *, algorithm: str | None = None):
+    """Sum over ``axis_name``: ``lax.psum``'s drop-in."""
+    return all_reduce(x, axis_name, op="sum", algorithm=algorithm)
 
 
 def pmax(x, axis_name, *, algorithm: str | None = None):
@@ -148,7 +167,7 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
         if world == 1:  # one rank: nothing to exchange (no communicator, no plan needed)
             blocks = leaf[None]
         else:
-            blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
+            blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
         out = jnp.moveaxis(blocks, 0, where)
         if tiled:
             shape = list(leaf.shape)
@@ -185,7 +204,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
             blocks = jnp.moveaxis(leaf, d, 0)
         if world == 1:
             return blocks[0]
-        return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
+        return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
 
     return jax.tree_util.tree_map(one, x)
 
@@ -200,7 +219,7 @@ def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
     if world == 1:
         received = blocks
     else:
-        received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm, overlap=False)
+        received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
     # received[r] is rank r's piece for me; pieces are concatenated along concat_axis in rank order.
     out = jnp.moveaxis(received, 0, concat_axis)
     out_shape = list(received.shape[1:])

@@ -80,7 +80,9 @@ class Communicator:
     those axes, creating it on first use; collectives create theirs implicitly. ``scratch_bytes`` (the registered
     scratch of each rank, all of it; default from ``JAX_MSCCLPP_SCRATCH_BYTES`` or the platform's default: 8 MiB
     on CPU, 64 MiB on GPU) applies when it is created; messages larger than what it holds are pipelined through
-    it.
+    it. ``side_stream=True`` names a second communicator over the same devices and axes, for the collectives
+    started on the devices' side streams (overlap.py): its scratch and epochs are its own, so that a started call
+    never meets one running on XLA's stream.
     """
 
     _cache: dict = {}
@@ -90,7 +92,8 @@ class Communicator:
     # (mesh, axes) in the same order, so this count names the same generation everywhere (multi-process setup).
     _generations: dict = {}
 
-    def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None, port_channels: bool = False):
+    def __new__(cls, mesh, axis_names, *, scratch_bytes: int | None = None, port_channels: bool = False,
+                side_stream: bool = False):
         if not (hasattr(mesh, "axis_names") and hasattr(mesh, "axis_sizes")):
             raise TypeError(f"Communicator: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
         axes = _normalize_axes(axis_names)
@@ -104,12 +107,12 @@ class Communicator:
                                 f"{axis_names!r}") from None
         if scratch_bytes is not None:
             scratch_bytes = _check_scratch_bytes(scratch_bytes, "scratch_bytes")
-        key = cls._key(mesh, axes)
+        key = cls._key(mesh, axes, bool(side_stream))
         with cls._lock:
             comm = cls._cache.get(key)
             if comm is None:
                 comm = super().__new__(cls)
-                comm._setup(mesh, axes, scratch_bytes, port_channels)
+                comm._setup(mesh, axes, scratch_bytes, port_channels, bool(side_stream))
                 cls._cache[key] = comm
             elif scratch_bytes is not None and scratch_bytes != comm.scratch_bytes:
                 raise ValueError(
@@ -119,12 +122,12 @@ class Communicator:
         return comm
 
     @staticmethod
-    def _key(mesh, axes: tuple):
+    def _key(mesh, axes: tuple, side_stream: bool):
         devices = getattr(mesh, "devices", None)
         device_ids = tuple(int(d.id) for d in np.asarray(devices).flat) if devices is not None else None
-        return (device_ids, tuple(mesh.axis_names), tuple(mesh.axis_sizes), axes)
+        return (device_ids, tuple(mesh.axis_names), tuple(mesh.axis_sizes), axes, side_stream)
 
-    def _setup(self, mesh, axes: tuple, scratch_bytes: int | None, port_channels: bool) -> None:
+    def _setup(self, mesh, axes: tuple, scratch_bytes: int | None, port_channels: bool, side_stream: bool) -> None:
         unknown = [a for a in axes if a not in mesh.axis_names]
         if unknown:
             raise NameError(f"axis {unknown[0]!r} is not an axis of the mesh (axes: {tuple(mesh.axis_names)})")
@@ -151,10 +154,11 @@ class Communicator:
         self.id = next(self._ids)
         self.alive = False
         self.port_channels = bool(port_channels)
+        self.side_stream = side_stream
         self.fallback_reason: str | None = None  # set when this communicator cannot run here: lax is emitted
         self._plans: set = set()
         self._local_gpus: tuple = ()  # CUDA ordinals of this process's ranks (GPU communicators)
-        self.cache_key = self._key(mesh, axes)
+        self.cache_key = self._key(mesh, axes, side_stream)
         self.generation = self._generations.get(self.cache_key, 0)
         self._generations[self.cache_key] = self.generation + 1
         if self.platform == "cpu" and self.devices and len({d.process_index for d in self.devices}) > 1:
@@ -225,9 +229,9 @@ class Communicator:
         if jax.process_count() > 1:
             # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the
             # generation keeps a communicator re-created after destroy() from reading its predecessor's endpoints.
-            device_ids, _, _, axes = self.cache_key
+            device_ids, _, _, axes, side_stream = self.cache_key
             prefix = (f"jax_mscclpp/{self.generation}/" + "/".join(map(str, device_ids)) + "/"
-                      + "/".join(map(str, axes)))
+                      + "/".join(map(str, axes)) + ("/side" if side_stream else ""))
             for p, endpoint in endpoints.items():
                 _compat.kv_set_bytes(f"{prefix}/{p}", bytes(endpoint), replace=True)
             timeout = float(native.timeout_seconds())

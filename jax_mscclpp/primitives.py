@@ -27,8 +27,8 @@ from .communicator import Communicator
 _LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 
-def _out_aval(x, *, collective, axes, world, op, algorithm, overlap):
-    del op, algorithm, overlap
+def _out_aval(x, *, collective, axes, world, op, algorithm, call_id=None):
+    del op, algorithm, call_id
     if collective == Collective.ALL_REDUCE:  # typed like lax.psum: invariant over the reduced axes
         return _compat.with_varying_axes(x, _compat.varying_axes(x) - frozenset(axes))
     return x.update(shape=layout.out_shape(collective, x.shape, world))
@@ -57,7 +57,7 @@ def _hierarchical_all_reduce(mesh, axes, op):
     def run(x):
         flat = x.reshape(-1)
         flat = jnp.pad(flat, (0, (-flat.size) % n_fast))
-        params = dict(axes=(fast,), world=n_fast, op=op, algorithm=None, overlap=False)
+        params = dict(axes=(fast,), world=n_fast, op=op, algorithm=None)
         mine = reduce_scatter_p.bind(flat.reshape(n_fast, -1), **params)
         mine = slow_reduce(mine, slow)
         gathered = all_gather_p.bind(mine, **params)
@@ -66,11 +66,9 @@ def _hierarchical_all_reduce(mesh, axes, op):
     return run
 
 
-# Thread blocks a collective lowered with overlap=True may take (the streaming kernels' grid), so that the
-# compute it runs beside keeps most multiprocessors (docs/architecture.md, "Overlap").
+# Thread blocks a started collective may take (the streaming kernels' grid), so that the compute it runs beside
+# keeps most multiprocessors (docs/architecture.md, "Overlap").
 OVERLAP_MAX_BLOCKS = 32
-# XLA compute stream that overlapped collectives run on (besides the main stream 0).
-OVERLAP_STREAM = 1
 
 
 def gpu_target(name: str, nbytes: int) -> str:
@@ -80,27 +78,30 @@ def gpu_target(name: str, nbytes: int) -> str:
     return name if selection.in_command_buffers(nbytes) else name + _native.native.OUTSIDE_GRAPHS_SUFFIX
 
 
-def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap):
+def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=None):
     """Lowers one collective for ``platform`` ("cpu" or "gpu") as ``selection.decide`` says: a registered plan or
-    one of our algorithms as a custom call, 2PH as a composition, or the lax collective."""
+    one of our algorithms as a custom call, 2PH as a composition, or the lax collective. ``call_id`` (an int) makes
+    it a started call (overlap.py): on GPUs our kernel runs on the side stream, over the axes' side-stream
+    communicator, until the done of the same id; whatever else it lowers to is complete when it returns."""
     mesh = _compat.lowering_mesh(ctx)
     if mesh is None:
         raise NotImplementedError(
             f"jax_mscclpp: {collective.name.lower()} over {axes} must run inside jax.shard_map; "
             "use the jax.lax collective under pmap"
         )
+    started = call_id is not None and platform == "gpu"
     aval_in = ctx.avals_in[0]
     itemsize = np.dtype(aval_in.dtype).itemsize
     count = int(np.prod(aval_in.shape, dtype=int))
     blocks, _ = layout.blocks(collective, world)
     decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
-                                communicator=lambda: Communicator(mesh, axes))
+                                communicator=lambda: Communicator(mesh, axes, side_stream=started))
     if decision.kind == "composed":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     if decision.kind == "lax":
         return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
-    comm = Communicator(mesh, axes)
+    comm = Communicator(mesh, axes, side_stream=started)
     if decision.kind == "plan":
         comm.bind_plan(decision.plan.id, decision.plan_dict, decision.plan.name)
         code, plan_id = Algorithm.PLAN, decision.plan.id
@@ -118,14 +119,20 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, overlap)
         _ordering.record(ctx, out[0], ctx.avals_out[0])
         return out
     # GPU: the handler finds its rank by device ordinal.
+    if started:
+        _started_on_side_stream(ctx).add(call_id)
+        target = jax.ffi.ffi_lowering(collective.target + _native.native.START_SUFFIX, has_side_effect=True)
+        return target(ctx, x, **attrs, max_blocks=np.int32(OVERLAP_MAX_BLOCKS), call_id=np.int64(call_id))
     target = jax.ffi.ffi_lowering(gpu_target(collective.target, count * itemsize), has_side_effect=True)
-    attrs["max_blocks"] = np.int32(OVERLAP_MAX_BLOCKS if overlap else 0)
-    if not overlap:
-        return target(ctx, x, **attrs)
-    return _compat.call_on_stream(ctx, OVERLAP_STREAM, lambda v: target(ctx, v, **attrs), x)
+    return target(ctx, x, **attrs, max_blocks=np.int32(0))
 
 
-def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm, overlap):
+def _started_on_side_stream(ctx) -> set:
+    """Call ids of this module whose start was lowered to a kernel on the side stream (their done joins it)."""
+    return _compat.module_state(ctx, "started").setdefault("ids", set())
+
+
+def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm, call_id=None):
     platforms = ", ".join(ctx.module_context.platforms)
     raise NotImplementedError(
         f"jax_mscclpp: {collective.name.lower()} has no backend for platform {platforms} in this build "

@@ -95,8 +95,3 @@ def test_pytree_psum_buckets_small_leaves(mesh8, rng):
     compare_with_lax(lambda t: jm.psum(t, "x"), lambda t: lax.psum(t, "x"), mesh8, (tree,), (specs,), out_specs)
     hlo = sharded(lambda t: jm.psum(t, "x"), mesh8, (specs,), out_specs).lower(tree).as_text()
     assert hlo.count("jax_mscclpp_all_reduce") == 3, hlo.count("jax_mscclpp_all_reduce")
-
-
-def test_overlap_gives_the_same_result_on_cpu(mesh8, rng):
-    x = random_array(rng, (8 * 1000,), "float32")
-    compare_with_lax(lambda v: jm.psum(v, "x", overlap=True), lambda v: lax.psum(v, "x"), mesh8, (x,), P("x"), P())

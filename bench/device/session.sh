@@ -92,12 +92,6 @@ step_fused_check() {  # the fused kernel and 16 virtual ranks
   JAX_MSCCLPP_TIMEOUT_S=15 timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
     tests/gpu/test_large_world.py -k "fused or large_world" 2>&1 | tee "$OUT/kernels2.log" | tail -4
 }
-step_train_overlap_check() {  # the 128 MiB config with and without the second stream
-  for o in --no-overlap --overlap; do
-    timeout 60 python3 examples/data_parallel_train.py --config 128MiB --steps 10 $o --out "$OUT/train128$o.json" \
-      2>&1 | tail -4
-  done
-}
 step_official_others() { official official-ag-rs-a2a all_gather,reduce_scatter,all_to_all 1K:1G:16 190; }
 step_decode_unfused() {
   timeout 60 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 8 --steps 24 --no-fused \
@@ -201,6 +195,19 @@ step_churn() { timeout 500 python3 -m jax_mscclpp.soak.churn --cycles 1000 --por
   --out "$OUT/churn-x2.json" 2>&1 | tail -4; }
 step_faults() { timeout 300 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 --heartbeat 15 \
   --out "$OUT/faults-x2.json" 2>&1 | tail -8; }
+
+step_jax2_default() {  # one process, two GPUs, the full check with default command buffers
+  timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_jax_single_process.py -k "default-full" 2>&1 \
+    | tee "$OUT/jax2.log" | tail -4
+}
+step_mp4() {  # four processes on two GPUs
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_jax_multiprocess.py \
+    -k "4-" 2>&1 | tee "$OUT/mp4.log" | tail -3
+}
+step_train_overlap() {  # the command: both configs, gradient sums started during the backward pass, profiled
+  timeout 240 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 --profile "$OUT/prof" \
+    --profile-steps 3 --out "$OUT/train-overlap.json" 2>&1 | grep -v "^ \{4\}  " | tail -16
+}
 
 step_pack() { rm -rf "$OUT/prof" "$OUT"/*.csv "$OUT"/*.png; ls "$OUT"; }
 

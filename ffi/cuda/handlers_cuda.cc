@@ -16,6 +16,7 @@
 #include "communicator.h"
 #include "executor/executor.h"
 #include "handlers.h"
+#include "side_stream.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -130,6 +131,55 @@ JAX_MSCCLPP_CUDA_HANDLER(AllGatherCuda, Collective::kAllGather)
 JAX_MSCCLPP_CUDA_HANDLER(ReduceScatterCuda, Collective::kReduceScatter)
 JAX_MSCCLPP_CUDA_HANDLER(AllToAllCuda, Collective::kAllToAll)
 
+// A collective started on this device's side stream, and the done that joins it (side_stream.h;
+// docs/architecture.md, "Overlap"). The done takes the start's operand too, so that XLA keeps it alive until the
+// kernel reading it is joined, and returns the start's result in place (an output aliased to that operand).
+template <Collective kCollective>
+ffi::Error start_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                      int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks,
+                      int64_t call_id) {
+  cudaStream_t side = nullptr;
+  cudaError_t err = cuda::fork_to_side_stream(device, stream, &side);
+  if (err != cudaSuccess)
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_mscclpp: forking to the side stream failed: ") + cudaGetErrorString(err));
+  ffi::Error launched = collective_cuda<kCollective>(side, device, x, y, comm_id, op, algorithm, plan_id, max_blocks);
+  // Recorded whatever the launch did, so that the done always has an event to wait on.
+  err = cuda::record_done(device, call_id, side);
+  if (launched.failure()) return launched;
+  if (err != cudaSuccess)
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_mscclpp: recording a started call's event failed: ") + cudaGetErrorString(err));
+  return ffi::Error::Success();
+}
+
+ffi::Error done_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer operand, ffi::AnyBuffer started,
+                     ffi::Result<ffi::AnyBuffer> y, int64_t call_id) {
+  (void)operand;  // an operand only to keep it alive until here
+  if (y->untyped_data() != started.untyped_data())
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      "jax_mscclpp: the result of a started collective was copied before its done (XLA did not "
+                      "alias the done's output with it); its value would be read before it is complete");
+  const cudaError_t err = cuda::join_done(device, call_id, stream);
+  if (err != cudaSuccess)
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                      "jax_mscclpp: joining started call " + std::to_string(call_id) + " on device " +
+                          std::to_string(device) + " failed: " + cudaGetErrorString(err) +
+                          " (a done without its start on this device)");
+  return ffi::Error::Success();
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceStartCuda, start_cuda<Collective::kAllReduce>,
+                              JAX_MSCCLPP_CUDA_BINDING.Attr<int64_t>("call_id"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(DoneCuda, done_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("call_id"));
+
 // all_reduce (sum) with a fused epilogue (collectives/epilogue.h): (x, residual[, weight]) -> (new_residual[,
 // normed]). The row length is the weight's length (RMSNorm) or the attribute `row` (residual only).
 ffi::Error epilogue_cuda(Epilogue kind, cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer residual,
@@ -218,6 +268,8 @@ const HandlerList& cuda_handlers() {
         {residual + outside, reinterpret_cast<void*>(AllReduceResidualCudaOutsideGraphs)},
         {rmsnorm, reinterpret_cast<void*>(AllReduceRMSNormCuda)},
         {rmsnorm + outside, reinterpret_cast<void*>(AllReduceRMSNormCudaOutsideGraphs)},
+        {all_reduce + kStartSuffix, reinterpret_cast<void*>(AllReduceStartCuda)},
+        {kDoneTarget, reinterpret_cast<void*>(DoneCuda)},
     };
   }();
   return handlers;

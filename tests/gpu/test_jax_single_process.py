@@ -63,12 +63,40 @@ SCRIPT = textwrap.dedent(r"""
             plain = sharded(lambda a, r: jm.fused.all_reduce_residual(a, r, "x"), mesh, (P("x"), P()), P())
             assert_same(plain(a, r), sharded(lambda a, r: r + lax.psum(a, "x"), mesh, (P("x"), P()), P())(a, r))
             checks += 2
-    # Overlapped (second stream, few blocks) and bucketed pytree sums.
-    for count in [5, 1 << 16, 3 << 20]:
-        x = random_array(rng, (n * count,), "bfloat16")
-        assert_same(sharded(lambda v: jm.psum(v, "x", overlap=True), mesh, P("x"), P())(x),
-                    sharded(lambda v: lax.psum(v, "x"), mesh, P("x"), P())(x))
-        checks += 1
+    # Started on the side stream and joined (our kernel at every size: auto would pick lax for some), with
+    # independent work between; and bucketed pytree sums.
+    for count in [5, 1 << 16, 3 << 20, 9 << 20]:
+        for algorithm in ["1pa_ll", "1pa_hb", "2pa_hb"]:
+            x = random_array(rng, (n * count,), "bfloat16")
+
+            def started(v, algorithm=algorithm):
+                pending = jm.psum_start(v, "x", algorithm=algorithm)
+                pending, other = lax.optimization_barrier((pending, jnp.cos(v) * 3))
+                return jm.psum_done(pending), other
+
+            lowered = sharded(started, mesh, P("x"), (P(), P("x"))).lower(x).as_text()
+            assert "jax_mscclpp_all_reduce_start" in lowered and "jax_mscclpp_done" in lowered
+            ours, other = sharded(started, mesh, P("x"), (P(), P("x")))(x)
+            assert_same(ours, sharded(lambda v: lax.psum(v, "x"), mesh, P("x"), P())(x))
+            assert_same(other, jnp.cos(x) * 3)
+            checks += 1
+    # Gradients summed during the backward pass, against jax.grad then lax.psum.
+    layers = [lambda p, h: jnp.tanh(h @ p)] * 3
+    params = [random_array(rng, (256, 256), "float32") / 16 for _ in range(3)]
+    xs = random_array(rng, (n * 64, 256), "float32")
+    varying = lambda p: [lax.pcast(w, "x", to="varying") for w in p]
+    def grads_ours(p, a):
+        return jm.value_and_psum_grad(layers, lambda h: jnp.mean(h * h), "x")(varying(p), a)[1]
+    def grads_lax(p, a):
+        def loss(q):
+            h = a
+            for f, w in zip(layers, q):
+                h = f(w, h)
+            return jnp.mean(h * h)
+        return lax.psum(jax.grad(loss)(varying(p)), "x")
+    specs, outs = ([P()] * 3, P("x")), [P()] * 3
+    assert_same(sharded(grads_ours, mesh, specs, outs)(params, xs), sharded(grads_lax, mesh, specs, outs)(params, xs))
+    checks += 1
     tree = [random_array(rng, (n * c,), d) for c, d in [(3, "float32"), (999, "float32"), (17, "bfloat16"),
                                                         (1 << 19, "float32")]]
     specs, outs = [P("x")] * len(tree), [P()] * len(tree)
