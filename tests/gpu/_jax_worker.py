@@ -118,16 +118,7 @@ def main() -> int:
                 want = reducers[op](want, per_rank[r]).astype(dtype)
             tol = {np.float32: 1e-5, np.float16: 4e-3}.get(dtype, 3e-2 if dtype is ml_dtypes.bfloat16 else 0)
             check(f"all_reduce {algorithm} {np.dtype(dtype).name} {op} n={count}", got, want, tol)
-    # Every call names our algorithm: processes that share a GPU cannot run XLA's NCCL collectives (NCCL refuses
-    # a duplicate GPU), which is what `auto` picks for some sizes and rank counts.
-    for count in [1, 7, 4099]:
-        per_rank = inputs(7, n * count, np.float32)
-        got = run(lambda v: jm.all_gather(v, "x", tiled=True, algorithm="allpairs"), per_rank)
-        check(f"all_gather n={count}", got, np.concatenate(per_rank), 0)
-        got = run(lambda v: jm.psum_scatter(v, "x", tiled=True, algorithm="allpairs"), per_rank)
-        check(f"psum_scatter n={count}", got, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
-        got = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
-        check(f"all_to_all n={count}", got, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+    check_data_movement(jm, n, mine, run, inputs, check, [1, 7, 4099])
     # Repeated calls inside one program: epochs advance on the device.
     per_rank = inputs(11, 1000, np.float32)
     mean_step = lambda i, a: jax.lax.pcast(jm.psum(a, "x", algorithm="1pa_ll"), "x", to="varying") / n
@@ -137,6 +128,20 @@ def main() -> int:
     jax.distributed.shutdown()
     print(f"rank {mine}: {failures} failures", flush=True)
     return 1 if failures else 0
+
+
+def check_data_movement(jm, n, mine, run, inputs, check, counts):
+    """all_gather, psum_scatter and all_to_all of ``counts`` float32 elements per block against numpy. Every call
+    names our algorithm: processes that share a GPU cannot run XLA's NCCL collectives (NCCL refuses a duplicate
+    GPU), which is what `auto` picks for some sizes and rank counts."""
+    for count in counts:
+        per_rank = inputs(7, n * count, np.float32)
+        gathered = run(lambda v: jm.all_gather(v, "x", tiled=True, algorithm="allpairs"), per_rank)
+        check(f"all_gather n={count}", gathered, np.concatenate(per_rank), 0)
+        scattered = run(lambda v: jm.psum_scatter(v, "x", tiled=True, algorithm="allpairs"), per_rank)
+        check(f"psum_scatter n={count}", scattered, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
+        exchanged = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
+        check(f"all_to_all n={count}", exchanged, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
 
 
 def check_large_world(jm, n, mine, run, inputs, check, reducers):
@@ -156,14 +161,7 @@ def check_large_world(jm, n, mine, run, inputs, check, reducers):
                 want = reducers[op](want, per_rank[r]).astype(dtype)
             check(f"all_reduce {algorithm or 'auto'} {np.dtype(dtype).name} {op} n={count}", got, want,
                   1e-5 if dtype is np.float32 else 0)
-    for count in [1, 7]:
-        per_rank = inputs(7, n * count, np.float32)
-        gathered = run(lambda v: jm.all_gather(v, "x", tiled=True, algorithm="allpairs"), per_rank)
-        check(f"all_gather n={count}", gathered, np.concatenate(per_rank), 0)
-        scattered = run(lambda v: jm.psum_scatter(v, "x", tiled=True, algorithm="allpairs"), per_rank)
-        check(f"psum_scatter n={count}", scattered, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
-        exchanged = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
-        check(f"all_to_all n={count}", exchanged, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+    check_data_movement(jm, n, mine, run, inputs, check, [1, 7])
     per_rank = inputs(3, 64, np.float32)
     try:
         run(lambda v: jm.psum(v, "x", algorithm="2pa_nvls"), per_rank, P())
