@@ -226,13 +226,19 @@ def _builtin_names() -> set:
     return {n for names in ALGORITHMS_OF.values() for n in names}
 
 
+def scratch_per_call(platform: str, scratch_bytes: int) -> int:
+    """The scratch one call of a plan may use of a communicator's ``scratch_bytes``: the host backend runs a call
+    in one of its two halves; the GPU executor takes it all."""
+    return scratch_bytes // 2 if platform == "cpu" else scratch_bytes
+
+
 def pick(collective: Collective, platform: str, requested: str | None, nbytes: int, world_size: int,
          block_count: int, itemsize: int, scratch_bytes: int, port_channels: bool) -> tuple[PlanAlgorithm, dict] | None:
     """The registered plan to run for this call, if any: the requested one (a ValueError if it cannot run here),
     else the first registered for this collective and platform whose size range covers the call and that runs
     here (its scratch fits, ``fits_scratch``; on GPUs, port channels only when the communicator has them).
     ``scratch_bytes`` is the communicator's; the host backend runs a call in one of its two halves."""
-    scratch_limit = scratch_bytes // 2 if platform == "cpu" else scratch_bytes
+    scratch_limit = scratch_per_call(platform, scratch_bytes)
 
     def runs_here(plan: dict) -> str | None:  # why not, or None
         if not fits_scratch(plan, platform, block_count, itemsize, scratch_limit):

@@ -116,3 +116,36 @@ def test_the_command_line_on_launched_cpu_processes(tmp_path):
     result = json.loads(out.read_text())
     assert result["results"]["calls"] == 6 and result["results"]["processes"] == 2
     assert result["machine"]["process_count"] == 2
+
+
+def test_the_cpu_reference_finds_each_shard_by_place(cpu_devices, monkeypatch):
+    """--reference cpu: lax runs on a twin mesh of this process's CPU devices (here in another device order than
+    ours), over data rebuilt by mesh position; each of our shards is compared with the reference's at the same
+    place. Agreement passes, an off-by-one is caught, and the reproduction names the reference."""
+    devices = list(cpu_devices[:8])[::-1]
+    settings = runner.Settings(calls=16, programs=6, max_bytes=4096, seed=5, dtypes=("int32", "float32"),
+                               reference="cpu")
+    summary = runner.Soak(devices, settings, log=lambda line: None).run()
+    assert summary["calls"] == 16 and summary["mismatches"] == 0 and summary["errors"] == 0, summary
+    wrong = programs.collective
+    monkeypatch.setattr(programs, "collective",
+                        lambda config, ours: (lambda v: wrong(config, ours)(v) + 1) if ours else wrong(config, ours))
+    summary = runner.Soak(devices, dataclasses.replace(settings, calls=4, dtypes=("int32",)),
+                          log=lambda line: None).run()
+    assert summary["mismatches"] == 4
+    assert " --reference cpu --config '" in summary["mismatch_records"][0]["reproduce"]
+
+
+def test_drawn_plans_fit_the_scratch_a_call_may_use(cpu_devices):
+    """Every config the drawer gives a registered plan lowers (the host backend runs a call in half its scratch;
+    the drawer once checked the whole and drew plans that the lowering then refused)."""
+    soak = runner.Soak(list(cpu_devices[:8]), runner.Settings(programs=40, seed=0), log=lambda line: None)
+    names = runner.register_plans("cpu")
+    try:
+        pool = soak.pool(names)
+        drawn = [c for c in pool if c.algorithm.startswith(runner.PLAN_PREFIX)]
+        assert drawn
+        for config in drawn:
+            programs.compile_config(config, soak.mesh(config))
+    finally:
+        runner.unregister_plans(names)

@@ -191,6 +191,12 @@ step_soak_launch2() {
   timeout 500 python3 -m jax_mscclpp.soak --calls 10000 --programs 200 --duration 420 --launch 2 --quiet \
     --out "$OUT/soak-x2-launch2.json" 2>&1 | tail -4
 }
+step_soak_shared_gpu() {  # nvidia-h200: 2 and 4 processes sharing GPU 0, checked against lax on CPU devices
+  timeout 280 python3 -m jax_mscclpp.soak --launch 2 --reference cpu --calls 10000 --programs 120 --duration 240 \
+    --quiet --out "$OUT/soak-h200-2proc.json" 2>&1 | tail -4
+  timeout 280 python3 -m jax_mscclpp.soak --launch 4 --reference cpu --calls 10000 --programs 80 --max-bytes 16M \
+    --duration 240 --quiet --out "$OUT/soak-h200-4proc.json" 2>&1 | tail -4
+}
 step_churn() { timeout 500 python3 -m jax_mscclpp.soak.churn --cycles 1000 --port-channels both \
   --out "$OUT/churn-x2.json" 2>&1 | tail -4; }
 step_faults() { timeout 300 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 --heartbeat 15 \

@@ -11,7 +11,7 @@ from ..bench.units import parse_size
 
 USAGE = ("python -m jax_mscclpp.soak [--calls N] [--seed S] [--max-bytes 64M] [--programs K] [--devices N] "
          "[--launch N] [--duration SECONDS] [--dtypes float32,int8,...] [--out FILE] "
-         "[--config JSON --data SEED:CALL]")
+         "[--reference lax|cpu] [--config JSON --data SEED:CALL]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launch", type=int, default=None, metavar="N",
                    help="run as N processes under jax.distributed on this host, one device each (GPUs: the host "
                    "backend of CPU devices runs within one process, so there ours falls back to lax)")
+    p.add_argument("--reference", choices=("lax", "cpu"), default="lax",
+                   help="what ours is compared with: the lax collective on the same devices (default), or the lax "
+                   "collective on this process's CPU devices over every rank's data, rebuilt here (for processes "
+                   "that share a GPU, where XLA's NCCL collectives cannot run)")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop after this long even if fewer than --calls calls ran")
     p.add_argument("--dtypes", default=None, help="comma list of dtypes (default: every supported one)")
@@ -73,7 +77,7 @@ def _settings(parser: argparse.ArgumentParser, args):
     launched = int(os.environ.get(launcher.ENV_NUM_PROCESSES, 0)) or None  # inside a --launch run
     return Settings(calls=calls, seed=args.seed, max_bytes=max_bytes, programs=args.programs,
                     duration_s=args.duration, dtypes=dtypes, config=config, data=data, max_errors=args.max_errors,
-                    launch=args.launch or launched)
+                    launch=args.launch or launched, reference=args.reference)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.launch is not None:
         if launcher.is_child():
             parser.error("--launch inside a launched process")
+        if args.reference == "cpu":  # every process rebuilds the whole mesh on its CPU devices
+            machine.ensure_host_devices(args.launch)
         return launcher.launch(args.launch, "jax_mscclpp.soak", argv)
     if launcher.is_child():
         launcher.initialize_child()

@@ -178,7 +178,7 @@ class Drawer:
             return False
         blocks = config.world if config.op in ("reduce_scatter", "all_to_all") else 1
         count = math.prod(config.local_shape) // blocks
-        scratch = scratch_bytes(config)
+        scratch = plans.scratch_per_call(self.platform, scratch_bytes(config))
         return plans.fits_scratch(plan, self.platform, count, config.itemsize, scratch)
 
 

@@ -83,11 +83,22 @@ def exact(config: Config) -> bool:
     return config.op in ("all_gather", "all_to_all") or (config.op == "all_reduce" and config.redop != "sum")
 
 
+def _span(shard) -> tuple:
+    """Where a shard of a 1-D global array lies: (start, stop)."""
+    index = shard.index[0]
+    return (index.start or 0, index.stop)
+
+
 def compare(config: Config, ours: jax.Array, ref: jax.Array) -> Comparison:
-    """Ours against lax on this process's shards."""
+    """Ours against lax on this process's shards of ours (the reference's shard at the same place of the global
+    array, which may live on other devices: --reference cpu)."""
     floating = jnp.issubdtype(jnp.dtype(config.dtype), jnp.floating)
     worst, scale = 0.0, 1.0
-    for a_shard, b_shard in zip(ours.addressable_shards, ref.addressable_shards):
+    reference = {_span(shard): shard for shard in ref.addressable_shards}
+    for a_shard in ours.addressable_shards:
+        b_shard = reference.get(_span(a_shard))
+        if b_shard is None:
+            return Comparison(False, float("inf"), 0.0, f"no reference shard at {_span(a_shard)}")
         a, b = np.asarray(a_shard.data), np.asarray(b_shard.data)
         if a.shape != b.shape or a.dtype != b.dtype:
             return Comparison(False, float("inf"), 0.0, f"shape/dtype {a.shape} {a.dtype} vs lax {b.shape} {b.dtype}")

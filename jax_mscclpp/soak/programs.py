@@ -122,17 +122,18 @@ def what_ran(hlo_text: str) -> str:
     return "+".join(sorted(names)) or "lax"
 
 
-def compile_config(config: Config, mesh: Mesh) -> Compiled:
-    """Ours and lax for ``config`` on ``mesh``, lowered and compiled for its operand's shape."""
+def compile_config(config: Config, mesh: Mesh, reference_mesh: Mesh | None = None) -> Compiled:
+    """Ours on ``mesh`` and lax on ``reference_mesh`` (default: the same mesh), lowered and compiled for the
+    config's operand."""
     n = int(np.prod(config.local_shape, dtype=np.int64))
     spec = P(config.mesh_axes)
-    operand = jax.ShapeDtypeStruct((config.num_devices * n,), jnp.dtype(config.dtype),
-                                   sharding=NamedSharding(mesh, spec))
     t0 = time.perf_counter()
     out = {}
     text = ""
-    for ours in (True, False):
-        mapped = jax.shard_map(per_device(config, ours), mesh=mesh, in_specs=spec, out_specs=spec)
+    for ours, on in ((True, mesh), (False, mesh if reference_mesh is None else reference_mesh)):
+        operand = jax.ShapeDtypeStruct((config.num_devices * n,), jnp.dtype(config.dtype),
+                                       sharding=NamedSharding(on, spec))
+        mapped = jax.shard_map(per_device(config, ours), mesh=on, in_specs=spec, out_specs=spec)
         lowered = jax.jit(mapped).lower(operand)
         if ours:
             text = lowered.as_text()

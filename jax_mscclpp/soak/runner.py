@@ -56,6 +56,7 @@ class Settings:
     data: tuple | None = None  # (seed, call) of the data of a reproduction
     max_errors: int = 10
     launch: int | None = None  # the process count of a --launch run (for the reproduction command)
+    reference: str = "lax"  # "lax": lax on the same devices; "cpu": lax on this process's CPU devices
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -88,9 +89,10 @@ def unregister_plans(names: dict[str, list[str]]) -> None:
             jm.unregister_algorithm(name)
 
 
-def reproduce_command(config: Config, seed: int, call: int, launch: int | None) -> str:
+def reproduce_command(config: Config, seed: int, call: int, launch: int | None, reference: str = "lax") -> str:
     where = f"--launch {launch}" if launch else f"--devices {config.num_devices}"
-    return f"python -m jax_mscclpp.soak {where} --config '{config.to_json()}' --data {seed}:{call}"
+    also = " --reference cpu" if reference == "cpu" else ""
+    return f"python -m jax_mscclpp.soak {where}{also} --config '{config.to_json()}' --data {seed}:{call}"
 
 
 @dataclasses.dataclass
@@ -127,6 +129,16 @@ class Soak:
         self.platform = self.devices[0].platform
         self.processes = jax.process_count()
         self.meshes: dict = {}
+        self.reference_meshes: dict = {}
+        # --reference cpu: the whole mesh again on this process's CPU devices (each process rebuilds every rank's
+        # data, seeded by mesh position), so that the lax reference needs no collective across processes or GPUs.
+        self.reference_devices = None
+        if settings.reference == "cpu":
+            cpus = jax.local_devices(backend="cpu")
+            if len(cpus) < len(self.devices):
+                raise ValueError(f"--reference cpu needs {len(self.devices)} CPU devices in every process, found "
+                                 f"{len(cpus)} (XLA_FLAGS=--xla_force_host_platform_device_count=N)")
+            self.reference_devices = cpus[: len(self.devices)]
         self.compiled: dict[Config, programs.Compiled] = {}
         self.tallies: dict[str, dict[str, Tally]] = collections.defaultdict(lambda: collections.defaultdict(Tally))
         self.mismatches: list[dict] = []
@@ -141,6 +153,15 @@ class Soak:
         if key not in self.meshes:
             self.meshes[key] = programs.make_mesh(self.devices, config)
         return self.meshes[key]
+
+    def reference_mesh(self, config: Config):
+        """The mesh the reference runs on: the config's mesh, or its twin of CPU devices (--reference cpu)."""
+        if self.reference_devices is None:
+            return self.mesh(config)
+        key = (config.mesh_shape, config.mesh_axes, config.mesh_seed)
+        if key not in self.reference_meshes:
+            self.reference_meshes[key] = programs.make_mesh(self.reference_devices, config)
+        return self.reference_meshes[key]
 
     def communicator(self, config: Config) -> Communicator:
         """The config's communicator; on GPUs made with port channels, so that every algorithm (2PR and plans with
@@ -192,12 +213,16 @@ class Soak:
         try:
             compiled = self.compiled.get(config)
             if compiled is None:
-                compiled = programs.compile_config(config, self.mesh(config))
+                compiled = programs.compile_config(config, self.mesh(config), self.reference_mesh(config))
                 self.compiled[config] = compiled
                 self.compile_s += compiled.compile_s
                 self.compiles += 1
             x = data.make_input(config, self.mesh(config), seed, call)
-            ours, ref = jax.block_until_ready((compiled.ours(x), compiled.lax(x)))
+            if self.reference_devices is None:
+                ours, ref = jax.block_until_ready((compiled.ours(x), compiled.lax(x)))
+            else:
+                ours = jax.block_until_ready(compiled.ours(x))
+                ref = compiled.lax(data.make_input(config, self.reference_mesh(config), seed, call))
             check = data.compare(config, ours, ref)
         except Exception as error:  # noqa: BLE001 - every failure is counted and reported
             self._record(config, "error", compiled.ran if config in self.compiled else "?")
@@ -217,7 +242,7 @@ class Soak:
         self.bytes_run = [min(self.bytes_run[0], config.nbytes), max(self.bytes_run[1], config.nbytes)]
 
     def _mismatch(self, config: Config, seed: int, call: int, check: data.Comparison) -> None:
-        command = reproduce_command(config, seed, call, self.settings.launch)
+        command = reproduce_command(config, seed, call, self.settings.launch, self.settings.reference)
         self.log(f"MISMATCH {config.op} {config.algorithm} {config.dtype} {config.local_shape} over {config.axes} "
                  f"({config.form}): max error {check.max_error:g} > {check.tolerance:g} {check.detail}\n"
                  f"  reproduce: {command}")
@@ -227,7 +252,7 @@ class Soak:
                                     "detail": check.detail, "reproduce": command})
 
     def _error(self, config: Config, seed: int, call: int, error: BaseException) -> None:
-        command = reproduce_command(config, seed, call, self.settings.launch)
+        command = reproduce_command(config, seed, call, self.settings.launch, self.settings.reference)
         text = f"{type(error).__name__}: {error}".strip()
         self.log(f"ERROR {config.op} {config.algorithm} {config.dtype} {config.local_shape}: {text[:500]}\n"
                  f"  reproduce: {command}")
