@@ -97,7 +97,9 @@ jax.tree_util.register_pytree_node(
 def psum_start(x, axis_name, *, algorithm: str | None = None) -> Started:
     """Starts summing ``x`` (a pytree) over ``axis_name``; ``psum_done`` of the result returns what
     ``psum(x, axis_name)`` would. Small leaves share a call, as in ``psum``. Between the two, independent work may
-    run beside the sum; nothing may read the sum before its done."""
+    run beside the sum; nothing may read the sum before its done. Contract: every start is joined by
+    ``psum_done`` in the same jitted function; a start left unjoined leaves a kernel reading and writing buffers
+    that XLA may free or reuse once the function returns."""
     leaves, treedef, axes, world = reduction_leaves(x, "sum", "psum_start", axis_name, algorithm)
     shapes = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves)
     if world == 1:  # nothing to sum: the leaves are the result
