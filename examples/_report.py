@@ -1,4 +1,5 @@
-"""What every example's JSON report opens with (example, date, machine, devices, versions) and how it is written.
+"""What the examples share for measuring and reporting: the median step time of a function, what every JSON report
+opens with (example, date, machine, devices, versions) and how it is written.
 
 Imported after JAX (``header`` reads the devices and versions of the running process).
 """
@@ -7,6 +8,22 @@ import datetime
 import json
 import os
 import platform as host_platform
+import statistics
+import time
+
+
+def median_ms(fn, args, steps: int) -> float:
+    """Median wall time of ``fn(*args)`` over ``steps`` calls, each blocked on, after one call to compile and warm
+    up, in milliseconds."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
 
 
 def header(example: str, devices, **device_fields) -> dict:

@@ -26,9 +26,7 @@ import argparse
 import logging
 import os
 import re
-import statistics
 import sys
-import time
 
 from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
 
@@ -153,16 +151,6 @@ def compile_and_inspect(fn, args) -> tuple:
             sorted({m[0] for m in LAX_COLLECTIVE_OPS.findall(text)}))
 
 
-def median_ms(fn, args, steps: int) -> float:
-    jax.block_until_ready(fn(*args))  # warm up
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
 def run(args) -> dict:
     devices = jax.devices()
     plat = devices[0].platform
@@ -230,7 +218,7 @@ def run(args) -> dict:
     timings = {}
     print(f"\n{'step':<12} {'lax ms':>10} {'mscclpp ms':>11} {'mscclpp/lax':>12}")
     for what in ("forward", "train step"):
-        t = {name: median_ms(compiled[what, name], inputs[what], args.steps) for name in ("lax", "mscclpp")}
+        t = {name: _report.median_ms(compiled[what, name], inputs[what], args.steps) for name in ("lax", "mscclpp")}
         timings[what] = {"lax_median_ms": t["lax"], "mscclpp_median_ms": t["mscclpp"],
                          "ratio": t["mscclpp"] / t["lax"]}
         print(f"{what:<12} {t['lax']:>10.3f} {t['mscclpp']:>11.3f} {t['mscclpp'] / t['lax']:>11.2f}x")

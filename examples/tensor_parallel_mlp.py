@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
 
@@ -34,6 +32,7 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
+import _report  # noqa: E402  (examples/_report.py)
 
 # Error budget of the sharded result against the unsharded one, relative to the reference's largest magnitude:
 # float32 differs only by summation order; bfloat16 rounds every product and partial sum to 8 bits.
@@ -110,16 +109,6 @@ def relative_error(ours, ref) -> tuple[float, float]:
     return err, err / max(float(np.max(np.abs(b))), 1e-30)
 
 
-def median_ms(fn, args, steps: int) -> float:
-    jax.block_until_ready(fn(*args))  # compile and warm up
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
-
-
 def run(args) -> bool:
     devices = jax.devices()
     platform = devices[0].platform
@@ -177,8 +166,8 @@ def run(args) -> bool:
         print(f"[{name}] grad of loss (w1, b1, w2, b2): worst is {worst}: max abs error {errors[worst][0]:.3e}, "
               f"max rel error {errors[worst][1]:.3e} {'PASS' if passed else 'FAIL'}")
 
-        timings[name] = (median_ms(fwd, (placed, xs), args.steps),
-                         median_ms(grad, (placed, xs, targets), args.steps))
+        timings[name] = (_report.median_ms(fwd, (placed, xs), args.steps),
+                         _report.median_ms(grad, (placed, xs, targets), args.steps))
 
     for name, (fwd_ms, grad_ms) in timings.items():
         print(f"timing [{name}]: median step over {args.steps} steps: forward {fwd_ms:.3f} ms, "
