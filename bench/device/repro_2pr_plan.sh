@@ -18,4 +18,8 @@ case "${1:-all}" in
     run plan-chain5-no-command-buffers soak_allreduce_2pr 5 27582 XLA_FLAGS=--xla_gpu_enable_command_buffer=
     run plan-chain5-ours-outside soak_allreduce_2pr 5 27582 JAX_MSCCLPP_COMMAND_BUFFERS=0
     run plan-chain5-ours-inside soak_allreduce_2pr 5 27582 JAX_MSCCLPP_COMMAND_BUFFERS=1 ;;
+  loading)  # the suspect: kernels loaded lazily (at first launch, which may synchronize the context) while a
+            # port-channel kernel spins on the proxy; eager loading does all of it before anything runs
+    run plan-chain5-eager soak_allreduce_2pr 5 27582 CUDA_MODULE_LOADING=EAGER
+    run plan-chain5-lazy soak_allreduce_2pr 5 27582 CUDA_MODULE_LOADING=LAZY ;;
 esac
