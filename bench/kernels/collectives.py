@@ -20,17 +20,10 @@ NVLink bandwidth or multi-GPU speed: algbw/busbw follow the nccl-tests conventio
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
 import sys
 import time
 
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.harness
+import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results folder)
 
 import numpy as np  # noqa: E402
 
@@ -114,12 +107,7 @@ def main() -> None:
                       f"  algbw {algbw:8.2f} GB/s", flush=True)
         result["proxy"] = dict(cuda.proxy_status(0))
 
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                   f"collectives-{dt.date.today().isoformat()}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    print("wrote", out)
+    _run.write_result(result, "collectives", args.out)
 
     # Short table last: time per call (us) by size, one line per algorithm.
     print(f"\nus per call, {n} ranks on one GPU, f32 sum")

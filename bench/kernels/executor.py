@@ -18,16 +18,10 @@ Before timing, one call of each is checked against numpy.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
 import sys
 
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.harness
+import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results folder)
 
 import numpy as np  # noqa: E402
 
@@ -176,12 +170,8 @@ def main() -> None:
         "rows": rows,
         "summary": summary,
     }
-    out = args.out or os.path.join("bench", "results", f"executor-{dt.date.today().isoformat()}.json")
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
     print(json.dumps(summary, indent=1))
-    print("wrote", out)
+    _run.write_result(result, "executor", args.out)
 
 
 if __name__ == "__main__":

@@ -15,16 +15,9 @@ Timing: events around repeated launches after a warm-up, or in-kernel loops for 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
-import os
 import sys
 
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.harness
+import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results folder)
 
 import numpy as np  # noqa: E402
 
@@ -145,12 +138,7 @@ def main() -> None:
         port["proxy"] = dict(cuda.proxy_status(0))
         result["port_channel"] = port
 
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                   f"primitives-{dt.date.today().isoformat()}.json")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    print("wrote", out)
+    _run.write_result(result, "primitives", args.out)
 
 
 if __name__ == "__main__":
