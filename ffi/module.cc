@@ -30,6 +30,15 @@ nb::dict handler_dict(const HandlerList& handlers) {
   return d;
 }
 
+// The faults of the rank at `partition` of host communicator `comm_id` (test hooks), else a ValueError.
+host::InjectedFaults& injected_faults(int64_t comm_id, int partition) {
+  auto comm = find_host_communicator(comm_id);
+  if (!comm) throw nb::value_error("no such communicator");
+  auto* state = comm->rank_state(partition);
+  if (!state) throw nb::value_error("partition out of range");
+  return *state->faults;
+}
+
 nb::dict code_row(const char* enumerator, int code, const char* name) {
   nb::dict row;
   row["enumerator"] = enumerator;
@@ -176,11 +185,7 @@ NB_MODULE(_jax_mscclpp, m) {
   m.def(
       "skip_next_calls",
       [](int64_t comm_id, int partition, int calls) {
-        auto comm = find_host_communicator(comm_id);
-        if (!comm) throw nb::value_error("no such communicator");
-        auto* state = comm->rank_state(partition);
-        if (!state) throw nb::value_error("partition out of range");
-        state->faults->skip_calls.store(calls, std::memory_order_relaxed);
+        injected_faults(comm_id, partition).skip_calls.store(calls, std::memory_order_relaxed);
       },
       nb::arg("comm_id"), nb::arg("partition"), nb::arg("calls"),
       "Test hook: the rank at `partition` returns at once from its next `calls` calls without taking part.");
@@ -188,12 +193,9 @@ NB_MODULE(_jax_mscclpp, m) {
   m.def(
       "stop_mid_call",
       [](int64_t comm_id, int partition, int exchanges) {
-        auto comm = find_host_communicator(comm_id);
-        if (!comm) throw nb::value_error("no such communicator");
-        auto* state = comm->rank_state(partition);
-        if (!state) throw nb::value_error("partition out of range");
+        host::InjectedFaults& faults = injected_faults(comm_id, partition);
         if (exchanges < 0) throw nb::value_error("exchanges must be at least 0");
-        state->faults->stop_exchanges.store(exchanges, std::memory_order_relaxed);
+        faults.stop_exchanges.store(exchanges, std::memory_order_relaxed);
       },
       nb::arg("comm_id"), nb::arg("partition"), nb::arg("exchanges"),
       "Test hook: the rank at `partition` stops its next built-in collective call after `exchanges` exchanges "
