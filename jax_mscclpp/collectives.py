@@ -103,6 +103,9 @@ def unbucketed(leaves, calls, results) -> list:
     return out
 
 
+_REDUCE_API = {"sum": "psum", "max": "pmax", "min": "pmin"}  # the public name of each op, for messages
+
+
 def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
     """Checks a reduction's arguments: (leaves, treedef, axes, world), else a clear error at trace time."""
     if not isinstance(op, str) or op not in REDUCE_OPS:
@@ -120,7 +123,7 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None):
     """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``.
 
     Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``)."""
-    api = {"sum": "psum", "max": "pmax", "min": "pmin"}.get(op, "all_reduce") if isinstance(op, str) else "all_reduce"
+    api = _REDUCE_API.get(op, "all_reduce") if isinstance(op, str) else "all_reduce"
     leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
         return jax.tree_util.tree_unflatten(treedef, leaves)

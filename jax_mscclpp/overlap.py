@@ -32,35 +32,16 @@ from .collectives import bucketed, psum, reduction_leaves, unbucketed
 _call_ids = itertools.count(1)
 
 
-def _start_aval(x, *, axes, world, op, algorithm, call_id):
-    return primitives._out_aval(x, collective=Collective.ALL_REDUCE, axes=axes, world=world, op=op,
-                                algorithm=algorithm)
+# Typed and lowered as the all_reduce primitive; its call_id makes the lowering a started call.
+all_reduce_start_p = primitives._make_primitive(Collective.ALL_REDUCE, "mscclpp_all_reduce_start")
 
 
-def _outside_jit(name: str):
-    def impl(*args, **params):
-        raise RuntimeError(f"{name} runs only inside jax.shard_map under jax.jit")
+def _outside_jit(*args, **params):
+    raise RuntimeError("psum_done runs only inside jax.shard_map under jax.jit")
 
-    return impl
-
-
-all_reduce_start_p = Primitive("mscclpp_all_reduce_start")
-all_reduce_start_p.def_impl(_outside_jit("psum_start"))
-all_reduce_start_p.def_abstract_eval(_start_aval)
-# Not cacheable, as the plain collectives (primitives.py): each call is lowered where it stands.
-for _platform, _name in (("cpu", "cpu"), ("gpu", "cuda")):
-    if _platform == "gpu" and not _native.CUDA_BUILT:
-        continue
-    mlir.register_lowering(
-        all_reduce_start_p,
-        lambda ctx, x, _platform=_platform, **p: primitives._lower(_platform, ctx, x,
-                                                                    collective=Collective.ALL_REDUCE, **p),
-        platform=_name, cacheable=False)
-mlir.register_lowering(all_reduce_start_p, lambda ctx, x, **p: primitives._lower_unsupported(
-    ctx, x, collective=Collective.ALL_REDUCE, **p))
 
 done_p = Primitive("mscclpp_done")
-done_p.def_impl(_outside_jit("psum_done"))
+done_p.def_impl(_outside_jit)
 # The sum is invariant over the summed axes, whatever a barrier between start and done made of its type.
 done_p.def_abstract_eval(lambda operand, started, *, axes, call_id: _compat.with_varying_axes(
     started, _compat.varying_axes(started) - frozenset(axes)))
@@ -119,7 +100,7 @@ def psum_done(started: Started):
         raise TypeError(f"psum_done takes what psum_start returned, got {type(started).__name__}")
     joined = [done_p.bind(operand, result, axes=started.axes, call_id=call_id)
               for operand, result, call_id in zip(started.operands, started.results, started.call_ids)]
-    if not started.call_ids:
+    if not started.call_ids:  # a world of one: the leaves themselves
         joined = started.results
     calls = [(list(call), None) for call in started.calls]
     return jax.tree_util.tree_unflatten(started.treedef, unbucketed(list(started.shapes), calls, joined))

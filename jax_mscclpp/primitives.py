@@ -140,8 +140,9 @@ def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm, call_i
     )
 
 
-def _make_primitive(collective: Collective) -> Primitive:
-    prim = Primitive("mscclpp_" + collective.name.lower())
+def _make_primitive(collective: Collective, name: str | None = None) -> Primitive:
+    """The primitive of ``collective`` (named ``name``, default mscclpp_<collective>): typing and lowerings."""
+    prim = Primitive(name or "mscclpp_" + collective.name.lower())
 
     def impl(*args, **params):
         raise RuntimeError(f"{prim.name} runs only inside jax.shard_map under jax.jit")
