@@ -3,7 +3,8 @@
 
 #include <map>
 #include <mutex>
-#include <utility>
+
+#include "check.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
@@ -18,75 +19,65 @@ struct DeviceStreams {
 std::mutex streams_mutex;
 std::map<int, DeviceStreams> streams_by_device;
 
-// Runs `make` with `device` current, then restores the caller's device.
-template <typename Make>
-cudaError_t on_device(int device, Make make) {
-  int previous = -1;
-  cudaError_t err = cudaGetDevice(&previous);
-  if (err != cudaSuccess) return err;
-  if (previous != device && (err = cudaSetDevice(device)) != cudaSuccess) return err;
-  err = make();
-  if (previous != device) {
-    const cudaError_t restored = cudaSetDevice(previous);
-    if (err == cudaSuccess) err = restored;
-  }
-  return err;
-}
-
-cudaError_t streams_of(int device, DeviceStreams** out) {
+// The streams of `device`, made on first use. Caller holds streams_mutex; throws CudaError.
+DeviceStreams& streams_of(int device) {
   DeviceStreams& s = streams_by_device[device];
   if (!s.side) {
-    const cudaError_t err = on_device(device, [&] {
-      int least = 0, greatest = 0;
-      cudaError_t e = cudaDeviceGetStreamPriorityRange(&least, &greatest);
-      if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&s.side, cudaStreamNonBlocking, greatest);
-      if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s.forked, cudaEventDisableTiming);
-      return e;
-    });
-    if (err != cudaSuccess) {
-      s.side = nullptr;
-      return err;
-    }
+    DeviceGuard guard(device);
+    int least = 0, greatest = 0;
+    JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    JAX_MSCCLPP_CUDA_CHECK(cudaEventCreateWithFlags(&s.forked, cudaEventDisableTiming));
+    JAX_MSCCLPP_CUDA_CHECK(cudaStreamCreateWithPriority(&s.side, cudaStreamNonBlocking, greatest));
   }
-  *out = &s;
-  return cudaSuccess;
+  return s;
+}
+
+// Runs `body` under streams_mutex; a CudaError it throws becomes its code.
+template <typename Body>
+cudaError_t locked(Body body) {
+  std::lock_guard<std::mutex> lock(streams_mutex);
+  try {
+    body();
+    return cudaSuccess;
+  } catch (const CudaError& e) {
+    return e.code();
+  }
 }
 
 }  // namespace
 
 cudaError_t fork_to_side_stream(int device, cudaStream_t compute, cudaStream_t* side) {
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  DeviceStreams* s = nullptr;
-  cudaError_t err = streams_of(device, &s);
-  if (err == cudaSuccess) err = cudaEventRecord(s->forked, compute);
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(s->side, s->forked, 0);
-  if (err == cudaSuccess) *side = s->side;
-  return err;
+  return locked([&] {
+    DeviceStreams& s = streams_of(device);
+    JAX_MSCCLPP_CUDA_CHECK(cudaEventRecord(s.forked, compute));
+    JAX_MSCCLPP_CUDA_CHECK(cudaStreamWaitEvent(s.side, s.forked, 0));
+    *side = s.side;
+  });
 }
 
 cudaError_t record_done(int device, int64_t call_id, cudaStream_t side) {
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  DeviceStreams* s = nullptr;
-  cudaError_t err = streams_of(device, &s);
-  if (err != cudaSuccess) return err;
-  auto [it, fresh] = s->done.try_emplace(call_id, nullptr);
-  if (fresh) {
-    err = on_device(device, [&] { return cudaEventCreateWithFlags(&it->second, cudaEventDisableTiming); });
-    if (err != cudaSuccess) {
-      s->done.erase(it);
-      return err;
+  return locked([&] {
+    DeviceStreams& s = streams_of(device);
+    cudaEvent_t& event = s.done[call_id];
+    if (!event) {
+      DeviceGuard guard(device);
+      JAX_MSCCLPP_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
     }
-  }
-  return cudaEventRecord(it->second, side);
+    JAX_MSCCLPP_CUDA_CHECK(cudaEventRecord(event, side));
+  });
 }
 
 cudaError_t join_done(int device, int64_t call_id, cudaStream_t compute) {
-  std::lock_guard<std::mutex> lock(streams_mutex);
-  auto d = streams_by_device.find(device);
-  if (d == streams_by_device.end()) return cudaErrorInvalidResourceHandle;
-  auto it = d->second.done.find(call_id);
-  if (it == d->second.done.end()) return cudaErrorInvalidResourceHandle;
-  return cudaStreamWaitEvent(compute, it->second, 0);
+  return locked([&] {
+    cudaEvent_t event = nullptr;
+    auto d = streams_by_device.find(device);
+    if (d != streams_by_device.end()) {
+      auto it = d->second.done.find(call_id);
+      if (it != d->second.done.end()) event = it->second;
+    }
+    if (!event) throw CudaError(cudaErrorInvalidResourceHandle, "a done without its start");
+    JAX_MSCCLPP_CUDA_CHECK(cudaStreamWaitEvent(compute, event, 0));
+  });
 }
 
 }  // namespace jax_mscclpp::cuda
