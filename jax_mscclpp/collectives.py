@@ -60,15 +60,20 @@ BUCKET_LEAF_BYTES = 1 << 20
 BUCKET_BYTES = 64 << 20
 
 
+def has_own_call(leaf) -> bool:
+    """Whether ``psum`` gives ``leaf`` a call of its own rather than a share of a bucket."""
+    return leaf.size * leaf.dtype.itemsize > BUCKET_LEAF_BYTES or leaf.size == 0
+
+
 def _buckets(leaves) -> list[list[int]]:
     """Indices of ``leaves`` grouped into calls: small leaves of one dtype and type share a bucket, the others go
     alone. Order within a bucket follows the pytree."""
     calls, open_buckets = [], {}
     for i, leaf in enumerate(leaves):
-        nbytes = leaf.size * leaf.dtype.itemsize
-        if nbytes > BUCKET_LEAF_BYTES or leaf.size == 0:
+        if has_own_call(leaf):
             calls.append([i])
             continue
+        nbytes = leaf.size * leaf.dtype.itemsize
         key = (leaf.dtype, _compat.varying_axes(_compat.typeof(leaf)))
         bucket = open_buckets.get(key)
         if bucket is None or bucket[1] + nbytes > BUCKET_BYTES:

@@ -27,7 +27,7 @@ from jax.interpreters import mlir
 
 from . import _compat, _native, primitives
 from ._types import Collective
-from .collectives import bucketed, psum, reduction_leaves, unbucketed
+from .collectives import bucketed, has_own_call, psum, reduction_leaves, unbucketed
 
 _call_ids = itertools.count(1)
 
@@ -40,21 +40,41 @@ def _outside_jit(*args, **params):
     raise RuntimeError("psum_done runs only inside jax.shard_map under jax.jit")
 
 
+# done(*operands, *results) -> results: joins started calls (one custom call for all the starts it is given).
 done_p = Primitive("mscclpp_done")
+done_p.multiple_results = True
 done_p.def_impl(_outside_jit)
-# The sum is invariant over the summed axes, whatever a barrier between start and done made of its type.
-done_p.def_abstract_eval(lambda operand, started, *, axes, call_id: _compat.with_varying_axes(
-    started, _compat.varying_axes(started) - frozenset(axes)))
 
 
-def _lower_done(ctx, operand, started, *, axes, call_id):
-    if call_id not in primitives._started_on_side_stream(ctx):
-        return [started]  # the start lowered to a complete collective
-    target = jax.ffi.ffi_lowering(_native.native.DONE_TARGET, has_side_effect=True, operand_output_aliases={1: 0})
-    return target(ctx, operand, started, call_id=np.int64(call_id))
+def _done_abstract_eval(*args, axes, call_ids):
+    # A sum is invariant over the summed axes, whatever a barrier between start and done made of its type.
+    return [_compat.with_varying_axes(r, _compat.varying_axes(r) - frozenset(axes)) for r in args[len(call_ids):]]
 
 
-mlir.register_lowering(done_p, lambda ctx, operand, started, **params: [started])
+done_p.def_abstract_eval(_done_abstract_eval)
+
+
+def _lower_done(ctx, *args, axes, call_ids):
+    """One custom call joins every start that lowered to a kernel on the side stream; a start that lowered to a
+    complete collective passes its result through."""
+    n = len(call_ids)
+    operands, results = args[:n], list(args[n:])
+    on_side = primitives._started_on_side_stream(ctx)
+    joined = [i for i, call_id in enumerate(call_ids) if call_id in on_side]
+    if joined:
+        k = len(joined)
+        target = jax.ffi.ffi_lowering(_native.native.DONE_TARGET, has_side_effect=True,
+                                      operand_output_aliases={k + j: j for j in range(k)})
+        sub = ctx.replace(avals_in=[ctx.avals_in[i] for i in joined] + [ctx.avals_in[n + i] for i in joined],
+                          avals_out=[ctx.avals_out[i] for i in joined])
+        out = target(sub, *[operands[i] for i in joined], *[results[i] for i in joined],
+                     call_ids=np.asarray([call_ids[i] for i in joined], np.int64))
+        for i, value in zip(joined, out):
+            results[i] = value
+    return results
+
+
+mlir.register_lowering(done_p, lambda ctx, *args, axes, call_ids: list(args[len(call_ids):]))
 if _native.CUDA_BUILT:
     mlir.register_lowering(done_p, _lower_done, platform="cuda", cacheable=False)
 
@@ -94,27 +114,43 @@ def psum_start(x, axis_name, *, algorithm: str | None = None) -> Started:
     return Started(treedef, shapes, tuple(tuple(call) for call, _ in calls), axes, call_ids, operands, results)
 
 
+def _join(started: Sequence[Started]) -> list[list]:
+    """The results of every Started in ``started``, each a list of its calls' results, joined by one done."""
+    axes = {s.axes for s in started if s.call_ids}
+    if len(axes) > 1:
+        raise ValueError(f"psum_done: sums over different axes {sorted(axes)} are joined separately")
+    call_ids = tuple(c for s in started for c in s.call_ids)
+    if not call_ids:
+        return [list(s.results) for s in started]
+    operands = [o for s in started if s.call_ids for o in s.operands]
+    results = [r for s in started if s.call_ids for r in s.results]
+    joined = iter(done_p.bind(*operands, *results, axes=next(iter(axes)), call_ids=call_ids))
+    return [[next(joined) for _ in s.results] if s.call_ids else list(s.results) for s in started]
+
+
+def _unflatten(started: Started, results: list):
+    calls = [(list(call), None) for call in started.calls]
+    return jax.tree_util.tree_unflatten(started.treedef, unbucketed(list(started.shapes), calls, results))
+
+
 def psum_done(started: Started):
     """The sums ``started`` holds (``psum_start``), once they are complete."""
     if not isinstance(started, Started):
         raise TypeError(f"psum_done takes what psum_start returned, got {type(started).__name__}")
-    joined = [done_p.bind(operand, result, axes=started.axes, call_id=call_id)
-              for operand, result, call_id in zip(started.operands, started.results, started.call_ids)]
-    if not started.call_ids:  # a world of one: the leaves themselves
-        joined = started.results
-    calls = [(list(call), None) for call in started.calls]
-    return jax.tree_util.tree_unflatten(started.treedef, unbucketed(list(started.shapes), calls, joined))
+    return _unflatten(started, _join([started])[0])
 
 
 def value_and_psum_grad(layers: Sequence[Callable], loss: Callable, axis_name, *, algorithm: str | None = None):
     """``f(params, x, *loss_args) -> (loss value, gradients summed over axis_name)`` for a model that is a sequence
     of layers: ``h = layers[i](params[i], h)`` from ``h = x``, then ``loss(h, *loss_args)`` (a scalar).
 
-    The backward pass runs layer by layer from the last; each layer's parameter gradients are started with
-    ``psum_start`` as soon as they exist, and the next backward step is ordered after that start; every sum is
-    joined after the last backward step. The sums run beside the backward steps of the layers before theirs; the
-    first layer's, which has nothing left to run beside, is a plain ``psum``. The result equals
-    ``(loss(...), psum(jax.grad(...), axis_name))``."""
+    The backward pass runs layer by layer from the last. Each layer's large parameter gradients (those that get a
+    call of their own in ``psum``) are started with ``psum_start`` as soon as they exist, and the next backward
+    step is ordered after that start; their sums run beside the backward steps of the layers before theirs. The
+    small gradients of every layer and the first layer's gradients, which have nothing left to run beside, are
+    summed by one plain ``psum`` (bucketed) after the last backward step, and one done joins every started sum:
+    each start and done is a thunk outside XLA's command buffers, so there are as few as the model allows. The
+    result equals ``(loss(...), psum(jax.grad(...), axis_name))``."""
     layers = tuple(layers)
     if not layers:
         raise ValueError("value_and_psum_grad: layers is empty")
@@ -132,17 +168,32 @@ def value_and_psum_grad(layers: Sequence[Callable], loss: Callable, axis_name, *
             vjps.append(vjp)
         value, loss_vjp = jax.vjp(lambda out: loss(out, *loss_args), h)
         (cotangent,) = loss_vjp(jnp.ones_like(value))
-        started = []
+        treedefs, grad_leaves = [None] * len(layers), [None] * len(layers)  # started leaves become None
+        started = {}  # layer -> (indices of its started leaves, Started)
         for i in reversed(range(1, len(layers))):
             grads, cotangent = vjps[i](cotangent)
-            pending = psum_start(grads, axis_name, algorithm=algorithm)
-            # The next backward step waits for this start, not the other way round.
-            pending, cotangent = lax.optimization_barrier((pending, cotangent))
-            started.append(pending)
+            leaves, treedefs[i] = jax.tree_util.tree_flatten(grads)
+            large = [j for j, leaf in enumerate(leaves) if has_own_call(leaf)]
+            if large:
+                pending = psum_start([leaves[j] for j in large], axis_name, algorithm=algorithm)
+                # The next backward step waits for this start, not the other way round.
+                pending, cotangent = lax.optimization_barrier((pending, cotangent))
+                started[i] = (large, pending)
+                leaves = [None if j in large else leaf for j, leaf in enumerate(leaves)]
+            grad_leaves[i] = leaves
         (grads,) = vjps[0](cotangent)
-        grads, started = lax.optimization_barrier((grads, started))  # every done after the last backward step
-        # Nothing is left to run beside the first layer's sum: a plain psum, with every thread block it wants.
-        return value, [psum(grads, axis_name, algorithm=algorithm)] + [psum_done(s) for s in reversed(started)]
+        grad_leaves[0], treedefs[0] = jax.tree_util.tree_flatten(grads)
+        # Every done after the last backward step: the started sums pass this barrier with the last gradients.
+        grad_leaves, pending = lax.optimization_barrier((grad_leaves, [p for _, p in started.values()]))
+        summed = psum([[leaf for leaf in leaves if leaf is not None] for leaves in grad_leaves], axis_name,
+                      algorithm=algorithm)
+        joined = dict(zip(started, _join(pending)))
+        out = []
+        for i, leaves in enumerate(grad_leaves):
+            rest, done = iter(summed[i]), iter(joined.get(i, ()))
+            out.append(jax.tree_util.tree_unflatten(
+                treedefs[i], [next(rest) if leaf is not None else next(done) for leaf in leaves]))
+        return value, out
 
     return run
 

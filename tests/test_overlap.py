@@ -79,7 +79,8 @@ def mlp_params(rng, widths):
              "b": jnp.asarray(rng.standard_normal((b,)) * 0.1, jnp.float32)} for a, b in zip(widths, widths[1:])]
 
 
-@pytest.mark.parametrize("widths", [(6, 5), (6, 8, 8, 3)])
+# The last: two layers whose weights have calls of their own (started), the rest bucketed into the final psum.
+@pytest.mark.parametrize("widths", [(6, 5), (6, 8, 8, 3), (8, 600, 600, 600, 4)])
 def test_value_and_psum_grad_matches_grad_then_psum(mesh8, rng, widths):
     params = mlp_params(rng, widths)
     x = jnp.asarray(rng.standard_normal((8 * 4, widths[0])), jnp.float32)
@@ -111,9 +112,10 @@ def test_value_and_psum_grad_matches_grad_then_psum(mesh8, rng, widths):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6)
 
 
-def test_value_and_psum_grad_orders_each_start_before_the_next_backward_step(mesh8, rng):
-    """In the lowered program, every layer's sum starts before the backward matmuls of the layers before it:
-    starts and backward dots interleave instead of all sums coming last."""
+def test_value_and_psum_grad_orders_each_start_before_the_next_backward_step(mesh8, rng, monkeypatch):
+    """In the lowered program, every layer's large gradients start before the backward matmuls of the layers
+    before it: starts and backward dots interleave instead of all sums coming last."""
+    monkeypatch.setattr(jm.collectives, "BUCKET_LEAF_BYTES", 512)  # the 16x16 weights are large, the biases small
     widths = (16, 16, 16, 16)
     params = mlp_params(rng, widths)
     x = jnp.asarray(rng.standard_normal((8 * 4, 16)), jnp.float32)
@@ -129,8 +131,8 @@ def test_value_and_psum_grad_orders_each_start_before_the_next_backward_step(mes
     kinds = [("barrier" if "optimization_barrier" in line else "sum" if "jax_mscclpp" in line else "dot")
              for line in lines]
     kinds = [k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1]]  # runs of one kind as one
-    # Forward dots; then per layer from the last: backward dots, its sums, a barrier with the cotangent; the first
-    # layer's dots, one barrier before the dones, its plain psum.
+    # Forward dots; then per layer from the last: backward dots, its weight's start, a barrier with the cotangent;
+    # the first layer's dots, one barrier before the done, one psum of its weight and every bias.
     assert kinds == ["dot", "sum", "barrier", "dot", "sum", "barrier", "dot", "barrier", "sum"], kinds
 
 

@@ -2,11 +2,12 @@
 # The soak's first GPU failure (a DSL 2PR plan, chained 5 times, timed out in PortChannel::wait), alone and varied.
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 PYTHONPATH=$PWD JAX_MSCCLPP_TIMEOUT_S=5; unset JAX_MSCCLPP_NVLS
 base='"op":"all_reduce","dtype":"uint32","mesh_shape":[2],"mesh_axes":["x"],"axes":["x"],"local_shape":[1,1,228],"redop":"max","dim":0,"concat":0,"tiled":false'
-run() {  # NAME ALGORITHM CHAIN MESH_SEED [ENV=VALUE...]
-  local name=$1 algorithm=$2 chain=$3 seed=$4; shift 4
-  set -- "$name" "$algorithm" "$chain" "$seed" "$@"
-  env "${@:5}" timeout 60 python3 -m jax_mscclpp.soak --devices 2 --calls 4 --config "{$base,\"algorithm\":\"$2\",\"chain\":$3,\"mesh_seed\":$4}" --data 0:32 > "$OUT/$1.log" 2>&1
-  echo "$1 rc=$? $(grep -c 'timed out' $OUT/$1.log) timeouts; $(grep -m1 -o 'calls: [0-9]*\|[0-9]* calls' $OUT/$1.log)"; grep -m2 "timed out" "$OUT/$1.log" | cut -c1-250
+run() {  # NAME ALGORITHM CHAIN MESH_SEED [ENV=VALUE | --soak-option ...]
+  local name=$1 algorithm=$2 chain=$3 seed=$4 envs=() opts=(); shift 4
+  for a in "$@"; do if [[ $a == --* || ${#opts[@]} -gt 0 && $a != *=* ]]; then opts+=("$a"); else envs+=("$a"); fi; done
+  env "${envs[@]}" timeout 60 python3 -m jax_mscclpp.soak --devices 2 --calls 4 "${opts[@]}" \
+    --config "{$base,\"algorithm\":\"$algorithm\",\"chain\":$chain,\"mesh_seed\":$seed}" --data 0:32 > "$OUT/$name.log" 2>&1
+  echo "$name rc=$? $(grep -c 'timed out' $OUT/$name.log) timeouts; $(grep -m1 -o 'calls: [0-9]*\|[0-9]* calls' $OUT/$name.log)"; grep -m2 "timed out" "$OUT/$name.log" | cut -c1-250
 }
 case "${1:-all}" in
   all)
@@ -22,4 +23,15 @@ case "${1:-all}" in
             # port-channel kernel spins on the proxy; eager loading does all of it before anything runs
     run plan-chain5-eager soak_allreduce_2pr 5 27582 CUDA_MODULE_LOADING=EAGER
     run plan-chain5-lazy soak_allreduce_2pr 5 27582 CUDA_MODULE_LOADING=LAZY ;;
+  reference)  # the reference on CPU devices: no GPU program of XLA's runs while ours does
+    run plan-chain5-cpu-reference soak_allreduce_2pr 5 27582 --reference cpu ;;
+  stacks)  # the host threads' stacks while it hangs (cuda-gdb attaches; there is no gdb)
+    JAX_MSCCLPP_TIMEOUT_S=60 timeout 90 python3 -m jax_mscclpp.soak --devices 2 --calls 4 \
+      --config "{$base,\"algorithm\":\"soak_allreduce_2pr\",\"chain\":5,\"mesh_seed\":27582}" --data 0:32 \
+      > "$OUT/plan-chain5-stacks.log" 2>&1 &
+    pid=$!; sleep 35
+    timeout 40 cuda-gdb -p "$(pgrep -f -n 'jax_mscclpp.soak')" -batch -ex "info threads" -ex "thread apply all bt 14" \
+      > "$OUT/plan-chain5-gdb.log" 2>&1
+    echo "gdb rc=$?"; grep -E "^Thread|^#" "$OUT/plan-chain5-gdb.log" | grep -v "pthread_cond\|futex_wait\|epoll\|poll ()" | head -80
+    wait $pid; echo "soak rc=$?"; tail -3 "$OUT/plan-chain5-stacks.log" | cut -c1-300 ;;
 esac

@@ -88,6 +88,13 @@ step_train() {  # the issue's command: both configs (gradient sums started durin
     --profile-steps 3 --out "$OUT/train.json" 2>&1 | grep -v "^ \{4\}  " | tail -16
 }
 
+step_train_repeat() {  # the command twice more, unprofiled: how much the ratio moves between runs
+  for i in 2 3; do
+    timeout 120 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 20 --out "$OUT/train-$i.json" \
+      2>&1 | grep -E "^(128MiB|1GiB)|PASS|FAIL"
+  done
+}
+
 step_fused_check() {  # the fused kernel and 16 virtual ranks
   JAX_MSCCLPP_TIMEOUT_S=15 timeout 60 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_collectives.py \
     tests/gpu/test_large_world.py -k "fused or large_world" 2>&1 | tee "$OUT/kernels2.log" | tail -4
@@ -184,12 +191,15 @@ step_gpu_rest() {  # the GPU tests not run since the restructuring
     tests/gpu/test_reduce.py 2>&1 | tee "$OUT/gpu-rest.log" | tail -6
 }
 step_soak_x2() {  # 10,000 random calls against lax on two GPUs (one process), then two processes
-  timeout 500 python3 -m jax_mscclpp.soak --calls 10000 --programs 200 --duration 420 --quiet \
+  timeout 330 python3 -m jax_mscclpp.soak --calls 10000 --programs 100 --duration 280 --quiet \
     --out "$OUT/soak-x2.json" 2>&1 | tail -4
 }
 step_soak_launch2() {
-  timeout 500 python3 -m jax_mscclpp.soak --calls 10000 --programs 200 --duration 420 --launch 2 --quiet \
+  timeout 450 python3 -m jax_mscclpp.soak --calls 10000 --programs 100 --duration 400 --launch 2 --quiet \
     --out "$OUT/soak-x2-launch2.json" 2>&1 | tail -4
+}
+step_proxy_stall() {  # the proxy's stall measurement (the timeout message's hint)
+  timeout 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_port_channel.py -k "fifo or proxy" 2>&1 | tail -2
 }
 step_soak_shared_gpu() {  # nvidia-h200: 2 and 4 processes sharing GPU 0, checked against lax on CPU devices
   timeout 280 python3 -m jax_mscclpp.soak --launch 2 --reference cpu --calls 10000 --programs 120 --duration 240 \

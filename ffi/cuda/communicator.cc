@@ -8,6 +8,10 @@
 #include "runtime_settings.h"
 
 namespace jax_mscclpp::cuda {
+namespace {
+// A proxy trigger that took this long means the proxy thread was blocked (ProxyService::longest_trigger_seconds).
+constexpr double kStalledProxySeconds = 1.0;
+}  // namespace
 
 GpuRank::GpuRank(const RankOptions& options, bool port_channels)
     : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels) {}
@@ -79,7 +83,10 @@ std::vector<std::string> GpuCommunicator::errors() {
   std::vector<std::string> out;
   for (auto& [device, rank] : ranks_) {
     std::string msg = rank->rank_context().config().error_message();
-    if (!msg.empty()) out.push_back("jax_mscclpp: communicator " + std::to_string(id_) + ": " + msg);
+    // A proxy blocked for seconds explains a timeout better than the wait that saw it.
+    if (!msg.empty())
+      out.push_back("jax_mscclpp: communicator " + std::to_string(id_) + ": " + msg +
+                    ProxyService::stalled_proxies(kStalledProxySeconds));
   }
   return out;
 }

@@ -134,6 +134,7 @@ JAX_MSCCLPP_CUDA_HANDLER(AllToAllCuda, Collective::kAllToAll)
 // A collective started on this device's side stream, and the done that joins it (side_stream.h;
 // docs/architecture.md, "Overlap"). The done takes the start's operand too, so that XLA keeps it alive until the
 // kernel reading it is joined, and returns the start's result in place (an output aliased to that operand).
+// A done may join several starts: each is a thunk outside XLA's command buffers, so fewer is faster.
 template <Collective kCollective>
 ffi::Error start_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                       int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks,
@@ -153,19 +154,32 @@ ffi::Error start_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi
   return ffi::Error::Success();
 }
 
-ffi::Error done_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer operand, ffi::AnyBuffer started,
-                     ffi::Result<ffi::AnyBuffer> y, int64_t call_id) {
-  (void)operand;  // an operand only to keep it alive until here
-  if (y->untyped_data() != started.untyped_data())
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      "jax_mscclpp: the result of a started collective was copied before its done (XLA did not "
-                      "alias the done's output with it); its value would be read before it is complete");
-  const cudaError_t err = cuda::join_done(device, call_id, stream);
-  if (err != cudaSuccess)
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jax_mscclpp: joining started call " + std::to_string(call_id) + " on device " +
-                          std::to_string(device) + " failed: " + cudaGetErrorString(err) +
-                          " (a done without its start on this device)");
+// Joins started calls: args are the starts' operands, then their results; rets are those results, each aliased
+// to its argument (the lowering's operand_output_aliases). One done may join several starts of this device.
+ffi::Error done_cuda(cudaStream_t stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                     ffi::Span<const int64_t> call_ids) {
+  const size_t n = call_ids.size();
+  if (args.size() != 2 * n || rets.size() != n)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "jax_mscclpp: a done takes each started call's operand and result, and returns the results");
+  for (size_t i = 0; i < n; ++i) {
+    auto started = args.get<ffi::AnyBuffer>(n + i);
+    auto y = rets.get<ffi::AnyBuffer>(i);
+    if (!started.has_value() || !y.has_value())
+      return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: a done's operands are not buffers");
+    if ((*y)->untyped_data() != started->untyped_data())
+      return ffi::Error(ffi::ErrorCode::kInternal,
+                        "jax_mscclpp: the result of a started collective was copied before its done (XLA did not "
+                        "alias the done's output with it); its value would be read before it is complete");
+  }
+  for (const int64_t call_id : call_ids) {
+    const cudaError_t err = cuda::join_done(device, call_id, stream);
+    if (err != cudaSuccess)
+      return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
+                        "jax_mscclpp: joining started call " + std::to_string(call_id) + " on device " +
+                            std::to_string(device) + " failed: " + cudaGetErrorString(err) +
+                            " (a done without its start on this device)");
+  }
   return ffi::Error::Success();
 }
 
@@ -175,10 +189,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(DoneCuda, done_cuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
                                   .Ctx<ffi::DeviceOrdinal>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("call_id"));
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<ffi::Span<const int64_t>>("call_ids"));
 
 // all_reduce (sum) with a fused epilogue (collectives/epilogue.h): (x, residual[, weight]) -> (new_residual[,
 // normed]). The row length is the weight's length (RMSNorm) or the attribute `row` (residual only).

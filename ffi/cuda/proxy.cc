@@ -1,6 +1,8 @@
 #include "proxy.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <stdexcept>
@@ -13,6 +15,11 @@ namespace jax_mscclpp::cuda {
 namespace {
 
 std::atomic<int> g_live_threads{0};
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -148,6 +155,31 @@ std::string ProxyService::signal_path() const {
 
 int ProxyService::live_threads() { return g_live_threads.load(); }
 
+double ProxyService::longest_trigger_seconds() const {
+  const int64_t started = trigger_started_ns_.load(std::memory_order_relaxed);
+  const int64_t now = started != 0 ? steady_ns() - started : 0;
+  return static_cast<double>(std::max(now, longest_trigger_ns_.load(std::memory_order_relaxed))) * 1e-9;
+}
+
+std::string ProxyService::stalled_proxies(double min_seconds) {
+  std::string out;
+  std::lock_guard<std::mutex> lock(g_shared_mu);
+  for (const auto& [device, weak] : g_shared) {
+    const auto service = weak.lock();
+    if (!service) continue;
+    const double s = service->longest_trigger_seconds();
+    if (s < min_seconds) continue;
+    char buf[320];
+    std::snprintf(buf, sizeof(buf),
+                  "; the proxy of device %d was blocked in one CUDA call for %.1f s: the driver was waiting for a "
+                  "device to go idle (e.g. loading another program's module at its first run) while a kernel "
+                  "waited on the proxy (docs/architecture.md, \"Port channels and the driver\")",
+                  device, s);
+    out += buf;
+  }
+  return out;
+}
+
 uint32_t ProxyService::add_channel(char* dst_base, size_t dst_bytes, const char* src_base, size_t src_bytes,
                                    uint64_t* remote_inbound) {
   constexpr size_t kLimit = size_t{1} << 32;
@@ -249,7 +281,13 @@ void ProxyService::run() {
       continue;
     }
     idle = 0;
+    const int64_t started = steady_ns();
+    trigger_started_ns_.store(started, std::memory_order_relaxed);
     handle(t);
+    const int64_t took = steady_ns() - started;
+    trigger_started_ns_.store(0, std::memory_order_relaxed);
+    if (took > longest_trigger_ns_.load(std::memory_order_relaxed))
+      longest_trigger_ns_.store(took, std::memory_order_relaxed);
     fifo_.pop();
     handled_.fetch_add(1, std::memory_order_release);
   }

@@ -94,6 +94,14 @@ class ProxyService {
 
   // Proxy threads running in this process (teardown checks).
   static int live_threads();
+  // The longest the proxy thread spent on one trigger, the one in progress included, in seconds. A trigger takes
+  // microseconds to milliseconds; seconds mean the thread is blocked in a CUDA call, e.g. behind a driver call of
+  // another thread that waits for the device to go idle while a kernel waits on this proxy
+  // (docs/architecture.md, "Port channels and the driver").
+  double longest_trigger_seconds() const;
+  // "; the proxy of device D has been blocked in one CUDA call for S s ..." for every service of this process
+  // whose longest trigger took at least `min_seconds`; empty if none (a timeout message's hint).
+  static std::string stalled_proxies(double min_seconds);
 
  private:
   struct Channel {
@@ -123,6 +131,8 @@ class ProxyService {
   std::string error_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> handled_{0};
+  std::atomic<int64_t> trigger_started_ns_{0};  // steady clock; 0 between triggers
+  std::atomic<int64_t> longest_trigger_ns_{0};
   std::thread thread_;
   std::atomic<bool> use_stream_write_{true};
 };

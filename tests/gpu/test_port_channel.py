@@ -76,3 +76,13 @@ def test_fifo_backpressure_blocks_pushers(cuda):
     r = probe.run(400, pushers=4, sleep_every=50, sleep_us=3000)
     assert r["received"] == 400 and r["distinct"] == 400 and r["in_order"], r
     assert r["elapsed_ms"] >= 0.9 * (400 // 50) * 3.0, r
+
+
+def test_proxy_reports_a_trigger_that_blocked_it(cuda):
+    """The longest trigger is what a timeout message cites to name a blocked proxy (ProxyService::stalled_proxies):
+    microseconds for plain triggers, the whole stall for one that blocked the thread."""
+    probe = cuda.FifoProbe(0, 8, 30.0)
+    r = probe.run(1000, pushers=1)
+    assert r["received"] == 1000 and r["longest_trigger_s"] < 0.5, r
+    r = probe.run(4, pushers=1, sleep_every=4, sleep_us=1_200_000)
+    assert r["received"] == 4 and 1.2 <= r["longest_trigger_s"] < 5.0, r

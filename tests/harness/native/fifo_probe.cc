@@ -87,6 +87,7 @@ FifoProbeResult FifoProbe::run(uint32_t ntriggers, uint32_t pushers, uint32_t sl
   r.tail = proxy_->triggers_handled() - tail0;
   r.wraps = r.tail / fifo_size_;
   r.proxy_error = proxy_->error();
+  r.longest_trigger_s = proxy_->longest_trigger_seconds();
   return r;
 }
 

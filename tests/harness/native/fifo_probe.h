@@ -23,6 +23,7 @@ struct FifoProbeResult {
   uint64_t tail = 0;          // FIFO positions consumed
   uint64_t wraps = 0;         // times the ring wrapped
   float elapsed_ms = 0;       // kernel time (events), including the time spent blocked on a full FIFO
+  double longest_trigger_s = 0;  // ProxyService::longest_trigger_seconds after the run
   std::string proxy_error;
 };
 

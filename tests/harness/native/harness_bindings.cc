@@ -83,6 +83,7 @@ void register_harness(nb::module_& m) {
             d["tail"] = r.tail;
             d["wraps"] = r.wraps;
             d["elapsed_ms"] = r.elapsed_ms;
+            d["longest_trigger_s"] = r.longest_trigger_s;
             d["proxy_error"] = r.proxy_error;
             return d;
           },
