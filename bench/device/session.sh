@@ -207,9 +207,20 @@ step_soak_shared_gpu() {  # nvidia-h200: 2 and 4 processes sharing GPU 0, checke
   timeout 280 python3 -m jax_mscclpp.soak --launch 4 --reference cpu --calls 10000 --programs 80 --max-bytes 16M \
     --duration 240 --quiet --out "$OUT/soak-h200-4proc.json" 2>&1 | tail -4
 }
-step_churn() { timeout 500 python3 -m jax_mscclpp.soak.churn --cycles 1000 --port-channels both \
+step_churn() { timeout 280 python3 -m jax_mscclpp.soak.churn --cycles 1000 --port-channels both \
   --out "$OUT/churn-x2.json" 2>&1 | tail -4; }
-step_faults() { timeout 300 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 --heartbeat 15 \
+step_churn_split() {  # where the GPU memory of churn goes: lax alone, ours without and with port channels
+  for mode in "--control" "--port-channels off" "--port-channels on"; do
+    timeout 120 python3 -m jax_mscclpp.soak.churn --cycles 500 $mode --out "$OUT/churn-x2-${mode##* }.json" 2>&1 \
+      | grep -E "^churn" | cut -c1-400
+    python3 - "$OUT/churn-x2-${mode##* }.json" <<'PY'
+import json, sys
+for s in json.load(open(sys.argv[1]))["results"]["samples"]:
+    print(s["cycle"], s["threads"], s["heap_mb"], s.get("gpu_free_mb"))
+PY
+  done
+}
+step_faults() { timeout 240 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 --heartbeat 15 \
   --out "$OUT/faults-x2.json" 2>&1 | tail -8; }
 
 step_jax2_default() {  # one process, two GPUs, the full check with default command buffers
