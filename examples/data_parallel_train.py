@@ -12,9 +12,11 @@ weights must agree (up to the order partial sums are added).
 With ``--overlap`` (the default) jax_mscclpp's variant takes its gradients with ``jm.value_and_psum_grad``: each
 layer's gradient sum starts as soon as its backward step has produced it and runs on a side GPU stream beside the
 backward steps of the layers before it, as XLA's own asynchronous all-reduces do; ``--no-overlap`` sums the whole
-gradient pytree with ``jm.psum`` after ``jax.grad``. ``--profile DIR`` prints, per step, the collective kernels'
-time and how much of it ran beside compute kernels. Weights are compared relative to the largest weight of the model: a bias gradient is a
-sum with much cancellation, so two programs that reduce in different orders agree on it only to that scale.
+gradient pytree with ``jm.psum`` after ``jax.grad`` (where ``auto`` emits lax's all-reduces for the large leaves
+of a gradient-sized tree: docs/architecture.md, "Selection"). ``--profile DIR`` prints, per step, the collective
+kernels' time and how much of it ran beside compute kernels. Weights are compared relative to the largest weight
+of the model: a bias gradient is a sum with much cancellation, so two programs that reduce in different orders
+agree on it only to that scale.
 """
 
 from __future__ import annotations

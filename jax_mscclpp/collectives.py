@@ -127,14 +127,26 @@ def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
 def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None):
     """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``.
 
-    Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``)."""
+    Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``). Under ``auto``, a
+    sum of a pytree that looks like a training step's gradients runs lax's all-reduces for its large leaves, which
+    XLA overlaps with the backward pass (``selection.tree_sum_algorithm``)."""
+    return reduce_tree(x, axis_name, op, algorithm, gradient_rule=True)
+
+
+def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: bool):
+    """``all_reduce``; ``gradient_rule``: whether a gradient-like sum emits lax for its large leaves."""
     api = _REDUCE_API.get(op, "all_reduce") if isinstance(op, str) else "all_reduce"
     leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
         return jax.tree_util.tree_unflatten(treedef, leaves)
-    params = dict(axes=axes, world=world, op=op, algorithm=algorithm)
     calls = bucketed(leaves, axes)
-    results = [all_reduce_p.bind(operand, **params) for _, operand in calls]
+    own = [len(call) == 1 and has_own_call(leaves[call[0]]) for call, _ in calls]
+    large = algorithm
+    if gradient_rule and op == "sum":
+        large = selection.tree_sum_algorithm(
+            algorithm, [leaves[call[0]].size * leaves[call[0]].dtype.itemsize for (call, _), o in zip(calls, own) if o])
+    results = [all_reduce_p.bind(operand, axes=axes, world=world, op=op, algorithm=large if o else algorithm)
+               for (_, operand), o in zip(calls, own)]
     return jax.tree_util.tree_unflatten(treedef, unbucketed(leaves, calls, results))
 
 

@@ -27,7 +27,7 @@ from jax.interpreters import mlir
 
 from . import _compat, _native, primitives
 from ._types import Collective
-from .collectives import bucketed, has_own_call, psum, reduction_leaves, unbucketed
+from .collectives import bucketed, has_own_call, reduce_tree, reduction_leaves, unbucketed
 
 _call_ids = itertools.count(1)
 
@@ -185,8 +185,9 @@ def value_and_psum_grad(layers: Sequence[Callable], loss: Callable, axis_name, *
         grad_leaves[0], treedefs[0] = jax.tree_util.tree_flatten(grads)
         # Every done after the last backward step: the started sums pass this barrier with the last gradients.
         grad_leaves, pending = lax.optimization_barrier((grad_leaves, [p for _, p in started.values()]))
-        summed = psum([[leaf for leaf in leaves if leaf is not None] for leaves in grad_leaves], axis_name,
-                      algorithm=algorithm)
+        # Ours whatever the tree looks like: nothing is left to overlap this sum with.
+        summed = reduce_tree([[leaf for leaf in leaves if leaf is not None] for leaves in grad_leaves], axis_name,
+                             "sum", algorithm, gradient_rule=False)
         joined = dict(zip(started, _join(pending)))
         out = []
         for i, leaves in enumerate(grad_leaves):

@@ -97,6 +97,26 @@ def in_command_buffers(nbytes: int) -> bool:
     return value == "1" or (value == "" and nbytes > GRAPH_MIN_BYTES)
 
 
+# A sum of a pytree with at least GRADIENT_TREE_LEAVES leaves of their own calls (collectives.has_own_call),
+# totalling GRADIENT_TREE_BYTES per rank, is taken for a gradient sum after jax.grad. XLA runs its own all-reduces
+# of such a tree asynchronously, beside the backward pass, where our calls would run on the compute stream after
+# it: on two H200s, jm.psum of a training step's gradients was 0.95x lax at 128 MiB and 1.00x at 1 GiB
+# (bench/results/train-x2-2026-11-29-final.json). So auto emits lax for those leaves; value_and_psum_grad is
+# the way to have ours overlap them (docs/architecture.md, "Overlap").
+GRADIENT_TREE_LEAVES = 2
+GRADIENT_TREE_BYTES = 64 << 20
+
+
+def tree_sum_algorithm(algorithm: str | None, own_call_bytes: list[int]) -> str | None:
+    """The algorithm for the large leaves of one psum of a pytree (``own_call_bytes``: their bytes per rank):
+    "lax" when nothing asked for an algorithm and the tree looks like a gradient sum, else ``algorithm``."""
+    if algorithm is not None or os.environ.get(ENV_ALGORITHM):
+        return algorithm
+    if len(own_call_bytes) >= GRADIENT_TREE_LEAVES and sum(own_call_bytes) >= GRADIENT_TREE_BYTES:
+        return "lax"
+    return None
+
+
 def requested_algorithm(collective: Collective, platform: str, algorithm: str | None) -> str | None:
     """``algorithm`` if given, else JAX_MSCCLPP_ALGORITHM when it means something for this collective here."""
     from . import plans

@@ -7,7 +7,7 @@ import pytest
 from jax import lax
 
 import jax_mscclpp as jm
-from tests.helpers import P, assert_same, compare_with_lax, random_array
+from tests.helpers import P, assert_same, compare_with_lax, random_array, sharded
 
 DTYPES = ["float32", "bfloat16", "float16", "int32", "uint32", "int8", "uint8", "int16", "uint16"]
 LAX_OF = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
@@ -99,3 +99,32 @@ def test_inside_pmap_matches_lax(cpu_devices, rng):
     x = random_array(rng, (8, 3), "float32")
     ours = jax.pmap(lambda v: jm.psum(v, "i"), axis_name="i")(x)
     assert_same(ours, jax.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(x))
+
+
+def _lowered_calls(mesh8, fn, tree):
+    """(our custom calls, lax all-reduces) in the lowered program of fn over ``tree`` (shapes per rank)."""
+    specs = jax.tree_util.tree_map(lambda _: P("x"), tree)
+    outs = jax.tree_util.tree_map(lambda _: P(), tree)
+    args = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct((8 * s.shape[0], *s.shape[1:]), s.dtype), tree)
+    text = sharded(fn, mesh8, (specs,), outs).lower(args).as_text()
+    return text.count("@jax_mscclpp_all_reduce"), text.count("stablehlo.all_reduce")
+
+
+def test_gradient_like_tree_sum_emits_lax_for_its_large_leaves(mesh8, monkeypatch):
+    """Under auto, psum of a tree with two or more large leaves totalling 64 MiB per rank (a training step's
+    gradients) emits lax's all-reduces for those leaves, which XLA overlaps with the backward pass; the small leaves
+    still share one call of ours. Anything else stays ours."""
+    monkeypatch.delenv("JAX_MSCCLPP_ALGORITHM", raising=False)
+    big = jax.ShapeDtypeStruct((5 << 20,), jnp.float32)  # 20 MiB per rank
+    bias = jax.ShapeDtypeStruct((4096,), jnp.float32)
+    grads = [{"w": big, "b": bias} for _ in range(4)]  # 80 MiB of large leaves
+    assert _lowered_calls(mesh8, lambda t: jm.psum(t, "x"), grads) == (1, 4)
+    # A forced algorithm, the environment's, or other reductions: ours for every leaf.
+    assert _lowered_calls(mesh8, lambda t: jm.psum(t, "x", algorithm="2pa_hb"), grads) == (5, 0)
+    assert _lowered_calls(mesh8, lambda t: jm.pmax(t, "x"), grads) == (5, 0)
+    monkeypatch.setenv("JAX_MSCCLPP_ALGORITHM", "2pa_hb")
+    assert _lowered_calls(mesh8, lambda t: jm.psum(t, "x"), grads) == (5, 0)
+    monkeypatch.delenv("JAX_MSCCLPP_ALGORITHM")
+    # One large leaf, or large leaves under 64 MiB in all: not a gradient sum.
+    assert _lowered_calls(mesh8, lambda t: jm.psum(t, "x"), grads[:1]) == (2, 0)
+    assert _lowered_calls(mesh8, lambda t: jm.psum(t, "x"), grads[:3]) == (4, 0)

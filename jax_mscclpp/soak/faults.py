@@ -282,11 +282,11 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
         except Exception as e:  # noqa: BLE001 - the fault must surface as an exception
             result["raised"] = True
             result["error"] = f"{type(e).__name__}: {e}"[:1500]
-    result["started_at"], result["failed_at"] = started, time.time()
-    try:
-        result["comm_errors"] = comm.errors()[:8]
-    except Exception as e:  # noqa: BLE001
-        result["comm_errors"] = [f"errors() failed: {e}"]
+        result["started_at"], result["failed_at"] = started, time.time()
+        try:  # inside the block: a record's message quotes the limit in force when it is read
+            result["comm_errors"] = comm.errors()[:8]
+        except Exception as e:  # noqa: BLE001
+            result["comm_errors"] = [f"errors() failed: {e}"]
     result["platform"] = jax.devices()[0].platform
     result["ours_ran"] = comm.fallback_reason is None
     result["exiting_at"] = time.time()
