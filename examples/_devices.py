@@ -2,7 +2,7 @@
 
 With no GPU in sight (JAX_PLATFORMS, else /dev/nvidia*), ``configure_cpu_devices`` gives XLA 8 virtual CPU devices;
 ``--cpu-devices N`` on the command line sets the count whatever the platform, and a count already in XLA_FLAGS is
-kept.
+kept. ``add_common_arguments`` gives every example the same ``--dtype``, ``--tp``, ``--cpu-devices`` and ``--seed``.
 """
 
 import argparse
@@ -36,3 +36,16 @@ def configure_cpu_devices(argv: list[str]) -> None:
     else:
         count = DEFAULT_CPU_DEVICES
     os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, *, tp: bool = True, dtype: str | None = None,
+                         dtype_help: str = "parameter dtype (default: float32 on CPU, bfloat16 on GPU)") -> None:
+    """The options every example shares. ``tp``: whether it has a tensor-parallel axis; ``dtype``: the default
+    dtype (None: the example picks by platform)."""
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=dtype,
+                        help=dtype_help if dtype is None else f"parameter dtype (default: {dtype})")
+    if tp:
+        parser.add_argument("--tp", type=int, default=None, help="devices on the 'tp' axis (default: all)")
+    parser.add_argument("--cpu-devices", type=int, default=None,
+                        help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
+    parser.add_argument("--seed", type=int, default=0)

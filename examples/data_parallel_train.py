@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 
-from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -61,13 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="timed steps per variant (default 20)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="parameter dtype (default: float32 on CPU, bfloat16 on GPU)")
-    parser.add_argument("--cpu-devices", type=int, default=None,
-                        help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
+    add_common_arguments(parser, tp=False)
     parser.add_argument("--profile", default=None, metavar="DIR", help="profile steps of each variant into DIR")
     parser.add_argument("--profile-steps", type=int, default=6)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:

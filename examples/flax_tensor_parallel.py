@@ -28,7 +28,7 @@ import os
 import re
 import sys
 
-from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -63,12 +63,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--d-ff", type=int, default=2048, help="MLP width, divisible by tp (default 2048)")
     parser.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     parser.add_argument("--steps", type=int, default=20, help="timed iterations (default 20)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="parameter and activation dtype (default: float32 on CPU, bfloat16 on GPU)")
-    parser.add_argument("--tp", type=int, default=None, help="devices on the 'tp' axis (default: all)")
-    parser.add_argument("--cpu-devices", type=int, default=None,
-                        help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, dtype_help="parameter and activation dtype (default: float32 on CPU, bfloat16 on GPU)")
     parser.add_argument("--log", action="store_true", help="print what jm.rewrite replaced or kept")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
     return parser.parse_args(argv)

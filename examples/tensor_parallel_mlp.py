@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -47,14 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--d-model", type=int, default=1024, help="model width (default 1024)")
     parser.add_argument("--d-ff", type=int, default=4096, help="hidden width, divisible by the device count")
     parser.add_argument("--steps", type=int, default=20, help="timed iterations (default 20)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--collectives", choices=("mscclpp", "lax"), default="mscclpp",
                         help="whose psum joins the partial sums (default mscclpp)")
     parser.add_argument("--compare", action="store_true", help="time mscclpp and lax side by side")
-    parser.add_argument("--tp", type=int, default=None, help="devices on the 'tp' axis (default: all)")
-    parser.add_argument("--cpu-devices", type=int, default=None,
-                        help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser, dtype="float32")
     return parser.parse_args(argv)
 
 

@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from _devices import DEFAULT_CPU_DEVICES, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -72,12 +72,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=16, help="tokens generated per sequence (default 16)")
     parser.add_argument("--prompt-len", type=int, default=4, help="random prompt tokens per sequence (default 4)")
     parser.add_argument("--collectives", choices=("both", "mscclpp", "lax"), default="both")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="parameter dtype (default: float32 on CPU, bfloat16 on GPU)")
-    parser.add_argument("--tp", type=int, default=None, help="devices on the 'tp' axis (default: all)")
-    parser.add_argument("--cpu-devices", type=int, default=None,
-                        help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
-    parser.add_argument("--seed", type=int, default=0)
+    add_common_arguments(parser)
     parser.add_argument("--fused", action=argparse.BooleanOptionalAction, default=True,
                         help="jax_mscclpp variant: fused all-reduce + residual + RMSNorm (default: on)")
     parser.add_argument("--profile", default=None, metavar="DIR",
