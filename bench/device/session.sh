@@ -227,6 +227,12 @@ PY
 step_faults() { timeout 240 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 --heartbeat 15 \
   --out "$OUT/faults-x2.json" 2>&1 | tail -8; }
 
+step_faults_size_unsharded() {  # the mismatched size again, autotuning not shared between processes: does the
+  # smaller call's rank then report? (docs/reliability.md, two H200s, faults)
+  XLA_FLAGS="--xla_gpu_shard_autotuning=false" timeout 200 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 \
+    --heartbeat 15 --scenarios mismatched_size --out "$OUT/faults-x2-size-unsharded.json" 2>&1 | tail -6
+}
+
 step_jax2_default() {  # one process, two GPUs, the full check with default command buffers
   timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_jax_single_process.py -k "default-full" 2>&1 \
     | tee "$OUT/jax2.log" | tail -4
