@@ -60,9 +60,14 @@ BUCKET_LEAF_BYTES = 1 << 20
 BUCKET_BYTES = 64 << 20
 
 
+def leaf_bytes(leaf) -> int:
+    """Bytes of ``leaf`` per rank."""
+    return leaf.size * leaf.dtype.itemsize
+
+
 def has_own_call(leaf) -> bool:
     """Whether ``psum`` gives ``leaf`` a call of its own rather than a share of a bucket."""
-    return leaf.size * leaf.dtype.itemsize > BUCKET_LEAF_BYTES or leaf.size == 0
+    return leaf_bytes(leaf) > BUCKET_LEAF_BYTES or leaf.size == 0
 
 
 def _buckets(leaves) -> list[list[int]]:
@@ -73,7 +78,7 @@ def _buckets(leaves) -> list[list[int]]:
         if has_own_call(leaf):
             calls.append([i])
             continue
-        nbytes = leaf.size * leaf.dtype.itemsize
+        nbytes = leaf_bytes(leaf)
         key = (leaf.dtype, _compat.varying_axes(_compat.typeof(leaf)))
         bucket = open_buckets.get(key)
         if bucket is None or bucket[1] + nbytes > BUCKET_BYTES:
@@ -143,8 +148,7 @@ def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: 
     own = [len(call) == 1 and has_own_call(leaves[call[0]]) for call, _ in calls]
     large = algorithm
     if gradient_rule and op == "sum":
-        large = selection.tree_sum_algorithm(
-            algorithm, [leaves[call[0]].size * leaves[call[0]].dtype.itemsize for (call, _), o in zip(calls, own) if o])
+        large = selection.tree_sum_algorithm(algorithm, [leaf_bytes(leaves[c[0]]) for (c, _), o in zip(calls, own) if o])
     results = [all_reduce_p.bind(operand, axes=axes, world=world, op=op, algorithm=large if o else algorithm)
                for (_, operand), o in zip(calls, own)]
     return jax.tree_util.tree_unflatten(treedef, unbucketed(leaves, calls, results))

@@ -128,16 +128,12 @@ def _join(started: Sequence[Started]) -> list[list]:
     return [[next(joined) for _ in s.results] if s.call_ids else list(s.results) for s in started]
 
 
-def _unflatten(started: Started, results: list):
-    calls = [(list(call), None) for call in started.calls]
-    return jax.tree_util.tree_unflatten(started.treedef, unbucketed(list(started.shapes), calls, results))
-
-
 def psum_done(started: Started):
     """The sums ``started`` holds (``psum_start``), once they are complete."""
     if not isinstance(started, Started):
         raise TypeError(f"psum_done takes what psum_start returned, got {type(started).__name__}")
-    return _unflatten(started, _join([started])[0])
+    calls = [(list(call), None) for call in started.calls]
+    return jax.tree_util.tree_unflatten(started.treedef, unbucketed(list(started.shapes), calls, _join([started])[0]))
 
 
 def value_and_psum_grad(layers: Sequence[Callable], loss: Callable, axis_name, *, algorithm: str | None = None):
