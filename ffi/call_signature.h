@@ -16,6 +16,7 @@
 #include <string>
 
 #include "collective_types.h"
+#include "jax_mscclpp/call_inbox.cuh"
 
 namespace jax_mscclpp::host {
 
@@ -31,9 +32,10 @@ struct CallSignature {
     return {call.collective, call.op, call.algorithm, call.dtype, call.block_count, plan_id};
   }
   // Two words, so that a slot holds plain atomics: [collective | op | algorithm | dtype | plan id], elements.
+  // The low half packs the codes as the GPU call words do (jax_mscclpp/call_inbox.cuh).
   uint64_t word0() const {
-    return uint64_t(uint8_t(collective)) | uint64_t(uint8_t(op)) << 8 | uint64_t(uint8_t(algorithm)) << 16 |
-           uint64_t(uint8_t(dtype)) << 24 | uint64_t(uint32_t(plan_id)) << 32;
+    return uint64_t(pack_call(int32_t(collective), int32_t(op), int32_t(algorithm), int32_t(dtype))) |
+           uint64_t(uint32_t(plan_id)) << 32;
   }
   static CallSignature from_words(uint64_t w0, uint64_t w1) {
     CallSignature s;

@@ -201,16 +201,17 @@ step_soak_launch2() {  # the same, one process per GPU (10,000 calls in 202 s)
 step_proxy_stall() {  # the proxy's stall measurement (the timeout message's hint)
   timeout 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_port_channel.py -k "fifo or proxy" 2>&1 | tail -2
 }
-step_soak_shared_gpu() {  # nvidia-h200: 2 and 4 processes sharing GPU 0, checked against lax on CPU devices; every
-  # process's output kept (the first attempt, 2026-11-29, ended with process 1 unable to reach the coordinator)
+shared_gpu_soak() {  # shared_gpu_soak PROCS SECONDS [ARGS...]: PROCS processes sharing GPU 0 of nvidia-h200, checked
+  # against lax on CPU devices; every process's output kept (the first attempt, 2026-11-29, ended with process 1
+  # unable to reach the coordinator and process 0's output lost)
+  local procs=$1 seconds=$2; shift 2
   export XLA_PYTHON_CLIENT_PREALLOCATE=false
-  timeout 280 python3 -m jax_mscclpp.soak --launch 2 --reference cpu --calls 10000 --programs 120 --duration 240 \
-    --quiet --out "$OUT/soak-h200-2proc.json" > "$OUT/soak-h200-2proc.log" 2>&1
-  echo "rc=$?"; grep -v "^\[process" "$OUT/soak-h200-2proc.log" | tail -6; grep -m5 "^\[process" "$OUT/soak-h200-2proc.log"
-  timeout 280 python3 -m jax_mscclpp.soak --launch 4 --reference cpu --calls 10000 --programs 80 --max-bytes 16M \
-    --duration 240 --quiet --out "$OUT/soak-h200-4proc.json" > "$OUT/soak-h200-4proc.log" 2>&1
-  echo "rc=$?"; grep -v "^\[process" "$OUT/soak-h200-4proc.log" | tail -6
+  timeout $((seconds + 60)) python3 -m jax_mscclpp.soak --launch "$procs" --reference cpu --calls 10000 \
+    --duration "$seconds" --quiet --out "$OUT/soak-h200-${procs}proc.json" "$@" > "$OUT/soak-h200-${procs}proc.log" 2>&1
+  echo "rc=$?"; grep -v "^\[process" "$OUT/soak-h200-${procs}proc.log" | tail -8; grep -m8 "^\[process" "$OUT/soak-h200-${procs}proc.log"
 }
+step_soak_shared_gpu2() { shared_gpu_soak 2 470 --programs 120; }
+step_soak_shared_gpu4() { shared_gpu_soak 4 470 --programs 80 --max-bytes 16M; }
 step_churn() { timeout 280 python3 -m jax_mscclpp.soak.churn --cycles 1000 --port-channels both \
   --out "$OUT/churn-x2.json" 2>&1 | tail -4; }
 step_churn_split() {  # where the GPU memory of churn goes: lax alone, ours without and with port channels
@@ -240,6 +241,35 @@ step_jax2_default() {  # one process, two GPUs, the full check with default comm
 step_mp4() {  # four processes on two GPUs
   JAX_MSCCLPP_TIMEOUT_S=15 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_jax_multiprocess.py \
     -k "4-" 2>&1 | tee "$OUT/mp4.log" | tail -3
+}
+
+step_call_check() {  # the GPU call checks: mismatched calls on virtual ranks, then the timeouts, unchanged
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_call_check.py \
+    tests/gpu/test_timeout.py tests/gpu/test_collectives.py -k "call_check or timeout or absent" 2>&1 \
+    | tee "$OUT/call-check.log" | tail -6
+}
+step_check_cost() {  # what the call check costs a small all_reduce: the module without it (build/old/, carried
+  # gzipped) against the one with it, one process on two GPUs, chained in command buffers (a kernel's figure)
+  local so=jax_mscclpp/_jax_mscclpp.cpython-312-x86_64-linux-gnu.so
+  cp "$so" /tmp/with-check.so; gunzip -c build/old/module.so.gz > /tmp/without-check.so
+  for v in without-check with-check; do
+    cp "/tmp/$v.so" "$so"
+    bench "cost-$v" all_reduce 1K,16K,128K,1M 1pa_ll,2pa_ll,2pa_hb
+  done
+  cp /tmp/with-check.so "$so"
+}
+step_executor() {  # the plan executor and the 1PA-LL kernel on virtual ranks
+  JAX_MSCCLPP_TIMEOUT_S=15 timeout 150 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_executor.py \
+    tests/gpu/test_all_reduce_1pa_ll.py 2>&1 | tee "$OUT/executor.log" | tail -4
+}
+step_decode_check() {  # the decode example with the call check: ours and lax in one run, profiled
+  timeout 150 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8 --steps 24 \
+    --profile "$OUT/prof" --profile-steps 8 --profile-batches 8 --out "$OUT/decode.json" 2>&1 \
+    | grep -v "^ \{4\}" | tail -24
+}
+step_faults_mismatch() {  # the mismatched calls between two processes (the call check's case)
+  timeout 200 python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 --heartbeat 15 \
+    --scenarios mismatched_op,mismatched_size --out "$OUT/faults-x2-mismatch.json" 2>&1 | tail -8
 }
 
 step_pack() { rm -rf "$OUT/prof" "$OUT"/*.csv "$OUT"/*.png; ls "$OUT"; }

@@ -43,6 +43,13 @@ void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> p
   plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_, threads);
 }
 
+std::string GpuRank::plan_name(uint32_t fingerprint) const {
+  std::lock_guard<std::mutex> lock(plans_mutex_);
+  for (const auto& [id, plan] : plans_)
+    if (plan->device_plan().fingerprint == fingerprint) return plan->plan().name;
+  return {};
+}
+
 const ExecutorPlan* GpuRank::plan(int64_t plan_id) const {
   std::lock_guard<std::mutex> lock(plans_mutex_);
   auto it = plans_.find(plan_id);
@@ -82,7 +89,8 @@ std::vector<std::string> GpuCommunicator::errors() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::string> out;
   for (auto& [device, rank] : ranks_) {
-    std::string msg = rank->rank_context().config().error_message();
+    GpuRank* r = rank.get();
+    std::string msg = r->rank_context().config().error_message([r](uint32_t f) { return r->plan_name(f); });
     // A proxy blocked for seconds explains a timeout better than the wait that saw it.
     if (!msg.empty())
       out.push_back("jax_mscclpp: communicator " + std::to_string(id_) + ": " + msg +

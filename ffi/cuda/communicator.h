@@ -47,6 +47,8 @@ class GpuRank {
   void bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> plan, int threads = 0);
   // The plan bound as `plan_id` (valid as long as this rank), or nullptr.
   const ExecutorPlan* plan(int64_t plan_id) const;
+  // The name of the bound plan with this fingerprint (DevicePlan::fingerprint), "" when none has it.
+  std::string plan_name(uint32_t fingerprint) const;
 
  private:
   std::unique_ptr<RankContext> ctx_;

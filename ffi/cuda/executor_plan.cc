@@ -473,6 +473,8 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
   device_.image_bytes = image_bytes;
   device_.port_channels = static_cast<int32_t>(std::count(port_used.begin(), port_used.end(), 1));
   device_.switch_channels = static_cast<int32_t>(std::count(switch_used.begin(), switch_used.end(), 1));
+  device_.collective = static_cast<int32_t>(P.collective);
+  device_.fingerprint = plan_fingerprint(P.name.c_str());
   images_ = DeviceBuffer(ctx.device(), blob.size());
   JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(images_.get(), blob.data(), blob.size(), cudaMemcpyHostToDevice));
   device_.images = images_.get<const uint4>();

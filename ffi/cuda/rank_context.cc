@@ -25,7 +25,9 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
       opts.stream_blocks < 0 || opts.stream_blocks > kEpochSlots)
     throw std::invalid_argument("jax_mscclpp: bad rank options");
   config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s);
-  scratch_ = DeviceBuffer(opts.device, opts.scratch_bytes);
+  // The registered scratch, then the call inbox the kernels' call checks use (jax_mscclpp/call_check.cuh).
+  scratch_ = DeviceBuffer(opts.device, call_inbox_offset(opts.scratch_bytes) + call_inbox_bytes(opts.nranks));
+  config_->set_call_inbox(scratch_.get() + call_inbox_offset(opts.scratch_bytes));
   const size_t words = stream_semaphore_word(opts.nranks, 0, 0);
   pool_ = DeviceBuffer(opts.device, words * sizeof(uint64_t));
   peer_scratch_.resize(opts.nranks);

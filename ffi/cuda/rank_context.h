@@ -1,4 +1,4 @@
-// One rank's runtime on one device: registered scratch, the semaphore pool, the device epoch, the pinned
+// One rank's runtime on one device: registered scratch (and the call inbox after it), the semaphore pool, the device epoch, the pinned
 // RuntimeConfig, the mappings of its peers' memory, and the channels built from them.
 //
 // Setup, for every pair of ranks (any transport):
@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "jax_mscclpp/call_inbox.cuh"
 #include "jax_mscclpp/epoch.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
@@ -50,7 +51,8 @@ class RankContext {
   int stream_blocks() const { return opts_.stream_blocks; }
 
   char* scratch() const { return scratch_.get(); }
-  size_t scratch_bytes() const { return scratch_.bytes(); }
+  // The scratch the collectives use; the call inbox follows it in the same allocation (mapped by peers alike).
+  size_t scratch_bytes() const { return opts_.scratch_bytes; }
   // The replicated epoch count, kEpochSlots words of device memory (jax_mscclpp/epoch.cuh).
   uint64_t* epoch() const { return pool_.get<uint64_t>() + kEpochWord; }
   RuntimeConfigHost& config() { return *config_; }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "call_signature.h"
 #include "check.h"
 #include "runtime_settings.h"
 
@@ -20,16 +21,53 @@ const char* op_name(uint32_t op) {
     case WaitOp::kFifoPush: return "proxy FIFO push (FIFO full)";
     case WaitOp::kFifoSync: return "proxy FIFO sync (flush)";
     case WaitOp::kUser: return "collective wait";
+    case WaitOp::kCallCheck: return "call check (the peer's call words of this launch)";
     default: return "wait";
   }
 }
 
 uint64_t to_ns(double s) { return static_cast<uint64_t>(s * 1e9); }
 
+const char* epilogue_name(uint32_t code) {
+  switch (code) {
+    case 0: return "residual";
+    case 1: return "residual_rmsnorm";
+    default: return "unknown";
+  }
+}
+
+// A launch's call words (jax_mscclpp/call_inbox.cuh) as the host's call signatures word them:
+// "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll".
+std::string describe_call(const CallWords& words, const PlanNames& plan_name) {
+  const host::CallSignature s = host::CallSignature::from_words(words.call, words.count);
+  const uint32_t variant = words.variant;
+  char hex[16];
+  std::snprintf(hex, sizeof(hex), "%08x", variant);
+  if (variant & kCallPlan) {
+    const std::string name = plan_name ? plan_name(variant) : std::string();
+    return host::describe(s, name.empty() ? "#" + std::string(hex) : name);  // unknown here: its fingerprint
+  }
+  std::string out = host::describe(s);
+  if (variant & kCallEpilogue)
+    out += std::string(" with the fused epilogue ") + epilogue_name(variant >> 24 & 0x3f) + " (rows of " +
+           std::to_string(variant & 0xffffff) + ")";
+  return out;
+}
+
 }  // namespace
 
-std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns) {
+std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name) {
   if (rec.valid == 0) return {};
+  const std::string mine = describe_call(rec.mine, plan_name), theirs = describe_call(rec.theirs, plan_name);
+  const std::string same_calls = "; every rank of a group must make the same collective calls in the same order";
+  if (static_cast<WaitOp>(rec.op) == WaitOp::kCallMismatch) {
+    std::string msg = "jax_mscclpp: mismatched collective calls: rank " + std::to_string(rec.rank) + " called " +
+                      mine + " (launch epoch " + std::to_string(rec.mine_epoch) + ") but peer " +
+                      std::to_string(rec.peer) + " called " + theirs;
+    if (rec.theirs_epoch != rec.mine_epoch)
+      msg += " (already at launch epoch " + std::to_string(rec.theirs_epoch) + ")";
+    return msg + same_calls;
+  }
   char buf[512];
   const double waited = static_cast<double>(rec.waited_ns) * 1e-9;
   const double limit = static_cast<double>(timeout_ns == 0 ? kDefaultTimeoutNs : timeout_ns) * 1e-9;
@@ -39,7 +77,18 @@ std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns) {
                 "waited for %llu (epoch/flag/position), last saw %llu [block %d, thread %d]",
                 rec.rank, waited, limit, op_name(rec.op), peer.c_str(), static_cast<unsigned long long>(rec.epoch),
                 static_cast<unsigned long long>(rec.observed), rec.block, rec.thread);
-  return buf;
+  std::string msg = buf;
+  if (rec.mine_epoch == 0) return msg;  // no call posted (a primitive kernel, or no inbox)
+  msg += "; rank " + std::to_string(rec.rank) + " was in " + mine + " (launch epoch " +
+         std::to_string(rec.mine_epoch) + ")";
+  if (rec.theirs_epoch == 0)
+    return msg + ", peer " + std::to_string(rec.peer) + " has posted no call";
+  msg += ", peer " + std::to_string(rec.peer) + "'s latest call is " + theirs + " (launch epoch " +
+         std::to_string(rec.theirs_epoch) + ")";
+  const bool same = rec.mine.call == rec.theirs.call && rec.mine.count == rec.theirs.count &&
+                    rec.mine.variant == rec.theirs.variant;
+  if (rec.mine_epoch == rec.theirs_epoch && !same) msg += ": mismatched collective calls" + same_calls;
+  return msg;
 }
 
 RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s) : rank_(rank) {
@@ -70,14 +119,19 @@ void RuntimeConfigHost::set_timeout_seconds(double s) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
+void RuntimeConfigHost::set_call_inbox(const char* inbox) {
+  reinterpret_cast<const char* volatile*>(&host_->call_inbox)[0] = inbox;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 bool RuntimeConfigHost::has_error() const { return reinterpret_cast<volatile uint32_t*>(&host_->error.valid)[0] != 0; }
 
-std::string RuntimeConfigHost::error_message() const {
+std::string RuntimeConfigHost::error_message(const PlanNames& plan_name) const {
   if (!has_error()) return {};
   std::atomic_thread_fence(std::memory_order_acquire);
   ErrorRecord rec;
   std::memcpy(&rec, const_cast<const ErrorRecord*>(&host_->error), sizeof(rec));
-  return describe_error(rec, host_->timeout_ns);
+  return describe_error(rec, host_->timeout_ns, plan_name);
 }
 
 void RuntimeConfigHost::clear_error() {

@@ -3,14 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "jax_mscclpp/error_record.cuh"
 
 namespace jax_mscclpp::cuda {
 
-// One line naming rank, peer, operation, epoch and the values seen. Empty if the record is not valid.
-std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns);
+// The name of the plan bound with this fingerprint (jax_mscclpp/call_inbox.cuh), "" when none is.
+using PlanNames = std::function<std::string(uint32_t fingerprint)>;
+
+// One line: for a timeout, rank, peer, operation, epoch and the values seen; for a call mismatch, both calls
+// (plans named by `plan_name` where it knows them). Empty if the record is not valid.
+std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name = {});
 
 class RuntimeConfigHost {
  public:
@@ -28,8 +33,11 @@ class RuntimeConfigHost {
   // Takes effect for waits that start after the store is visible (kernels launched afterwards).
   void set_timeout_seconds(double s);
 
+  // The rank's call inbox (device memory), which a timed-out wait reads to say which calls the ranks were in.
+  void set_call_inbox(const char* inbox);
+
   bool has_error() const;
-  std::string error_message() const;
+  std::string error_message(const PlanNames& plan_name = {}) const;
   void clear_error();
 
  private:

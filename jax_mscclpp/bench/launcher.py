@@ -15,6 +15,8 @@ Children always run with ``NCCL_NVLS_ENABLE=0`` and without ``JAX_MSCCLPP_NVLS``
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
 import os
 import socket
 import subprocess
@@ -143,6 +145,25 @@ def initialize_child(**options) -> tuple[int, int]:
         kwargs.setdefault("local_device_ids", [process_id % max(1, _cuda_device_count() or num_processes)])
     jax.distributed.initialize(**kwargs)
     return process_id, num_processes
+
+
+_gathers = itertools.count()
+
+
+def gather_from_processes(values):
+    """Every process's ``values`` (anything JSON can carry), in process order, through ``jax.distributed``'s
+    key-value store. No device collective: processes sharing one GPU cannot run one (NCCL refuses two ranks on a
+    device). Every process must make the same calls in the same order."""
+    import jax
+
+    if jax.process_count() == 1:
+        return [values]
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    key = f"jax_mscclpp/gather/{next(_gathers)}"
+    client.key_value_set(f"{key}/{jax.process_index()}", json.dumps(values))
+    return [json.loads(client.blocking_key_value_get(f"{key}/{p}", 600_000)) for p in range(jax.process_count())]
 
 
 def _cuda_device_count() -> int | None:

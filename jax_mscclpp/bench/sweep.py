@@ -17,7 +17,7 @@ import numpy as np
 from jax_mscclpp import _types, selection
 from jax_mscclpp._types import ALGORITHMS_OF
 
-from . import metrics, modes, programs, timing
+from . import launcher, metrics, modes, programs, timing
 from .programs import COLLECTIVE, OPS
 from .units import format_size
 
@@ -186,11 +186,7 @@ def _first_line(error: BaseException) -> str:
 
 
 def _all_processes_agree(ok: bool) -> bool:
-    if jax.process_count() == 1:
-        return ok
-    from jax.experimental import multihost_utils
-
-    return bool(np.all(multihost_utils.process_allgather(np.array([ok], dtype=np.bool_))))
+    return all(launcher.gather_from_processes(bool(ok)))
 
 
 class Runner:

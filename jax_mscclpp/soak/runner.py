@@ -22,6 +22,7 @@ import numpy as np
 import jax_mscclpp as jm
 
 from .._types import SUPPORTED_DTYPES
+from ..bench import launcher
 from ..bench.units import parse_size
 from ..communicator import Communicator
 from ..dsl import library
@@ -274,10 +275,8 @@ class Soak:
         mismatches = sum(t.mismatches for t in self.tallies["op"].values())
         errors = sum(t.errors for t in self.tallies["op"].values())
         if self.processes > 1:
-            from jax.experimental import multihost_utils
-
-            every = multihost_utils.process_allgather(np.array([mismatches, errors], dtype=np.int64))
-            mismatches, errors = (int(v) for v in np.asarray(every).reshape(-1, 2).sum(axis=0))
+            every = launcher.gather_from_processes([mismatches, errors])
+            mismatches, errors = sum(m for m, _ in every), sum(e for _, e in every)
         return {
             "calls": calls,
             "mismatches": mismatches,

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kLLThreads)
     all_pairs_reduce_ll_kernel(CollectiveContext c, Piece p, int32_t collective) {
   const int r = c.rank, n = c.nranks, b = blockIdx.x;
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   const uint32_t flag = static_cast<uint32_t>(e);
   const bool ar = collective == codes::kAllReduce;
   const Chunks ch{p, ar, ar ? round_up(ceil_div(p.len, n), 16) : round_up(p.len, 16)};
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kLLThreads)
 __global__ void __launch_bounds__(kLLThreads) all_pairs_copy_ll_kernel(CollectiveContext c, Piece p, int32_t collective) {
   const int r = c.rank, n = c.nranks;
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   const uint32_t flag = static_cast<uint32_t>(e);
   const bool a2a = collective == codes::kAllToAll;
   const uint64_t slot = 2 * round_up(p.len, 16);

@@ -102,13 +102,13 @@ __device__ inline void stream_copy(const CollectiveContext& c, const StreamArgs&
 
 template <class T, class Op>
 __global__ void __launch_bounds__(kHBThreads) stream_reduce_kernel(CollectiveContext c, StreamArgs a) {
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   stream_reduce<T, Op>(c, a, e);
   finish_launch(c, e);
 }
 
 __global__ void __launch_bounds__(kHBThreads) stream_copy_kernel(CollectiveContext c, StreamArgs a) {
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   stream_copy(c, a, e);
   finish_launch(c, e);
 }
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kHBThreads) stream_copy_kernel(CollectiveConte
 template <class T, class Op>
 __global__ void __launch_bounds__(kHBThreads)
     stream_two_phase_kernel(CollectiveContext c, StreamArgs reduce, StreamArgs gather) {
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   stream_reduce<T, Op>(c, reduce, e);
   __syncthreads();
   stream_copy(c, gather, e);

@@ -25,7 +25,7 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t slot_bytes(uint64_t bytes) {
 template <class T, class Op>
 __global__ void __launch_bounds__(1024) all_reduce_1pa_ll_kernel(CollectiveContext c, Piece p) {
   const int r = c.rank, n = c.nranks;
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   const uint32_t flag = static_cast<uint32_t>(e);
   const char* in = p.in + p.lo;
   char* out = p.out + p.lo;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(1024) all_reduce_rows_kernel(CollectiveContext
   using Tr = ReduceTraits<T>;
   constexpr int kLanes = 16 / sizeof(T);
   const int r = c.rank, n = c.nranks;
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   const uint32_t flag = static_cast<uint32_t>(e);
   const uint64_t bytes = a.count * sizeof(T);
   const uint64_t slot = slot_bytes(bytes);
@@ -235,10 +235,13 @@ bool epilogue_supported(int nranks, uint64_t count, uint64_t row, int32_t dtype,
   return count * esize <= collectives::piece_cap_1pa_ll(nranks, s);
 }
 
-cudaError_t launch_all_reduce_epilogue(const CollectiveContext& c, Epilogue epilogue, const EpilogueCall& call,
+cudaError_t launch_all_reduce_epilogue(const CollectiveContext& ctx, Epilogue epilogue, const EpilogueCall& call,
                                        int32_t dtype, cudaStream_t stream) {
-  if (!epilogue_supported(c.nranks, call.count, call.row, dtype, c.scratch_bytes)) return cudaErrorInvalidValue;
-  if (c.epoch == nullptr || c.mem == nullptr) return cudaErrorNotReady;
+  if (!epilogue_supported(ctx.nranks, call.count, call.row, dtype, ctx.scratch_bytes)) return cudaErrorInvalidValue;
+  if (ctx.epoch == nullptr || ctx.mem == nullptr) return cudaErrorNotReady;
+  CollectiveContext c = ctx;
+  c.call = call_words(codes::kAllReduce, codes::kSum, codes::kOnePhaseAllPairsLL, dtype, call.count,
+                      epilogue_variant(int32_t(epilogue), call.row));
   const bool norm = epilogue == Epilogue::kResidualRMSNorm;
   auto go = [&](auto t) -> cudaError_t {
     using T = decltype(t);

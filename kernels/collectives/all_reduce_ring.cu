@@ -41,7 +41,7 @@ template <class T, class Op>
 __global__ void __launch_bounds__(kHBThreads) all_reduce_ring_kernel(CollectiveContext c, Piece p) {
   const int r = c.rank, n = c.nranks, b = blockIdx.x;
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
-  const uint64_t e = launch_epoch(c);
+  const uint64_t e = begin_launch(c);
   const Chunks ch{p, true, round_up(ceil_div(p.len, n), 16)};
   const uint64_t base = ScratchLayout::of(c.scratch_bytes).hb(e);
   const uint64_t part = round_up(ceil_div(ch.chunk, gridDim.x), 16);

@@ -80,10 +80,12 @@ cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, 
   p.in_stride = input_per_rank(collective) ? bytes : 0;
   p.out_stride = output_per_rank(collective) ? bytes : 0;
   const LaunchArgs args{collective, dtype, op, max_blocks};
+  CollectiveContext c = ctx;
+  c.call = call_words(collective, op, algorithm, dtype, block_count);
   for (uint64_t lo = 0; lo < bytes; lo += cap) {
     p.lo = lo;
     p.len = min_u64(cap, bytes - lo);
-    const cudaError_t e = l->launch(ctx, p, args, stream);
+    const cudaError_t e = l->launch(c, p, args, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "jax_mscclpp/call_check.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
 #include "jax_mscclpp/switch_channel.cuh"
@@ -41,6 +42,9 @@ struct CollectiveContext {
   const D2DSemaphoreDeviceHandle* stream;
   uint64_t* epoch;                       // the replicated epoch count (jax_mscclpp/epoch.cuh)
   char* peer_scratch[kDirectPeers];      // rank q's scratch as mapped here (q < min(nranks, kDirectPeers))
+  // This launch's call (jax_mscclpp/call_inbox.cuh): set per launch by launch_collective, launch_plan and
+  // launch_all_reduce_epilogue. Every rank's call inbox lies at call_inbox_offset(scratch_bytes) in its scratch.
+  CallWords call;
 };
 
 // Collective, algorithm, dtype and op codes: jax_mscclpp/codes.def (as int32_t: jax_mscclpp/codes.h).
@@ -54,7 +58,8 @@ struct CollectiveContext {
 //     scratches (opt-in only; then 16-byte multiples and a (dtype, op) that multimem has).
 //   - scratch: the same size on every rank. It is cut into [LL half 0 | LL half 1 | HB half 0 | HB half 1]
 //     (LL halves a quarter of it each, at most 4 MiB); a launch of epoch e uses half e & 1 of its protocol's
-//     region. All ranks must issue the same sequence of calls (collective, algorithm, sizes).
+//     region. All ranks must issue the same sequence of calls (collective, algorithm, sizes); a launch whose
+//     peers run another call traps with a record naming both (call_check.cuh).
 // in == out is allowed for all_reduce and all_to_all. block_count == 0 launches nothing. With nranks == 1 a call
 // is a device copy (no kernel, no epoch).
 

@@ -106,13 +106,26 @@ JAX_MSCCLPP_DEVICE_INLINE const PortChannelDeviceHandle& port_channel(const Coll
   return c.port[peer * c.channels_per_peer + i];
 }
 
-// This launch's epoch (jax_mscclpp/epoch.cuh): its LL flag and scratch half.
-JAX_MSCCLPP_DEVICE_INLINE uint64_t launch_epoch(const CollectiveContext& c) {
-  return ::jax_mscclpp::launch_epoch(c.epoch);
+// Every thread of every block, at the start of a launch: this launch's epoch (jax_mscclpp/epoch.cuh), its LL flag
+// and scratch half. Block 0 posts the launch's call words to every rank (jax_mscclpp/call_check.cuh).
+JAX_MSCCLPP_DEVICE_INLINE uint64_t begin_launch(const CollectiveContext& c) {
+  const uint64_t e = ::jax_mscclpp::launch_epoch(c.epoch);
+  if (blockIdx.x == 0) {
+    const uint64_t inbox = call_inbox_offset(c.scratch_bytes);
+    for (int q = threadIdx.x; q < c.nranks; q += blockDim.x)
+      post_call((q == c.rank ? c.scratch : remote_scratch(c, q)) + inbox, c.rank, e, c.call);
+  }
+  return e;
 }
 
-// Every thread of every block, at the end of a launch: epoch `e` becomes the count the next launch reads.
+// Every thread of every block, at the end of a launch: block 0 checks that every peer's launch `e` belongs to
+// the same call (a trap naming both calls if not), then epoch `e` becomes the count the next launch reads.
 JAX_MSCCLPP_DEVICE_INLINE void finish_launch(const CollectiveContext& c, uint64_t e) {
+  if (blockIdx.x == 0) {
+    char* inbox = c.scratch + call_inbox_offset(c.scratch_bytes);
+    for (int q = threadIdx.x; q < c.nranks; q += blockDim.x)
+      if (q != c.rank) check_call(inbox, q, e, c.call, mem_channel(c, q, 0).semaphore.site);
+  }
   ::jax_mscclpp::publish_epoch(c.epoch, e);
 }
 

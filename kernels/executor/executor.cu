@@ -85,6 +85,8 @@ cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, co
   if (launches == 0) return cudaErrorInvalidValue;
   const uint64_t piece = launches == 1 ? block_count : plan_piece_elements(plan, ctx.scratch_bytes, dtype);
   const Region reg = region_of(plan, ctx.scratch_bytes);
+  CollectiveContext c = ctx;
+  c.call = call_words(plan.collective, op, codes::kPlan, dtype, block_count, plan.fingerprint);
   cudaError_t result = cudaSuccess;
   const bool known = dispatch_dtype_op(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
@@ -93,7 +95,7 @@ cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, co
       const uint64_t len = block_count - lo < piece ? block_count - lo : piece;
       const PlanPiece p{static_cast<const char*>(in) + lo * es, static_cast<char*>(out) + lo * es, len, block_count,
                         reg.half0, reg.half1};
-      result = launch_plan_piece<T, Op>(ctx, plan, p, stream);
+      result = launch_plan_piece<T, Op>(c, plan, p, stream);
     }
   });
   return known ? result : cudaErrorInvalidValue;

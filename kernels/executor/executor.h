@@ -139,6 +139,8 @@ struct DevicePlan {
   uint32_t image_bytes;    // bytes per program image (a multiple of 16): the dynamic shared memory per block
   int32_t port_channels;   // port channels the plan uses (the context must have ctx.port then)
   int32_t switch_channels; // switch channels the plan uses (the context must have a usable ctx.sw then)
+  int32_t collective;      // the plan's collective (codes.def)
+  uint32_t fingerprint;    // plan_fingerprint of its name: what the call check tells peers (call_check.cuh)
   int32_t reserved;
   const uint4* images;     // n_threadblocks images, image_bytes apart
 };

@@ -545,7 +545,7 @@ __global__ void __launch_bounds__(kPlanMaxThreads)
   const uint32_t words = plan.image_bytes / 16;
   const uint4* image = plan.images + static_cast<uint64_t>(blockIdx.x) * words;
   for (uint32_t i = tid; i < words; i += nt) smem[i] = image[i];
-  const uint64_t e = launch_epoch(ctx.epoch);
+  const uint64_t e = collectives::begin_launch(ctx);
   __syncthreads();
   const PlanImage& head = *reinterpret_cast<const PlanImage*>(smem);
   const char* base = reinterpret_cast<const char*>(smem);
@@ -595,7 +595,7 @@ __global__ void __launch_bounds__(kPlanMaxThreads)
     i += group;
   }
 
-  publish_epoch(ctx.epoch, e);
+  collectives::finish_launch(ctx, e);
 }
 
 }  // namespace

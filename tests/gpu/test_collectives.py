@@ -311,6 +311,9 @@ def test_absent_peers_time_out_with_a_record(cuda, combo, what):
     assert "ERROR:" in out and "NO ERROR" not in out, out
     assert "rank 0 timed out" in out and "peer" in out and what in out, out
     assert "waited for 1" in out, out  # the first epoch (packet flag) or the first semaphore count
+    # the calls, from the call inbox: rank 0's, and that the peer it waited for made none
+    assert f"rank 0 was in all_reduce(sum) of 4096 float32 per block, algorithm {combo[1]}" in out, out
+    assert "has posted no call" in out, out
 
 
 EPILOGUE_DTYPES = ["float32", "bfloat16", "float16"]

@@ -2,15 +2,17 @@
 //
 // Every spin on the device is bounded. Each rank owns one RuntimeConfig in pinned, mapped host memory:
 // the host writes the timeout there (JAX_MSCCLPP_TIMEOUT_S, default 300 s) and may change it between
-// launches; the device reads it only after a wait has already spun for a while. When a wait expires, the
-// first expiring thread of that rank fills `error` (rank, peer, op, epoch, ...), publishes it with a
-// system fence and `valid = 1`, and traps. The trap poisons the CUDA context; the host then reads the
-// record through its own pointer and reports it as a readable message (ffi/cuda/runtime_config.h).
+// launches; the device reads it only after a wait has already spun for a while. When a wait expires (or a
+// call check finds a peer in another call, call_check.cuh), the first such thread of that rank fills `error`
+// (rank, peer, op, epoch, ...), publishes it with a system fence and `valid = 1`, and traps. The trap poisons
+// the CUDA context; the host then reads the record through its own pointer and reports it as a readable message
+// (ffi/cuda/runtime_config.h).
 #pragma once
 
 #include <cstdint>
 
 #include "atomics.cuh"
+#include "call_inbox.cuh"
 
 namespace jax_mscclpp {
 
@@ -24,6 +26,8 @@ enum class WaitOp : uint32_t {
   kFifoPush = 5,              // proxy FIFO full (backpressure)
   kFifoSync = 6,              // PortChannel::flush, or waiting for the proxy to consume a trigger
   kUser = 7,                  // any other bounded spin (kernels in kernels/collectives)
+  kCallCheck = 8,             // a peer's call words of this launch (call_check.cuh)
+  kCallMismatch = 9,          // not a timeout: the peer's call words differ from this rank's (call_check.cuh)
 };
 
 constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;
@@ -38,13 +42,20 @@ struct ErrorRecord {
   int32_t thread;
   int32_t reserved;
   uint64_t epoch;     // the value waited for: expected semaphore value, packet flag or FIFO position
-  uint64_t observed;  // the last value read
+  uint64_t observed;  // the last value read (kCallMismatch: the epoch of the peer's words)
   uint64_t waited_ns;
+  // The calls (call_inbox.cuh) and their launch epochs (0: unknown). kCallMismatch: this launch's and what the peer
+  // posted for it; a timeout: the latest call this rank and the peer posted, where the rank has a call inbox.
+  CallWords mine;
+  CallWords theirs;
+  uint32_t mine_epoch;
+  uint32_t theirs_epoch;
 };
 
 // One per rank, in pinned mapped host memory (cudaHostAlloc(..., cudaHostAllocMapped)).
 struct RuntimeConfig {
-  uint64_t timeout_ns;  // 0 means kDefaultTimeoutNs
+  uint64_t timeout_ns;     // 0 means kDefaultTimeoutNs
+  const char* call_inbox;  // device memory: the rank's call inbox (call_inbox.cuh), or null
   ErrorRecord error;
 };
 
@@ -57,21 +68,29 @@ struct WaitSite {
 
 #if defined(__CUDACC__)
 
-// Fills the rank's error record (first caller only) and traps. Never returns.
-__device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
-                                                 uint64_t observed, uint64_t waited_ns) {
+// Publishes `r` (block and thread filled in here) as the rank's error record, first caller only, and traps.
+// Never returns.
+__device__ __noinline__ inline void record_and_trap(const WaitSite& site, const ErrorRecord& r) {
   if (site.config != nullptr) {
     ErrorRecord* rec = &site.config->error;
     if (atomicCAS(&rec->claimed, 0u, 1u) == 0u) {
       volatile ErrorRecord* v = rec;
-      v->rank = site.rank;
-      v->peer = site.peer;
-      v->op = static_cast<uint32_t>(op);
+      v->rank = r.rank;
+      v->peer = r.peer;
+      v->op = r.op;
       v->block = static_cast<int32_t>(blockIdx.x);
       v->thread = static_cast<int32_t>(threadIdx.x);
-      v->epoch = epoch;
-      v->observed = observed;
-      v->waited_ns = waited_ns;
+      v->epoch = r.epoch;
+      v->observed = r.observed;
+      v->waited_ns = r.waited_ns;
+      v->mine.call = r.mine.call;
+      v->mine.count = r.mine.count;
+      v->mine.variant = r.mine.variant;
+      v->theirs.call = r.theirs.call;
+      v->theirs.count = r.theirs.count;
+      v->theirs.variant = r.theirs.variant;
+      v->mine_epoch = r.mine_epoch;
+      v->theirs_epoch = r.theirs_epoch;
       __threadfence_system();
       v->valid = 1u;
       __threadfence_system();
@@ -85,6 +104,25 @@ __device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op
     }
   }
   __trap();
+}
+
+// A wait at `site` that lasted longer than the timeout: fills the rank's error record and traps.
+__device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
+                                                 uint64_t observed, uint64_t waited_ns) {
+  ErrorRecord r{};
+  r.rank = site.rank;
+  r.peer = site.peer;
+  r.op = static_cast<uint32_t>(op);
+  r.epoch = epoch;
+  r.observed = observed;
+  r.waited_ns = waited_ns;
+  // Which calls this rank and the peer were in, for the message: ranks in different calls often both wait.
+  const char* inbox = site.config != nullptr ? site.config->call_inbox : nullptr;
+  if (inbox != nullptr && site.peer >= 0) {
+    r.mine_epoch = latest_call(inbox, site.rank, &r.mine);
+    r.theirs_epoch = latest_call(inbox, site.peer, &r.theirs);
+  }
+  record_and_trap(site, r);
 }
 
 // Spin bound. The clock is read once every 1024 polls and the timeout (host memory) only after the
