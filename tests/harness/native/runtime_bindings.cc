@@ -1,11 +1,15 @@
 // Queries of the CUDA runtime and of the module's own process-wide state, for the tests.
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "bindings.h"
 #include "check.h"
@@ -15,13 +19,64 @@
 #include "memory.h"
 #include "nvls.h"
 #include "proxy.h"
+#include "runtime_config.h"
 #include "runtime_settings.h"
 
 namespace nb = nanobind;
 
 namespace jax_mscclpp::cuda {
 
+namespace {
+
+using Words = std::tuple<uint32_t, uint32_t, uint32_t>;  // CallWords: call, count, variant
+
+CallWords to_words(const Words& w) { return {std::get<0>(w), std::get<1>(w), std::get<2>(w)}; }
+
+// describe_error on a record made here: `op` a WaitOp code, plan names by fingerprint.
+std::string describe_record(uint32_t op, int rank, int peer, uint64_t epoch, uint64_t observed, const Words& mine,
+                            uint32_t mine_epoch, const Words& theirs, uint32_t theirs_epoch,
+                            const std::map<uint32_t, std::string>& plans) {
+  ErrorRecord r{};
+  r.valid = 1;
+  r.op = op;
+  r.rank = rank;
+  r.peer = peer;
+  r.epoch = epoch;
+  r.observed = observed;
+  r.waited_ns = 5000000000ull;
+  r.mine = to_words(mine);
+  r.theirs = to_words(theirs);
+  r.mine_epoch = mine_epoch;
+  r.theirs_epoch = theirs_epoch;
+  return describe_error(r, 5000000000ull, [&plans](uint32_t f) {
+    auto it = plans.find(f);
+    return it == plans.end() ? std::string() : it->second;
+  });
+}
+
+}  // namespace
+
 void register_runtime_queries(nb::module_& m) {
+  m.def(
+      "call_words",
+      [](int32_t collective, int32_t op, int32_t algorithm, int32_t dtype, uint64_t block_count, uint32_t variant) {
+        const CallWords w = call_words(collective, op, algorithm, dtype, block_count, variant);
+        return Words{w.call, w.count, w.variant};
+      },
+      nb::arg("collective"), nb::arg("op"), nb::arg("algorithm"), nb::arg("dtype"), nb::arg("block_count"),
+      nb::arg("variant") = 0, "The words a launch posts for its call (jax_mscclpp/call_inbox.cuh).");
+  m.def("plan_fingerprint", [](const std::string& name) { return plan_fingerprint(name.c_str()); },
+        nb::arg("name"));
+  m.def("epilogue_variant", &epilogue_variant, nb::arg("epilogue"), nb::arg("row"));
+  m.def("wait_op_codes", [] {
+    return std::map<std::string, uint32_t>{{"packet_read", uint32_t(WaitOp::kPacketRead)},
+                                           {"call_check", uint32_t(WaitOp::kCallCheck)},
+                                           {"call_mismatch", uint32_t(WaitOp::kCallMismatch)}};
+  });
+  m.def("describe_record", &describe_record, nb::arg("op"), nb::arg("rank"), nb::arg("peer"), nb::arg("epoch"),
+        nb::arg("observed"), nb::arg("mine"), nb::arg("mine_epoch"), nb::arg("theirs"), nb::arg("theirs_epoch"),
+        nb::arg("plans") = std::map<uint32_t, std::string>{},
+        "The message of an error record with these fields (ffi/cuda/runtime_config.h, describe_error).");
   m.def("device_count", [] {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
