@@ -248,8 +248,9 @@ step_call_check() {  # the GPU call checks: mismatched calls on virtual ranks, t
     tests/gpu/test_timeout.py tests/gpu/test_collectives.py -k "call_check or timeout or absent" 2>&1 \
     | tee "$OUT/call-check.log" | tail -6
 }
-step_check_cost() {  # what the call check costs a small all_reduce: the module without it (build/old/, carried
-  # gzipped) against the one with it, one process on two GPUs, chained in command buffers (a kernel's figure)
+step_check_cost() {  # what the call check costs a small all_reduce: the module without it against the one with
+  # it, one process on two GPUs, chained in command buffers (a kernel's figure). build/old/module.so.gz: the module
+  # built from the commit before the check (49f3a7a), gzipped and carried
   local so=jax_mscclpp/_jax_mscclpp.cpython-312-x86_64-linux-gnu.so
   cp "$so" /tmp/with-check.so; gunzip -c build/old/module.so.gz > /tmp/without-check.so
   for v in without-check with-check; do
