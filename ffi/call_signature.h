@@ -97,6 +97,10 @@ struct PublishedCalls {
   }
 };
 
+// What every mismatch message ends with, on CPU devices and GPUs alike.
+inline constexpr const char* kSameCallsAdvice =
+    "every rank of a group must make the same collective calls in the same order";
+
 // The error of a rank whose peer entered another call (a mismatch) or is out of step (another epoch); the calls
 // as describe() words them.
 inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64_t epoch, const std::string& mine,
@@ -104,7 +108,7 @@ inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64
   std::ostringstream msg;
   msg << "jax_mscclpp: mismatched collective calls on communicator " << comm_id << ": rank " << rank << " of "
       << world << " called " << mine << " (epoch " << epoch << ") but peer " << peer << " called " << theirs
-      << " (epoch " << peer_epoch << "); every rank of a group must make the same collective calls in the same order";
+      << " (epoch " << peer_epoch << "); " << kSameCallsAdvice;
   return msg.str();
 }
 

@@ -99,7 +99,7 @@ class ProxyService {
   // another thread that waits for the device to go idle while a kernel waits on this proxy
   // (docs/architecture.md, "Port channels and the driver").
   double longest_trigger_seconds() const;
-  // "; the proxy of device D has been blocked in one CUDA call for S s ..." for every service of this process
+  // "; the proxy of device D was blocked in one CUDA call for S s ..." for every service of this process
   // whose longest trigger took at least `min_seconds`; empty if none (a timeout message's hint).
   static std::string stalled_proxies(double min_seconds);
 

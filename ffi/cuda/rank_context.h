@@ -1,5 +1,5 @@
-// One rank's runtime on one device: registered scratch (and the call inbox after it), the semaphore pool, the device epoch, the pinned
-// RuntimeConfig, the mappings of its peers' memory, and the channels built from them.
+// One rank's runtime on one device: registered scratch (and the call inbox after it), the semaphore pool, the
+// device epoch, the pinned RuntimeConfig, the mappings of its peers' memory, and the channels built from them.
 //
 // Setup, for every pair of ranks (any transport):
 //   a = RankContext(...); b = RankContext(...);

@@ -6,6 +6,7 @@
 
 #include "call_signature.h"
 #include "check.h"
+#include "collectives/epilogue.h"
 #include "runtime_settings.h"
 
 namespace jax_mscclpp::cuda {
@@ -28,14 +29,6 @@ const char* op_name(uint32_t op) {
 
 uint64_t to_ns(double s) { return static_cast<uint64_t>(s * 1e9); }
 
-const char* epilogue_name(uint32_t code) {
-  switch (code) {
-    case 0: return "residual";
-    case 1: return "residual_rmsnorm";
-    default: return "unknown";
-  }
-}
-
 // A launch's call words (jax_mscclpp/call_inbox.cuh) as the host's call signatures word them:
 // "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll".
 std::string describe_call(const CallWords& words, const PlanNames& plan_name) {
@@ -49,7 +42,7 @@ std::string describe_call(const CallWords& words, const PlanNames& plan_name) {
   }
   std::string out = host::describe(s);
   if (variant & kCallEpilogue)
-    out += std::string(" with the fused epilogue ") + epilogue_name(variant >> 24 & 0x3f) + " (rows of " +
+    out += std::string(" with the fused epilogue ") + epilogue_name(Epilogue(variant >> 24 & 0x3f)) + " (rows of " +
            std::to_string(variant & 0xffffff) + ")";
   return out;
 }
@@ -59,7 +52,7 @@ std::string describe_call(const CallWords& words, const PlanNames& plan_name) {
 std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name) {
   if (rec.valid == 0) return {};
   const std::string mine = describe_call(rec.mine, plan_name), theirs = describe_call(rec.theirs, plan_name);
-  const std::string same_calls = "; every rank of a group must make the same collective calls in the same order";
+  const std::string same_calls = std::string("; ") + host::kSameCallsAdvice;
   if (static_cast<WaitOp>(rec.op) == WaitOp::kCallMismatch) {
     std::string msg = "jax_mscclpp: mismatched collective calls: rank " + std::to_string(rec.rank) + " called " +
                       mine + " (launch epoch " + std::to_string(rec.mine_epoch) + ") but peer " +

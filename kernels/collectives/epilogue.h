@@ -19,6 +19,15 @@ namespace jax_mscclpp {
 
 enum class Epilogue : int32_t { kResidual = 0, kResidualRMSNorm = 1 };
 
+// The name jax_mscclpp.fused gives the epilogue (its functions are all_reduce_<name>), for messages.
+inline const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::kResidual: return "residual";
+    case Epilogue::kResidualRMSNorm: return "residual_rmsnorm";
+    default: return "unknown";
+  }
+}
+
 struct EpilogueCall {
   const void* x;         // [count] this rank's partial sums
   const void* residual;  // [count]
