@@ -35,8 +35,11 @@ import jax_mscclpp as jm  # noqa: E402
 import _report  # noqa: E402  (examples/_report.py)
 
 # Error budget of the sharded result against the unsharded one, relative to the reference's largest magnitude:
-# float32 differs only by summation order; bfloat16 rounds every product and partial sum to 8 bits.
+# float32 differs only by summation order; bfloat16 rounds every product and partial sum to 8 bits. On GPUs,
+# XLA's default precision multiplies float32 matrices in TF32 (10-bit mantissa), while the reference multiplies
+# at the highest precision.
 TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
+GPU_TOLERANCE = {"float32": 4e-3, "bfloat16": 5e-2}
 
 PSUM = {"mscclpp": jm.psum, "lax": lax.psum}
 
@@ -133,7 +136,7 @@ def run(args) -> bool:
     replicated = NamedSharding(mesh, P())
     xs, targets = jax.device_put(x, replicated), jax.device_put(target, replicated)
 
-    tol = TOLERANCE[args.dtype]
+    tol = (TOLERANCE if platform == "cpu" else GPU_TOLERANCE)[args.dtype]
     ok = True
     which = ("mscclpp", "lax") if args.compare else (args.collectives,)
     timings = {}

@@ -12,7 +12,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <sstream>
 #include <string>
 
 #include "collective_types.h"
@@ -52,18 +51,17 @@ struct CallSignature {
 
 // "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll" (or "..., plan 'name'" given the plan's name).
 inline std::string describe(const CallSignature& s, const std::string& plan_name = "") {
-  std::ostringstream out;
-  out << collective_name(s.collective);
+  std::string out = collective_name(s.collective);
   if (s.collective == Collective::kAllReduce || s.collective == Collective::kReduceScatter)
-    out << "(" << op_name(s.op) << ")";
-  out << " of " << s.block_count << " " << dtype_name(s.dtype) << " per block, ";
+    out += std::string("(") + op_name(s.op) + ")";
+  out += " of " + std::to_string(s.block_count) + " " + dtype_name(s.dtype) + " per block, ";
   if (s.algorithm != Algorithm::kPlan)
-    out << "algorithm " << algorithm_name(s.algorithm);
+    out += std::string("algorithm ") + algorithm_name(s.algorithm);
   else if (!plan_name.empty())
-    out << "plan '" << plan_name << "'";
+    out += "plan '" + plan_name + "'";
   else
-    out << "plan " << s.plan_id;
-  return out.str();
+    out += "plan " + std::to_string(s.plan_id);
+  return out;
 }
 
 // One rank's published signatures, by the parity of the epoch of each call's first round. Epoch 0 is never a
@@ -105,11 +103,10 @@ inline constexpr const char* kSameCallsAdvice =
 // as describe() words them.
 inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64_t epoch, const std::string& mine,
                                     int peer, uint64_t peer_epoch, const std::string& theirs) {
-  std::ostringstream msg;
-  msg << "jax_mscclpp: mismatched collective calls on communicator " << comm_id << ": rank " << rank << " of "
-      << world << " called " << mine << " (epoch " << epoch << ") but peer " << peer << " called " << theirs
-      << " (epoch " << peer_epoch << "); " << kSameCallsAdvice;
-  return msg.str();
+  return "jax_mscclpp: mismatched collective calls on communicator " + std::to_string(comm_id) + ": rank " +
+         std::to_string(rank) + " of " + std::to_string(world) + " called " + mine + " (epoch " +
+         std::to_string(epoch) + ") but peer " + std::to_string(peer) + " called " + theirs + " (epoch " +
+         std::to_string(peer_epoch) + "); " + kSameCallsAdvice;
 }
 
 // What a peer is doing, for a timeout message: "; peer 3's latest call: ..., from epoch 7". `describe_call` words
@@ -118,12 +115,8 @@ template <class Describe>
 std::string peer_state(int peer, const PublishedCalls& published, Describe&& describe_call) {
   CallSignature s;
   const uint64_t e = published.latest(&s);
-  std::ostringstream out;
-  if (e == 0)
-    out << "; peer " << peer << " has made no call on this communicator";
-  else
-    out << "; peer " << peer << "'s latest call: " << describe_call(s) << ", from epoch " << e;
-  return out.str();
+  if (e == 0) return "; peer " + std::to_string(peer) + " has made no call on this communicator";
+  return "; peer " + std::to_string(peer) + "'s latest call: " + describe_call(s) + ", from epoch " + std::to_string(e);
 }
 
 }  // namespace jax_mscclpp::host

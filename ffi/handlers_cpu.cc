@@ -6,7 +6,6 @@
 // orders the calls (jax_mscclpp/_ordering.py). Attributes: comm_id, op, algorithm (codes of jax_mscclpp/codes.def),
 // plan_id (the registered execution plan when algorithm is kPlan, else -1).
 #include <chrono>
-#include <sstream>
 
 #include "call_decoding.h"
 #include "collective_types.h"
@@ -39,10 +38,10 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: partition operand must be a u32 scalar");
   size_t block = 0;
   if (!block_count_of(kCollective, x.element_count(), y->element_count(), comm->world_size(), &block)) {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: " << collective_name(kCollective) << " got " << x.element_count() << " input and "
-        << y->element_count() << " output elements for world size " << comm->world_size();
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument, msg.str());
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      std::string("jax_mscclpp: ") + collective_name(kCollective) + " got " +
+                          std::to_string(x.element_count()) + " input and " + std::to_string(y->element_count()) +
+                          " output elements for world size " + std::to_string(comm->world_size()));
   }
   const int pid = int(*static_cast<const uint32_t*>(partition.untyped_data()));
   CollectiveCall call{kCollective, ReduceOp(op), Algorithm(algorithm), dtype, x.untyped_data(), y->untyped_data(),

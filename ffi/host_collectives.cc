@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "host_reduce.h"
+#include "message_text.h"
 
 namespace jax_mscclpp::host {
 namespace {
@@ -84,30 +84,26 @@ class RankCall {
   }
 
   std::string where() const {
-    std::ostringstream msg;
-    msg << collective_name(call_.collective) << " (" << algorithm_name(call_.algorithm) << ", communicator "
-        << comm_.id() << "): rank " << me_.rank << " of " << world_;
-    return msg.str();
+    return std::string(collective_name(call_.collective)) + " (" + algorithm_name(call_.algorithm) +
+           ", communicator " + std::to_string(comm_.id()) + "): rank " + std::to_string(me_.rank) + " of " +
+           std::to_string(world_);
   }
 
   // The wait for `peer` outlived the time limit: this rank names the peer and fails the group.
   bool timed_out(int peer) {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << where() << " waited for peer " << peer
-        << " at epoch " << me_.epoch
-        << peer_state(peer, *group_.ranks[peer].published, [&](const CallSignature& c) { return comm_.describe(c); })
-        << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
-    error_ = msg.str();
+    error_ = "jax_mscclpp: timeout after " + seconds_text(timeout_s_) + " s in " + where() + " waited for peer " +
+             std::to_string(peer) + " at epoch " + std::to_string(me_.epoch) +
+             peer_state(peer, *group_.ranks[peer].published,
+                        [&](const CallSignature& c) { return comm_.describe(c); }) +
+             " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
     group_.mark_broken(error_);
     return false;
   }
 
   // The group failed on another rank while this one waited for `peer`: stop with that rank's reason.
   bool failed_elsewhere(int peer) {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: " << where() << " stopped waiting for peer " << peer << " at epoch " << me_.epoch
-        << " because the call failed on another rank: " << group_.reason();
-    error_ = msg.str();
+    error_ = "jax_mscclpp: " + where() + " stopped waiting for peer " + std::to_string(peer) + " at epoch " +
+             std::to_string(me_.epoch) + " because the call failed on another rank: " + group_.reason();
     return false;
   }
 
@@ -120,10 +116,9 @@ class RankCall {
 
   // The injected fault of a rank lost in the middle of a call: it stops without telling anyone.
   bool injected_stop() {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: " << where() << " stopped after " << exchanges_ << " exchange(s) of the call at epoch "
-        << me_.epoch << " (a fault injected by jax_mscclpp.testing.faults.stop_mid_call)";
-    error_ = msg.str();
+    error_ = "jax_mscclpp: " + where() + " stopped after " + std::to_string(exchanges_) +
+             " exchange(s) of the call at epoch " + std::to_string(me_.epoch) +
+             " (a fault injected by jax_mscclpp.testing.faults.stop_mid_call)";
     return false;
   }
 
@@ -250,17 +245,13 @@ std::string run_collective(HostCommunicator& comm, int partition, const Collecti
   HostGroup* group = comm.group_of(partition);
   HostRankState* me = comm.rank_state(partition);
   if (!group || !me) {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: partition " << partition << " is not part of communicator " << comm.id() << " ("
-        << comm.num_partitions() << " partitions)";
-    return msg.str();
+    return "jax_mscclpp: partition " + std::to_string(partition) + " is not part of communicator " +
+           std::to_string(comm.id()) + " (" + std::to_string(comm.num_partitions()) + " partitions)";
   }
   if (dtype_size(call.dtype) == 0) return "jax_mscclpp: unsupported element type";
   if (!supported_on_host(call)) {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: the host backend does not run " << collective_name(call.collective) << " with algorithm "
-        << algorithm_name(call.algorithm);
-    return msg.str();
+    return std::string("jax_mscclpp: the host backend does not run ") + collective_name(call.collective) +
+           " with algorithm " + algorithm_name(call.algorithm);
   }
   if (group->broken.load(std::memory_order_acquire))
     return "jax_mscclpp: communicator " + std::to_string(comm.id()) +

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <sstream>
 #include <stdexcept>
 
 #include "host_reduce.h"
+#include "message_text.h"
 
 namespace jax_mscclpp::host {
 namespace {
@@ -212,11 +212,8 @@ class PlanRun {
   bool still_in_step() {
     HostGroup* g = comm_.group_of_index(group_);
     if (g->broken.load(std::memory_order_acquire)) {
-      std::ostringstream msg;
-      msg << "jax_mscclpp: " << collective_name(call_.collective) << " (plan '" << plan_.name << "', communicator "
-          << comm_.id() << "): rank " << rank_ << " of " << plan_.world_size << " stopped at epoch " << epoch_
-          << " because the call failed on another rank: " << g->reason();
-      error_ = msg.str();
+      error_ = "jax_mscclpp: " + call_text() + " stopped at epoch " + std::to_string(epoch_) +
+               " because the call failed on another rank: " + g->reason();
       return false;
     }
     for (int peer = 0; peer < plan_.world_size; ++peer) {
@@ -226,6 +223,13 @@ class PlanRun {
       if (e == epoch_ && !(theirs == signature_)) return mismatch(peer, theirs, e);
     }
     return true;
+  }
+
+  // "all_reduce (plan 'name', communicator 3): rank 1 of 4", for messages.
+  std::string call_text() const {
+    return std::string(collective_name(call_.collective)) + " (plan '" + plan_.name + "', communicator " +
+           std::to_string(comm_.id()) + "): rank " + std::to_string(rank_) + " of " +
+           std::to_string(plan_.world_size);
   }
 
   bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
@@ -407,22 +411,20 @@ class PlanRun {
   }
 
   bool fail(const std::vector<std::vector<PlanOp>>& tbs, const std::vector<size_t>& pc) {
-    std::ostringstream msg;
-    msg << "jax_mscclpp: timeout after " << timeout_s_ << " s in " << collective_name(call_.collective) << " (plan '"
-        << plan_.name << "', communicator " << comm_.id() << "): rank " << rank_ << " of " << plan_.world_size
-        << " at epoch " << epoch_ << " is blocked:";
+    std::string msg = "jax_mscclpp: timeout after " + seconds_text(timeout_s_) + " s in " + call_text() +
+                      " at epoch " + std::to_string(epoch_) +
+                      " is blocked:";
     for (size_t t = 0; t < tbs.size(); ++t) {
       if (pc[t] >= tbs[t].size()) continue;
       const PlanOp& op = tbs[t][pc[t]];
-      msg << " thread block " << t << " op " << pc[t] << " (" << plan_op_name(op.code);
-      if (op.code == PlanOpCode::kWait) msg << " for peer " << channel(op.channel).peer;
-      msg << ");";
+      msg += " thread block " + std::to_string(t) + " op " + std::to_string(pc[t]) + " (" + plan_op_name(op.code);
+      if (op.code == PlanOpCode::kWait) msg += " for peer " + std::to_string(channel(op.channel).peer);
+      msg += ");";
     }
     for (int peer = 0; peer < plan_.world_size; ++peer)
       if (peer != rank_)
-        msg << peer_state(peer, *state(peer).published, [&](const CallSignature& c) { return comm_.describe(c); });
-    msg << " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
-    error_ = msg.str();
+        msg += peer_state(peer, *state(peer).published, [&](const CallSignature& c) { return comm_.describe(c); });
+    error_ = msg + " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
     comm_.group_of_index(group_)->mark_broken(error_);
     return false;
   }

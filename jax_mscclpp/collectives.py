@@ -12,6 +12,7 @@ import operator
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from . import _compat, selection
 from ._types import REDUCE_OPS, Collective, check_dtype
@@ -114,6 +115,13 @@ def unbucketed(leaves, calls, results) -> list:
 
 
 _REDUCE_API = {"sum": "psum", "max": "pmax", "min": "pmin"}  # the public name of each op, for messages
+_LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+
+
+def reduce_over_one_rank(leaves, axes, op: str) -> list:
+    """``leaves`` reduced over axes whose sizes multiply to one: lax's own reduction, which moves no data and types
+    its result as lax does (invariant over ``axes`` where lax makes it so, with lax's transpose under ``jax.grad``)."""
+    return [_LAX_REDUCE[op](leaf, axes) for leaf in leaves]
 
 
 def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
@@ -143,7 +151,7 @@ def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: 
     api = _REDUCE_API.get(op, "all_reduce") if isinstance(op, str) else "all_reduce"
     leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
-        return jax.tree_util.tree_unflatten(treedef, leaves)
+        return jax.tree_util.tree_unflatten(treedef, reduce_over_one_rank(leaves, axes, op))
     calls = bucketed(leaves, axes)
     own = [len(call) == 1 and has_own_call(leaves[call[0]]) for call, _ in calls]
     large = algorithm

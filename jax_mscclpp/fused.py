@@ -168,7 +168,7 @@ def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None)
     """``residual + psum(x, axis_name)`` in one kernel where it can (see the module docstring)."""
     x, residual, _, axes, world = _checked(x, residual, None, axis_name, "all_reduce_residual", algorithm)
     if world == 1:
-        return residual + x
+        return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm="lax")[0]
     x = _compat.make_varying(x, axes)
     dummy = jnp.zeros((0,), x.dtype)
     return _fused(x, residual, dummy, (axes, world, False, 0.0, algorithm))[0]
@@ -181,7 +181,7 @@ def all_reduce_residual_rmsnorm(x, residual, weight, axis_name, *, eps: float = 
     x, residual, weight, axes, world = _checked(x, residual, weight, axis_name, "all_reduce_residual_rmsnorm",
                                                 algorithm)
     if world == 1:
-        return _reference(x, residual, weight, axes=(), norm=True, eps=float(eps), algorithm="lax")
+        return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm="lax")
     x = _compat.make_varying(x, axes)
     normed, new_residual = _fused(x, residual, weight, (axes, world, True, float(eps), algorithm))
     return normed, new_residual

@@ -27,7 +27,7 @@ from jax.interpreters import mlir
 
 from . import _compat, _native, primitives
 from ._types import Collective
-from .collectives import bucketed, has_own_call, reduce_tree, reduction_leaves, unbucketed
+from .collectives import bucketed, has_own_call, reduce_over_one_rank, reduce_tree, reduction_leaves, unbucketed
 
 _call_ids = itertools.count(1)
 
@@ -103,8 +103,9 @@ def psum_start(x, axis_name, *, algorithm: str | None = None) -> Started:
     that XLA may free or reuse once the function returns."""
     leaves, treedef, axes, world = reduction_leaves(x, "sum", "psum_start", axis_name, algorithm)
     shapes = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves)
-    if world == 1:  # nothing to sum: the leaves are the result
-        return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [], leaves)
+    if world == 1:  # nothing to exchange: complete at the start, typed as lax's psum
+        return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
+                       reduce_over_one_rank(leaves, axes, "sum"))
     calls = bucketed(leaves, axes)
     call_ids = tuple(next(_call_ids) for _ in calls)
     operands = [operand for _, operand in calls]
