@@ -21,10 +21,10 @@ def words(collective="all_reduce", op="sum", algorithm="1pa_ll", dtype="float32"
                               variant)
 
 
-def record(kind, mine, theirs, mine_epoch=7, theirs_epoch=7, plans=None, rank=0, peer=1):
-    op = harness.wait_op_codes()[kind]
-    return harness.describe_record(op, rank, peer, mine_epoch, theirs_epoch, mine, mine_epoch, theirs, theirs_epoch,
-                                   plans or {})
+def record(kind, mine, theirs, mine_epoch=7, theirs_epoch=7, plans=None, rank=0, peer=1, interrupted=None):
+    codes = harness.wait_op_codes()
+    return harness.describe_record(codes[kind], rank, peer, mine_epoch, theirs_epoch, mine, mine_epoch, theirs,
+                                   theirs_epoch, plans or {}, codes[interrupted] if interrupted else 0)
 
 
 def test_words_tell_calls_apart_and_ignore_what_a_collective_does_not_use():
@@ -91,3 +91,14 @@ def test_a_timeout_says_which_calls_the_ranks_were_in():
     # a kernel that posts no call (the primitives' tests): the record as it always read
     bare = record("packet_read", (0, 0, 0), (0, 0, 0), mine_epoch=0, theirs_epoch=0)
     assert bare.endswith("[block 0, thread 0]"), bare
+
+
+def test_a_wait_stopped_by_a_peer_that_failed_the_communicator_says_so():
+    """The wait of a rank whose peer found mismatched calls stops at once (the failed word) and names that peer,
+    the wait it was in and both calls."""
+    msg = record("peer_failed", words(count=2000), words(count=1000), rank=1, peer=0, interrupted="packet_read")
+    assert msg.startswith("jax_mscclpp: rank 1 stopped after 5.000 s in LL packet read (waiting for 7, last saw 7) "
+                          "because rank 0 failed the communicator on mismatched collective calls"), msg
+    assert ("rank 1 was in all_reduce(sum) of 2000 float32 per block, algorithm 1pa_ll (launch epoch 7), rank 0's "
+            "latest call is all_reduce(sum) of 1000 float32 per block, algorithm 1pa_ll (launch epoch 7)") in msg, msg
+    assert msg.endswith(SAME_CALLS), msg

@@ -61,6 +61,23 @@ std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const Pl
       msg += " (already at launch epoch " + std::to_string(rec.theirs_epoch) + ")";
     return msg + same_calls;
   }
+  if (static_cast<WaitOp>(rec.op) == WaitOp::kPeerFailed) {
+    char buf[256];
+    std::snprintf(buf, sizeof(buf),
+                  "jax_mscclpp: rank %d stopped after %.3f s in %s (waiting for %llu, last saw %llu) because rank %d "
+                  "failed the communicator on mismatched collective calls",
+                  rec.rank, static_cast<double>(rec.waited_ns) * 1e-9, op_name(rec.interrupted_op),
+                  static_cast<unsigned long long>(rec.epoch), static_cast<unsigned long long>(rec.observed),
+                  rec.peer);
+    std::string msg = buf;
+    if (rec.mine_epoch != 0)
+      msg += "; rank " + std::to_string(rec.rank) + " was in " + mine + " (launch epoch " +
+             std::to_string(rec.mine_epoch) + ")";
+    if (rec.theirs_epoch != 0)
+      msg += ", rank " + std::to_string(rec.peer) + "'s latest call is " + theirs + " (launch epoch " +
+             std::to_string(rec.theirs_epoch) + ")";
+    return msg + same_calls;
+  }
   char buf[512];
   const double waited = static_cast<double>(rec.waited_ns) * 1e-9;
   const double limit = static_cast<double>(timeout_ns == 0 ? kDefaultTimeoutNs : timeout_ns) * 1e-9;

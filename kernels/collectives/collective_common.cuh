@@ -119,12 +119,18 @@ JAX_MSCCLPP_DEVICE_INLINE uint64_t begin_launch(const CollectiveContext& c) {
 }
 
 // Every thread of every block, at the end of a launch: block 0 checks that every peer's launch `e` belongs to
-// the same call (a trap naming both calls if not), then epoch `e` becomes the count the next launch reads.
+// the same call (if not: every rank's failed word is set, so that peers waiting for data stop at once, and this
+// rank traps naming both calls), then epoch `e` becomes the count the next launch reads.
 JAX_MSCCLPP_DEVICE_INLINE void finish_launch(const CollectiveContext& c, uint64_t e) {
   if (blockIdx.x == 0) {
-    char* inbox = c.scratch + call_inbox_offset(c.scratch_bytes);
+    const uint64_t offset = call_inbox_offset(c.scratch_bytes);
+    char* inbox = c.scratch + offset;
+    const auto fail = [&c, offset] {
+      for (int q = 0; q < c.nranks; ++q) mark_failed((q == c.rank ? c.scratch : remote_scratch(c, q)) + offset, c.rank);
+      __threadfence_system();
+    };
     for (int q = threadIdx.x; q < c.nranks; q += blockDim.x)
-      if (q != c.rank) check_call(inbox, q, e, c.call, mem_channel(c, q, 0).semaphore.site);
+      if (q != c.rank) check_call(inbox, q, e, c.call, mem_channel(c, q, 0).semaphore.site, fail);
   }
   ::jax_mscclpp::publish_epoch(c.epoch, e);
 }

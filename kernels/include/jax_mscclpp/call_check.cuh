@@ -50,10 +50,18 @@ __device__ __noinline__ inline void call_mismatch_trap(const WaitSite& site, uin
   record_and_trap(site, r);
 }
 
-// End of launch `epoch`: waits (bounded) for peer `peer`'s words of this launch in this rank's inbox and traps
-// with a mismatch record when they differ from `mine`.
+// Tells the rank whose call inbox is `inbox` that rank `rank` failed the communicator (its failed word,
+// call_inbox.cuh). The caller fences (system scope) after the last one, before it traps.
+JAX_MSCCLPP_DEVICE_INLINE void mark_failed(char* inbox, int rank) {
+  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(failed_word(inbox)), "l"(uint64_t(rank) + 1) : "memory");
+}
+
+// End of launch `epoch`: waits (bounded) for peer `peer`'s words of this launch in this rank's inbox. When they
+// differ from `mine`, `fail()` runs (it marks every rank's inbox failed: mark_failed, then a fence), then the rank
+// traps with a mismatch record.
+template <class Fail>
 JAX_MSCCLPP_DEVICE_INLINE void check_call(const char* inbox, int peer, uint64_t epoch, const CallWords& mine,
-                                          const WaitSite& site) {
+                                          const WaitSite& site, Fail&& fail) {
   const uint64_t* slot = call_slot(inbox, peer, epoch);
   const uint32_t want = static_cast<uint32_t>(epoch);
   SpinBound bound(site);
@@ -66,11 +74,16 @@ JAX_MSCCLPP_DEVICE_INLINE void check_call(const char* inbox, int peer, uint64_t 
       ahead = ahead || lag > 0;
     }
     if (ready) {
-      if (p.words.call != mine.call || p.words.count != mine.count || p.words.variant != mine.variant)
+      if (p.words.call != mine.call || p.words.count != mine.count || p.words.variant != mine.variant) {
+        fail();
         call_mismatch_trap(site, epoch, mine, p.words, want);
+      }
       return;
     }
-    if (ahead) call_mismatch_trap(site, epoch, mine, p.words, p.tag[0]);
+    if (ahead) {
+      fail();
+      call_mismatch_trap(site, epoch, mine, p.words, p.tag[0]);
+    }
     bound.tick(WaitOp::kCallCheck, epoch, p.tag[0]);
   }
 }

@@ -2,10 +2,16 @@
 // inbox (docs/architecture.md, "Call checks"). The protocol that uses them is call_check.cuh; error records
 // (error_record.cuh) carry the words too, so that a timeout can say which calls the ranks were in.
 //
-// Each rank's registered scratch is followed by its call inbox (at call_inbox_offset), one slot per (sender,
-// epoch parity), kCallSlotWords words each: [call | count] then [variant | unused], every word tagged with
-// uint32(epoch) in its upper half. A rank posts into its own row too, so its latest call can be read beside its
-// peers' when a wait times out.
+// Each rank's registered scratch is followed by its call inbox (at call_inbox_offset): first the "failed" word
+// (kFailedWordBytes), then one slot per (sender, epoch parity), kCallSlotWords words each: [call | count] then
+// [variant | unused], every word tagged with uint32(epoch) in its upper half. A rank posts into its own row too,
+// so its latest call can be read beside its peers' when a wait times out.
+//
+// The failed word is 0 while the communicator is sound. A rank whose call check finds a peer in another call
+// stores 1 + its rank into every peer's failed word before it traps (call_check.cuh); a rank's bounded waits read
+// their own failed word on their slow path (error_record.cuh, SpinBound) and stop with a record naming that
+// rank, so a peer stuck waiting for data the mismatched call never sends fails at once, not at its time limit.
+// The word is never cleared: the communicator stays failed (the host makes a new one).
 #pragma once
 
 #include <cstdint>
@@ -53,20 +59,25 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE uint32_t epilogue_variant(int32_t epilogue, uint6
 }
 
 constexpr int kCallSlotWords = 4;  // 32 bytes: two 16-byte halves, each moved by one vector access
+constexpr uint64_t kFailedWordBytes = 16;  // the failed word, padded so that the slots stay 16-byte aligned
 
 // Where the call inbox starts after a registered scratch of `scratch_bytes`, and its size for `nranks` senders.
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t call_inbox_offset(uint64_t scratch_bytes) {
   return (scratch_bytes + 255) / 256 * 256;
 }
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t call_inbox_bytes(int nranks) {
-  return uint64_t(nranks) * 2 * kCallSlotWords * sizeof(uint64_t);
+  return kFailedWordBytes + uint64_t(nranks) * 2 * kCallSlotWords * sizeof(uint64_t);
 }
 
 #if defined(__CUDACC__)
 
 JAX_MSCCLPP_DEVICE_INLINE uint64_t* call_slot(const char* inbox, int sender, uint64_t epoch) {
-  return const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(inbox)) +
+  return const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(inbox + kFailedWordBytes)) +
          (uint64_t(sender) * 2 + (epoch & 1)) * kCallSlotWords;
+}
+
+JAX_MSCCLPP_DEVICE_INLINE uint64_t* failed_word(const char* inbox) {
+  return const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(inbox));
 }
 
 // One slot as read: the words and the epoch tag of each.

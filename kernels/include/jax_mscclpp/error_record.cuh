@@ -28,6 +28,7 @@ enum class WaitOp : uint32_t {
   kUser = 7,                  // any other bounded spin (kernels in kernels/collectives)
   kCallCheck = 8,             // a peer's call words of this launch (call_check.cuh)
   kCallMismatch = 9,          // not a timeout: the peer's call words differ from this rank's (call_check.cuh)
+  kPeerFailed = 10,           // not a timeout: a wait stopped because rank `peer` failed the communicator
 };
 
 constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;
@@ -40,7 +41,7 @@ struct ErrorRecord {
   uint32_t op;       // WaitOp
   int32_t block;
   int32_t thread;
-  int32_t reserved;
+  uint32_t interrupted_op;  // kPeerFailed: the WaitOp of the wait that stopped
   uint64_t epoch;     // the value waited for: expected semaphore value, packet flag or FIFO position
   uint64_t observed;  // the last value read (kCallMismatch: the epoch of the peer's words)
   uint64_t waited_ns;
@@ -80,6 +81,7 @@ __device__ __noinline__ inline void record_and_trap(const WaitSite& site, const 
       v->op = r.op;
       v->block = static_cast<int32_t>(blockIdx.x);
       v->thread = static_cast<int32_t>(threadIdx.x);
+      v->interrupted_op = r.interrupted_op;
       v->epoch = r.epoch;
       v->observed = r.observed;
       v->waited_ns = r.waited_ns;
@@ -106,6 +108,16 @@ __device__ __noinline__ inline void record_and_trap(const WaitSite& site, const 
   __trap();
 }
 
+// The latest calls this rank and `r.peer` posted (call_inbox.cuh) into `r`, for the message: ranks in different
+// calls often both wait.
+JAX_MSCCLPP_DEVICE_INLINE void record_calls(const WaitSite& site, ErrorRecord& r) {
+  const char* inbox = site.config != nullptr ? site.config->call_inbox : nullptr;
+  if (inbox != nullptr && r.peer >= 0) {
+    r.mine_epoch = latest_call(inbox, site.rank, &r.mine);
+    r.theirs_epoch = latest_call(inbox, r.peer, &r.theirs);
+  }
+}
+
 // A wait at `site` that lasted longer than the timeout: fills the rank's error record and traps.
 __device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
                                                  uint64_t observed, uint64_t waited_ns) {
@@ -116,18 +128,29 @@ __device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op
   r.epoch = epoch;
   r.observed = observed;
   r.waited_ns = waited_ns;
-  // Which calls this rank and the peer were in, for the message: ranks in different calls often both wait.
-  const char* inbox = site.config != nullptr ? site.config->call_inbox : nullptr;
-  if (inbox != nullptr && site.peer >= 0) {
-    r.mine_epoch = latest_call(inbox, site.rank, &r.mine);
-    r.theirs_epoch = latest_call(inbox, site.peer, &r.theirs);
-  }
+  record_calls(site, r);
   record_and_trap(site, r);
 }
 
-// Spin bound. The clock is read once every 1024 polls and the timeout (host memory) only after the
-// first clock read, so a wait that succeeds quickly never touches either; the site is only referenced (it must
-// outlive the bound) and read on the slow path.
+// A wait at `site` that stopped because rank `failed_by` failed the communicator (call_inbox.cuh, the failed word):
+// fills the rank's error record and traps.
+__device__ __noinline__ inline void peer_failed_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
+                                                     uint64_t observed, uint64_t waited_ns, int failed_by) {
+  ErrorRecord r{};
+  r.rank = site.rank;
+  r.peer = failed_by;
+  r.op = static_cast<uint32_t>(WaitOp::kPeerFailed);
+  r.interrupted_op = static_cast<uint32_t>(op);
+  r.epoch = epoch;
+  r.observed = observed;
+  r.waited_ns = waited_ns;
+  record_calls(site, r);
+  record_and_trap(site, r);
+}
+
+// Spin bound. The clock is read once every 1024 polls and the timeout (host memory) and the rank's failed word
+// (device memory) only after the first clock read, so a wait that succeeds quickly touches none of them; the site
+// is only referenced (it must outlive the bound) and read on the slow path.
 class SpinBound {
  public:
   JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(&site) {}
@@ -142,6 +165,11 @@ class SpinBound {
       if (site_->config != nullptr) t = *reinterpret_cast<volatile uint64_t*>(&site_->config->timeout_ns);
       timeout_ns_ = t == 0 ? kDefaultTimeoutNs : t;
       return;
+    }
+    const char* inbox = site_->config != nullptr ? site_->config->call_inbox : nullptr;
+    if (inbox != nullptr) {
+      const uint64_t failed = load_relaxed_sys(failed_word(inbox));
+      if (failed != 0) peer_failed_trap(*site_, op, epoch, observed, now - start_ns_, int(failed) - 1);
     }
     if (now - start_ns_ > timeout_ns_) timeout_trap(*site_, op, epoch, observed, now - start_ns_);
   }

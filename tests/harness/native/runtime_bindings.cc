@@ -35,10 +35,11 @@ CallWords to_words(const Words& w) { return {std::get<0>(w), std::get<1>(w), std
 // describe_error on a record made here: `op` a WaitOp code, plan names by fingerprint.
 std::string describe_record(uint32_t op, int rank, int peer, uint64_t epoch, uint64_t observed, const Words& mine,
                             uint32_t mine_epoch, const Words& theirs, uint32_t theirs_epoch,
-                            const std::map<uint32_t, std::string>& plans) {
+                            const std::map<uint32_t, std::string>& plans, uint32_t interrupted_op) {
   ErrorRecord r{};
   r.valid = 1;
   r.op = op;
+  r.interrupted_op = interrupted_op;
   r.rank = rank;
   r.peer = peer;
   r.epoch = epoch;
@@ -71,11 +72,12 @@ void register_runtime_queries(nb::module_& m) {
   m.def("wait_op_codes", [] {
     return std::map<std::string, uint32_t>{{"packet_read", uint32_t(WaitOp::kPacketRead)},
                                            {"call_check", uint32_t(WaitOp::kCallCheck)},
-                                           {"call_mismatch", uint32_t(WaitOp::kCallMismatch)}};
+                                           {"call_mismatch", uint32_t(WaitOp::kCallMismatch)},
+                                           {"peer_failed", uint32_t(WaitOp::kPeerFailed)}};
   });
   m.def("describe_record", &describe_record, nb::arg("op"), nb::arg("rank"), nb::arg("peer"), nb::arg("epoch"),
         nb::arg("observed"), nb::arg("mine"), nb::arg("mine_epoch"), nb::arg("theirs"), nb::arg("theirs_epoch"),
-        nb::arg("plans") = std::map<uint32_t, std::string>{},
+        nb::arg("plans") = std::map<uint32_t, std::string>{}, nb::arg("interrupted_op") = 0,
         "The message of an error record with these fields (ffi/cuda/runtime_config.h, describe_error).");
   m.def("device_count", [] {
     int n = 0;
