@@ -1,5 +1,6 @@
 """Smoke tests of the examples: each runs as a user would run it, in a subprocess on virtual CPU devices."""
 
+import importlib.util
 import json
 import os
 import re
@@ -7,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Every example script (the modules starting with "_" are what they share).
+SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
 
 
 def run_example(script: str, args: list[str], cpu_devices: int) -> str:
@@ -81,3 +86,24 @@ def test_model_bench(tmp_path):
     rows = json.loads(path.read_text())["results"]
     assert [r["variant"] for r in rows] == ["lax", "mscclpp", "mscclpp_fused"]
     assert all(r["us_per_block"] > 0 for r in rows)
+
+
+def test_every_example_is_listed():
+    assert {"custom_algorithm.py", "data_parallel_train.py", "flax_tensor_parallel.py", "tensor_parallel_mlp.py",
+            "transformer_decode.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_prints_usage_without_running(script):
+    """``--help`` prints the options and exits 0 before anything runs (no model built, no check printed)."""
+    if script == "flax_tensor_parallel.py" and importlib.util.find_spec("flax") is None:
+        pytest.skip("flax is not installed")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert proc.stdout.startswith(f"usage: {script} "), output
+    assert "--cpu-devices" in proc.stdout and "--seed" in proc.stdout, output
+    # What a run prints first or last: the devices it runs on, a verdict, a file written.
+    assert not re.search(r"^(\d+ cpu devices|preset |flax nnx |lowered |wrote |PASS|FAIL)|(PASS|FAIL)$", output, re.M), output
