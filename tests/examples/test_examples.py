@@ -35,6 +35,14 @@ def test_tensor_parallel_mlp():
         assert re.search(rf"^\[{name}\] forward: .* PASS$", out, re.M), out
         assert re.search(rf"^\[{name}\] grad of loss .* PASS$", out, re.M), out
         assert re.search(rf"^timing \[{name}\]: median step over 3 steps: forward [0-9.]+ ms", out, re.M), out
+    times = {name: [float(t) for t in re.search(
+        rf"^timing \[{name}\]: .* forward ([0-9.]+) ms, forward\+grad ([0-9.]+) ms", out, re.M).groups()]
+        for name in ("mscclpp", "lax")}
+    speedups = re.search(r"^timing speedup \(lax/ours\): forward ([0-9.]+)x, forward\+grad ([0-9.]+)x "
+                         r"\(above 1: mscclpp is faster\)$", out, re.M)
+    assert speedups, out
+    for printed, ours, lax in zip(speedups.groups(), times["mscclpp"], times["lax"]):
+        assert float(printed) == pytest.approx(lax / ours, abs=0.01, rel=0.02), out
     assert out.rstrip().splitlines()[-1] == "PASS", out
 
 
@@ -45,7 +53,8 @@ def test_transformer_decode(tmp_path):
                        "--batch", "1,4", "--out", str(report_file)], 4)
     assert "4 cpu devices on 'tp'" in out
     for batch in (1, 4):
-        assert re.search(rf"batch {batch}: mscclpp/lax step time [0-9.]+x; same tokens .* PASS$", out, re.M), out
+        assert re.search(rf"batch {batch}: step time speedup \(lax/ours\) [0-9.]+x; same tokens .* PASS$", out,
+                         re.M), out
     assert "PASS: mscclpp and lax produced the same tokens" in out
 
     report = json.loads(report_file.read_text())
@@ -57,6 +66,9 @@ def test_transformer_decode(tmp_path):
     for r in report["results"]:
         assert len(r["step_ms"]) == 3 and r["median_step_ms"] > 0 and r["tokens_per_s"] > 0
     assert [c["same_tokens"] for c in report["checks"]] == [True, True]
+    median = {(r["batch"], r["collectives"]): r["median_step_ms"] for r in report["results"]}
+    for c in report["checks"]:
+        assert c["speedup"] == median[c["batch"], "lax"] / median[c["batch"], "mscclpp"]
 
 
 def test_custom_algorithm():
@@ -70,6 +82,8 @@ def test_data_parallel_train(tmp_path):
     report_file = tmp_path / "train.json"
     out = run_example("data_parallel_train.py", ["--steps", "2", "--warmup", "1", "--out", str(report_file)], 4)
     assert "PASS: same weights" in out, out
+    assert re.search(r"^config .* median ms +speedup \(lax/ours\)$", out, re.M), out
+    assert re.search(r"^ +tiny: speedup \(lax/ours\) [0-9.]+x; weights max rel diff", out, re.M), out
     report = json.loads(report_file.read_text())
     assert report["example"] == "data_parallel_train" and report["devices"]["count"] == 4
     (row,) = report["results"]
@@ -86,6 +100,10 @@ def test_model_bench(tmp_path):
     rows = json.loads(path.read_text())["results"]
     assert [r["variant"] for r in rows] == ["lax", "mscclpp", "mscclpp_fused"]
     assert all(r["us_per_block"] > 0 for r in rows)
+    assert "speedup" not in rows[0]
+    for r in rows[1:]:
+        assert r["speedup"] == rows[0]["us_per_block"] / r["us_per_block"]
+    assert re.search(r"^ *rows .* us/block +speedup \(lax/ours\)", proc.stdout, re.M), proc.stdout
 
 
 def test_every_example_is_listed():
@@ -106,4 +124,5 @@ def test_help_prints_usage_without_running(script):
     assert proc.stdout.startswith(f"usage: {script} "), output
     assert "--cpu-devices" in proc.stdout and "--seed" in proc.stdout, output
     # What a run prints first or last: the devices it runs on, a verdict, a file written.
-    assert not re.search(r"^(\d+ cpu devices|preset |flax nnx |lowered |wrote |PASS|FAIL)|(PASS|FAIL)$", output, re.M), output
+    first_or_last = r"^(\d+ cpu devices|preset |flax nnx |lowered |wrote |PASS|FAIL)|(PASS|FAIL)$"
+    assert not re.search(first_or_last, output, re.M), output

@@ -23,6 +23,7 @@ def test_flax_tensor_parallel(tmp_path):
     assert re.search(r"^forward program: 2 jax_mscclpp custom calls, lax collectives left: none .* PASS$", out, re.M)
     assert re.search(r"^train step program: 4 jax_mscclpp custom calls, lax collectives left: none .* PASS$", out,
                      re.M)
+    assert re.search(r"^step +lax ms +mscclpp ms +speedup \(lax/ours\)$", out, re.M), out
     assert re.search(r"^train step +[0-9.]+ +[0-9.]+ +[0-9.]+x$", out, re.M), out
     assert out.rstrip().splitlines()[-2:] == ["PASS", f"wrote {report_file}"], out
 
@@ -33,4 +34,6 @@ def test_flax_tensor_parallel(tmp_path):
     assert report["programs"]["train step/lax"]["lax_collectives"] == ["all-reduce"]
     assert report["programs"]["train step/mscclpp"] == {"jax_mscclpp_custom_calls": 4, "lax_collectives": []}
     assert set(report["timings"]) == {"forward", "train step"}
-    assert all(t["lax_median_ms"] > 0 and t["mscclpp_median_ms"] > 0 for t in report["timings"].values())
+    for t in report["timings"].values():
+        assert t["lax_median_ms"] > 0 and t["mscclpp_median_ms"] > 0
+        assert t["speedup"] == t["lax_median_ms"] / t["mscclpp_median_ms"]
