@@ -71,7 +71,7 @@ def build(variant: str, mesh, layers: int, eps: float = 1e-5):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from . import machine
+    from . import machine, report
 
     machine.ensure_host_devices(machine.DEFAULT_HOST_DEVICES)
     import jax
@@ -88,6 +88,9 @@ def main(argv=None) -> int:
     results = []
     print(f"# model-shaped bench: {len(devices)} x {devices[0].device_kind}, {args.layers} blocks of "
           f"[rows x {args.d_model}] @ [{args.d_model} x {args.d_ff}] @ [{args.d_ff} x {args.d_model}] -> all-reduce")
+    caveat = report.caveat({"platform": platform})
+    if caveat:
+        print(f"# caveat: {caveat}")
     print(f"{'rows':>5} {'msg KiB':>8} {'variant':<14} {'us/block':>9} {'speedup (lax/ours)':>18} {'coll+epi us':>12}")
     for rows in [int(r) for r in args.rows.split(",")]:
         x = jnp.asarray(rng.standard_normal((rows, args.d_model)), dtype)
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
         stamp = datetime.datetime.now(datetime.timezone.utc)
         path = os.path.join(args.out, f"model-{platform}-{len(devices)}dev-{stamp:%Y%m%d-%H%M%S}.json")
         with open(path, "w") as f:
-            json.dump({"bench": "model", "date": stamp.isoformat(timespec="seconds"),
+            json.dump({"bench": "model", "date": stamp.isoformat(timespec="seconds"), "caveat": caveat,
                        "devices": {"platform": platform, "kind": devices[0].device_kind, "count": len(devices)},
                        "config": {**vars(args)}, "results": results}, f, indent=2)
         print(f"# wrote {path}")

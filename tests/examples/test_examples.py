@@ -97,7 +97,9 @@ def test_model_bench(tmp_path):
                           env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("model-*.json")
-    rows = json.loads(path.read_text())["results"]
+    doc = json.loads(path.read_text())
+    assert "host reference backend" in doc["caveat"] and doc["caveat"] in proc.stdout
+    rows = doc["results"]
     assert [r["variant"] for r in rows] == ["lax", "mscclpp", "mscclpp_fused"]
     assert all(r["us_per_block"] > 0 for r in rows)
     assert "speedup" not in rows[0]
