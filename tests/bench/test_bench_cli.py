@@ -46,6 +46,7 @@ def test_cli_runs_and_prints_a_table(run_with_files):
     header = next(line for line in lines if line.startswith("op "))
     for column in ("size", "algorithm", "ours_us", "lax_us", "speedup", "busbw", "disp_us"):
         assert column in header
+    assert any(line.startswith("# ") and "speedup = lax/ours" in line for line in lines)
     rows = [line for line in lines if line.startswith(("all_reduce", "all_gather"))]
     # Every algorithm the CPU backend runs on one axis, and auto; two sizes each.
     assert len(rows) == N_RECORDS
