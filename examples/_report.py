@@ -1,5 +1,6 @@
-"""What the examples share for measuring and reporting: the median step time of a function, what every JSON report
-opens with (example, date, machine, devices, versions) and how it is written.
+"""What the examples share for measuring and reporting: the median step time of a function, the speedup (lax's
+time over ours, as ``python -m jax_mscclpp.bench`` reports it), what every JSON report opens with (example, date,
+machine, devices, versions) and how it is written.
 
 Imported after JAX (``header`` reads the devices and versions of the running process).
 """
@@ -24,6 +25,15 @@ def median_ms(fn, args, steps: int) -> float:
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
+
+
+# How every printed speedup is labelled; the JSON reports call it "speedup".
+SPEEDUP = "speedup (lax/ours)"
+
+
+def speedup(lax_time: float, ours_time: float) -> float:
+    """lax's time over ours: above 1, ours is faster."""
+    return lax_time / ours_time
 
 
 def header(example: str, devices, **device_fields) -> dict:

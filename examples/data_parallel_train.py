@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     tolerance = 1e-4 if dtype_name == "float32" else 3e-2
     print(f"{n} {plat} devices on 'dp'; {dtype_name}; variants {', '.join(variants)}"
           f"{' (overlap)' if args.overlap and 'mscclpp' in variants else ''}")
-    print(f"{'config':<8} {'grad MiB':>9} {'variant':<8} {'median ms':>10}  {'speedup':>8}")
+    print(f"{'config':<8} {'grad MiB':>9} {'variant':<8} {'median ms':>10}  {_report.SPEEDUP}")
     results, profiles, passed = [], [], True
     for name in names:
         cfg = CONFIGS[name]
@@ -178,7 +178,8 @@ def main(argv=None) -> int:
         for variant in variants:
             step = make_step(mesh, variant, args.lr, args.overlap)
             timed[variant], finals[variant], losses = run_variant(step, params0, x, y, args.steps, args.warmup)
-            ratio = "" if variant == "mscclpp" or "mscclpp" not in timed else f"{timed[variant] / timed['mscclpp']:7.2f}x"
+            ratio = ("" if variant == "mscclpp" or "mscclpp" not in timed
+                     else f"{_report.speedup(timed[variant], timed['mscclpp']):7.2f}x")
             print(f"{name:<8} {grad_mib:>9.1f} {variant:<8} {timed[variant]:>10.3f}  {ratio}")
             if args.profile:
                 from jax_mscclpp.bench import profile
@@ -199,9 +200,10 @@ def main(argv=None) -> int:
             diff = max_rel_diff(finals["mscclpp"], finals["lax"])
             same = diff <= tolerance
             passed &= same
-            row.update(ours_ms=timed["mscclpp"], lax_ms=timed["lax"], speedup=timed["lax"] / timed["mscclpp"],
+            row.update(ours_ms=timed["mscclpp"], lax_ms=timed["lax"],
+                       speedup=_report.speedup(timed["lax"], timed["mscclpp"]),
                        weights_max_rel_diff=diff, same_weights=same)
-            print(f"         {name}: speedup lax/mscclpp {row['speedup']:.3f}x; weights max rel diff {diff:.2e} "
+            print(f"         {name}: {_report.SPEEDUP} {row['speedup']:.3f}x; weights max rel diff {diff:.2e} "
                   f"(tolerance {tolerance:g}) {'PASS' if same else 'FAIL'}")
         else:
             row.update({f"{variants[0] if variants[0] == 'lax' else 'ours'}_ms": timed[variants[0]]})

@@ -211,13 +211,13 @@ def run(args) -> dict:
               f"{', '.join(ours['lax_collectives']) or 'none'} (lax's program: {', '.join(theirs['lax_collectives'])})")
 
     timings = {}
-    print(f"\n{'step':<12} {'lax ms':>10} {'mscclpp ms':>11} {'mscclpp/lax':>12}")
+    print(f"\n{'step':<12} {'lax ms':>10} {'mscclpp ms':>11} {_report.SPEEDUP:>19}")
     for what in ("forward", "train step"):
         t = {name: _report.median_ms(compiled[what, name], inputs[what], args.steps) for name in ("lax", "mscclpp")}
         timings[what] = {"lax_median_ms": t["lax"], "mscclpp_median_ms": t["mscclpp"],
-                         "ratio": t["mscclpp"] / t["lax"]}
-        print(f"{what:<12} {t['lax']:>10.3f} {t['mscclpp']:>11.3f} {t['mscclpp'] / t['lax']:>11.2f}x")
-    print(f"(median of {args.steps} steps, each blocking; {tp} {plat} devices; < 1 is faster than lax)")
+                         "speedup": _report.speedup(t["lax"], t["mscclpp"])}
+        print(f"{what:<12} {t['lax']:>10.3f} {t['mscclpp']:>11.3f} {timings[what]['speedup']:>18.2f}x")
+    print(f"(median of {args.steps} steps, each blocking; {tp} {plat} devices; speedup above 1: mscclpp is faster)")
 
     passed = all(c["passed"] for c in checks)
     print("PASS" if passed else "FAIL")

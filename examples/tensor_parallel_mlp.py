@@ -173,8 +173,8 @@ def run(args) -> bool:
               f"forward+grad {grad_ms:.3f} ms ({tp} {platform} devices)")
     if len(timings) == 2:
         (f_ours, g_ours), (f_lax, g_lax) = timings["mscclpp"], timings["lax"]
-        print(f"timing mscclpp/lax: forward {f_ours / f_lax:.2f}x, forward+grad {g_ours / g_lax:.2f}x "
-              "(< 1 is faster than lax)")
+        print(f"timing {_report.SPEEDUP}: forward {_report.speedup(f_lax, f_ours):.2f}x, forward+grad "
+              f"{_report.speedup(g_lax, g_ours):.2f}x (above 1: mscclpp is faster)")
     print("PASS" if ok else "FAIL")
     return ok
 

@@ -367,11 +367,11 @@ def run(args) -> dict:
             exact = not (args.fused and plat != "cpu")  # the composition on CPU gives lax's bits
             check["passed"] = (check["same_tokens"] or not exact) and check["logits_max_rel_diff"] <= tol
             checks.append(check)
-            ratio = results[-2]["median_step_ms"] / results[-1]["median_step_ms"]
+            check["speedup"] = _report.speedup(results[-1]["median_step_ms"], results[-2]["median_step_ms"])
             tokens = f"same tokens ({batch} x {args.steps})" if check["same_tokens"] else (
                 f"DIFFERENT tokens ({check['mismatched_tokens']} of {batch} x {args.steps} differ, first at "
                 f"step {check['first_mismatch_step']})")
-            print(f"       batch {batch}: mscclpp/lax step time {ratio:.2f}x; {tokens}; "
+            print(f"       batch {batch}: step time {_report.SPEEDUP} {check['speedup']:.2f}x; {tokens}; "
                   f"logits max abs diff {check['logits_max_abs_diff']:.2e} "
                   f"(rel {check['logits_max_rel_diff']:.2e}, tolerance {tol:g}) "
                   f"{'PASS' if check['passed'] else 'FAIL'}")

@@ -32,8 +32,10 @@ as varying over more axes than lax does. Every replacement types its result exac
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -48,6 +50,39 @@ from . import _compat, collectives, plans, selection
 from ._types import ALGORITHMS_OF, SUPPORTED_DTYPES, Collective
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
+# The debug messages of one trace of a rewritten function, counted: logged when the trace ends, once each.
+_log_state = threading.local()
+
+
+def _log(message: str, *args) -> None:
+    """A debug message; while a rewritten function is traced, counted and left for the end of the trace."""
+    if not logger.isEnabledFor(logging.DEBUG):
+        return
+    counts = getattr(_log_state, "counts", None)
+    if counts is None:
+        logger.debug(message, *args)
+    else:
+        counts[message % args] += 1
+
+
+def _logged_once(fn: Callable, name: str) -> Callable:
+    """``fn`` whose outermost call logs the debug messages of its trace at its end, each distinct one once, with
+    how many times it came and prefixed with ``name``."""
+
+    @functools.wraps(fn)
+    def logged(*args, **kwargs):
+        if getattr(_log_state, "counts", None) is not None or not logger.isEnabledFor(logging.DEBUG):
+            return fn(*args, **kwargs)
+        _log_state.counts = collections.Counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            counts, _log_state.counts = _log_state.counts, None
+            for message, count in counts.items():
+                logger.debug("%s: %s%s", name, message, f" ({count} times)" if count > 1 else "")
+
+    return logged
+
 
 # The collectives ``rewrite`` can replace (the names ``collectives=`` and ``algorithm=`` take), with the Collective
 # whose algorithm names each one knows.
@@ -178,7 +213,7 @@ def _rewritten(fun: Callable, config: _Config) -> Callable:
         out = [next(results) if t else leaf for leaf, t in zip(outputs["leaves"], outputs["traced"])]
         return jax.tree_util.tree_unflatten(outputs["tree"], out)
 
-    return rewritten
+    return _logged_once(rewritten, f"rewrite({getattr(fun, '__name__', 'function')})")
 
 
 # ---- the interpreter ----------------------------------------------------------------------------------------
@@ -219,7 +254,7 @@ def _rewrite_equation(eqn, invals: list, config: _Config) -> list:
         if handler is not None:
             return handler(eqn, invals, config)
         if any(_contains_collective(j) for j in _jaxpr_params(eqn.params)):
-            logger.debug("kept the lax collectives inside %s: rewrite does not enter this primitive", prim.name)
+            _log("kept the lax collectives inside %s: rewrite does not enter this primitive", prim.name)
     return _compat.bind_equation(eqn, invals, eqn.params)
 
 
@@ -269,7 +304,7 @@ def _replace_collective(name: str, eqn, x, config: _Config):
             reason = f"ours would vary over {sorted(extra)} where lax's result does not"
     what = f"lax {name} over {axes} on {aval.str_short()}"
     if reason is not None:
-        logger.debug("kept %s: %s", what, reason)
+        _log("kept %s: %s", what, reason)
         return None
     algorithm = config.algorithm_for(name)
     x = _vary(x, axes, config)  # as lax does, through the cast whose transpose is ours
@@ -288,8 +323,8 @@ def _replace_collective(name: str, eqn, x, config: _Config):
         # into world pieces and concatenates along another: our tiled all_to_all.
         out = collectives.all_to_all(x, axes, params["split_axis"], params["concat_axis"], tiled=True,
                                      algorithm=algorithm)
-    logger.debug("replaced %s (%d bytes per rank) with jax_mscclpp.%s%s", what, _nbytes(aval), name,
-                 f" (algorithm {algorithm})" if algorithm else "")
+    _log("replaced %s (%d bytes per rank) with jax_mscclpp.%s%s", what, _nbytes(aval), name,
+         f" (algorithm {algorithm})" if algorithm else "")
     return _typed_as(out, out_aval, config)
 
 
@@ -338,8 +373,7 @@ def _replace_pvary(eqn, x, config: _Config):
     aval = eqn.invars[0].aval
     if _why_not("psum", aval, axes, config) is not None:
         return None
-    logger.debug("replaced lax pvary over %s on %s with mscclpp_pvary (its transpose, a psum, is jax_mscclpp.psum)",
-                 axes, aval.str_short())
+    _log("replaced lax pvary over %s with mscclpp_pvary, whose transpose, a psum, is jax_mscclpp.psum", axes)
     return pvary_p.bind(x, axes=axes, algorithm=config.algorithm_for("psum"))
 
 
@@ -458,7 +492,7 @@ def _retraced_rule(rule, config: _Config, result_jaxpr_index: int = 0):
         result[result_jaxpr_index], result[result_jaxpr_index + 1] = _compat.jaxpr_and_consts(closed)
         return tuple(result)
 
-    return _compat.wrap_like(wrapped, rule)
+    return _compat.wrap_like(_logged_once(wrapped, "rewrite (a custom_jvp / custom_vjp rule)"), rule)
 
 
 def _custom_jvp(eqn, invals, config):

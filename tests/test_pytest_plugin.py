@@ -2,10 +2,20 @@
 asked or when its fixtures are used (a user's pytest session in a fresh process, the plugin loaded as the
 installed entry point loads it)."""
 
+import importlib.metadata
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
+
+# What pytest says in every session of an environment where jax-mscclpp is installed editable (pip install -e):
+# it marks for assertion rewriting the top-level modules of each distribution with a pytest11 entry point, and
+# scikit-build-core's editable finder, imported when Python starts, is one of them. A regular install has no such
+# module; the plugin's code plays no part in it (it comes before any plugin loads).
+EDITABLE_FINDER_WARNING = ("ignore:Module already imported so cannot be rewritten; _editable_skbc:"
+                           "pytest.PytestAssertRewriteWarning")
 
 
 def run_user_session(tmp_path, tests: str, *options: str):
@@ -68,3 +78,36 @@ def test_its_mesh_fixture_sets_eight_devices_when_first_used(tmp_path):
     """)
     assert code == 0, out
     assert "2 passed" in out, out
+
+
+def test_a_users_session_gets_no_warning_from_it(tmp_path):
+    """The plugin as installed (its entry point) in a session of someone else's tests: every warning an error,
+    unknown markers an error, and the session passes."""
+    if not any(ep.value == "jax_mscclpp.testing.pytest_plugin"
+               for ep in importlib.metadata.entry_points(group="pytest11")):
+        pytest.skip("the pytest11 entry point is not installed (reinstall jax-mscclpp)")
+    (tmp_path / "test_theirs.py").write_text(textwrap.dedent("""
+        import pytest
+
+        def test_arithmetic():
+            assert 1 + 1 == 2
+
+        def test_the_plugin_is_loaded_with_its_markers(pytestconfig):
+            assert pytestconfig.pluginmanager.has_plugin("jax_mscclpp")
+            markers = pytestconfig.getini("markers")
+            assert any(m.startswith("gpu:") for m in markers) and any(m.startswith("multigpu(n):") for m in markers)
+
+        @pytest.mark.gpu
+        def test_marked_for_a_gpu():
+            pass
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rw", "-p", "no:cacheprovider", "--strict-markers", "-W", "error",
+         "-W", EDITABLE_FINDER_WARNING, "--rootdir", str(tmp_path), str(tmp_path / "test_theirs.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "2 passed" in out and "warning" not in out.lower(), out

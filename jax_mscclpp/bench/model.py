@@ -71,7 +71,7 @@ def build(variant: str, mesh, layers: int, eps: float = 1e-5):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from . import machine
+    from . import machine, report
 
     machine.ensure_host_devices(machine.DEFAULT_HOST_DEVICES)
     import jax
@@ -88,7 +88,10 @@ def main(argv=None) -> int:
     results = []
     print(f"# model-shaped bench: {len(devices)} x {devices[0].device_kind}, {args.layers} blocks of "
           f"[rows x {args.d_model}] @ [{args.d_model} x {args.d_ff}] @ [{args.d_ff} x {args.d_model}] -> all-reduce")
-    print(f"{'rows':>5} {'msg KiB':>8} {'variant':<14} {'us/block':>9} {'speedup':>8} {'coll+epi us':>12}")
+    caveat = report.caveat({"platform": platform})
+    if caveat:
+        print(f"# caveat: {caveat}")
+    print(f"{'rows':>5} {'msg KiB':>8} {'variant':<14} {'us/block':>9} {'speedup (lax/ours)':>18} {'coll+epi us':>12}")
     for rows in [int(r) for r in args.rows.split(",")]:
         x = jnp.asarray(rng.standard_normal((rows, args.d_model)), dtype)
         w_in = jax.device_put(jnp.asarray(rng.standard_normal((args.d_model, args.d_ff)) / np.sqrt(args.d_model),
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
             speed = f"{row['speedup']:7.2f}x" if "speedup" in row else ""
             other = f"{row['non_matmul_us_per_block']:12.2f}" if "non_matmul_us_per_block" in row else ""
             print(f"{rows:>5} {row['message_bytes'] / 1024:>8.0f} {variant:<14} {per_block[variant]:>9.2f} "
-                  f"{speed:>8} {other}")
+                  f"{speed:>18} {other}")
         ref = np.asarray(outs[variants[0]], np.float64)
         for variant in variants[1:]:
             diff = float(np.max(np.abs(np.asarray(outs[variant], np.float64) - ref))) / max(float(np.max(np.abs(ref))), 1)
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
         stamp = datetime.datetime.now(datetime.timezone.utc)
         path = os.path.join(args.out, f"model-{platform}-{len(devices)}dev-{stamp:%Y%m%d-%H%M%S}.json")
         with open(path, "w") as f:
-            json.dump({"bench": "model", "date": stamp.isoformat(timespec="seconds"),
+            json.dump({"bench": "model", "date": stamp.isoformat(timespec="seconds"), "caveat": caveat,
                        "devices": {"platform": platform, "kind": devices[0].device_kind, "count": len(devices)},
                        "config": {**vars(args)}, "results": results}, f, indent=2)
         print(f"# wrote {path}")

@@ -20,6 +20,10 @@ SCHEMA = "jax_mscclpp.bench/1"
 # Machine columns repeated on every CSV row, so a row stands alone.
 CSV_META = ("date", "hostname", "platform", "device_kind", "device_count", "process_count", "jax", "jaxlib",
             "jax_mscclpp")
+# What a CPU run's figures are (docs/benchmarking.md, "What the CPU numbers mean"): printed above its table and
+# kept as the JSON's "caveat".
+CPU_CAVEAT = ("CPU devices: these timings measure jax_mscclpp's host reference backend against XLA:CPU's "
+              "collectives; they are not a GPU speed claim")
 LATENCY_MAX_SIZE = 1 << 20  # the plot's latency panel: sizes up to this
 BANDWIDTH_MIN_SIZE = 64 << 10  # the plot's bandwidth panel: sizes from this
 
@@ -82,8 +86,14 @@ def table_row(record) -> str:
     return line.rstrip()
 
 
+def caveat(meta: dict) -> str | None:
+    """What the figures of a run on ``meta``'s platform are not (None where they are what they say)."""
+    return CPU_CAVEAT if meta.get("platform") == "cpu" else None
+
+
 def preamble(meta: dict) -> list[str]:
     v = meta.get("versions", {})
+    warning = caveat(meta)
     return [
         f"# jax_mscclpp bench: {meta.get('device_count')} x {meta.get('device_kind')} ({meta.get('platform')}), "
         f"{meta.get('process_count')} process(es), jax {v.get('jax')}, jax_mscclpp {v.get('jax_mscclpp')}, "
@@ -94,7 +104,7 @@ def preamble(meta: dict) -> list[str]:
         "user's step sees it; speedup = lax/ours",
         "# below noise: some chained run took no longer than the trivial program, so the time (and its speedup and "
         "busbw) cannot be told from zero",
-    ]
+    ] + ([f"# caveat: {warning}"] if warning else [])
 
 
 def format_table(records: Iterable, meta: dict | None = None) -> str:
@@ -117,6 +127,7 @@ def _finite(value):
 def write_json(path: str, meta: dict, settings: dict, records: Sequence, notes: Sequence[str] = ()) -> str:
     doc = {
         "schema": SCHEMA,
+        "caveat": caveat(meta),
         "meta": meta,
         "settings": settings,
         "notes": list(notes),

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from jax_mscclpp.bench import metrics, sweep
+from jax_mscclpp.bench import metrics, report, sweep
 
 FAST = ["--iters", "2", "--warmup", "1", "--chain", "2", "--no-progress"]
 # Records of the module's run: all_reduce and all_gather, two sizes, each algorithm the CPU backend runs and auto.
@@ -46,16 +46,23 @@ def test_cli_runs_and_prints_a_table(run_with_files):
     header = next(line for line in lines if line.startswith("op "))
     for column in ("size", "algorithm", "ours_us", "lax_us", "speedup", "busbw", "disp_us"):
         assert column in header
+    assert any(line.startswith("# ") and "speedup = lax/ours" in line for line in lines)
     rows = [line for line in lines if line.startswith(("all_reduce", "all_gather"))]
     # Every algorithm the CPU backend runs on one axis, and auto; two sizes each.
     assert len(rows) == N_RECORDS
     assert "command buffers are a GPU feature" in proc.stdout  # cmdbuf does not apply on CPU
+    # The figures are said to be the host backend's against XLA:CPU's, once, above the table.
+    (caveat,) = [line for line in lines if line.startswith("# caveat: ")]
+    assert lines.index(caveat) < lines.index(header)
+    assert "host reference backend" in caveat and "XLA:CPU" in caveat and "not a GPU speed claim" in caveat
 
 
 def test_cli_writes_json(run_with_files):
     _, out = run_with_files
     doc = json.loads((out / "result.json").read_text())
     assert doc["schema"] == "jax_mscclpp.bench/1"
+    assert doc["caveat"] == report.CPU_CAVEAT
+    assert "host reference backend" in doc["caveat"] and "not a GPU speed claim" in doc["caveat"]
     meta = doc["meta"]
     for key in ("date", "hostname", "platform", "device_kind", "device_count", "gpu_count", "gpu_model", "versions"):
         assert key in meta
@@ -99,6 +106,17 @@ def test_cli_writes_png(run_with_files):
     _, out = run_with_files
     png = (out / "result.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_caveat_only_on_cpu(tmp_path):
+    """A GPU run's table and JSON carry no CPU caveat; a CPU run's carry it once."""
+    gpu = {"platform": "gpu", "device_kind": "NVIDIA H200", "device_count": 2}
+    cpu = {**gpu, "platform": "cpu", "device_kind": "cpu"}
+    assert report.caveat(gpu) is None and not any("caveat" in line for line in report.preamble(gpu))
+    assert [line for line in report.preamble(cpu) if "caveat" in line] == [f"# caveat: {report.CPU_CAVEAT}"]
+    for meta, expected in ((gpu, None), (cpu, report.CPU_CAVEAT)):
+        path = report.write_json(str(tmp_path / f"{meta['platform']}.json"), meta, {}, [])
+        assert json.loads(open(path).read())["caveat"] == expected
 
 
 def test_cli_range_auto_and_default_names(tmp_path):

@@ -1,11 +1,14 @@
 """The pytest plugin as a user meets it: a test file of theirs run by pytest with the plugin loaded, in a fresh
-process whose XLA_FLAGS set no device count (the plugin sets one before JAX starts)."""
+process whose XLA_FLAGS set no device count (the plugin sets one before JAX starts). The fixtures run with
+pytest-benchmark turned off; what they feed it is checked where it is installed."""
 
 import json
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 USER_TESTS = '''
 import jax
@@ -43,15 +46,14 @@ def test_needs_four_gpus():
 '''
 
 
-def test_user_tests_run_with_the_plugin(tmp_path):
+def run_user_tests(tmp_path, *options):
     (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
-    report = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
     env["JAX_PLATFORMS"] = "cpu"
     # "-p no:jax_mscclpp" keeps an installed entry point from loading the plugin a second time.
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-s", "-p", "no:cacheprovider", "-p", "no:jax_mscclpp",
-         "-p", "jax_mscclpp.testing.pytest_plugin", f"--benchmark-json={report}", "--rootdir", str(tmp_path),
+         "-p", "jax_mscclpp.testing.pytest_plugin", *options, "--rootdir", str(tmp_path),
          str(tmp_path / "test_user.py")],
         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
     )
@@ -60,6 +62,19 @@ def test_user_tests_run_with_the_plugin(tmp_path):
     assert "6 passed, 2 skipped" in out, out
     assert "needs jax_mscclpp built with CUDA" in out or "CUDA GPU" in out
     assert out.count("RESULT ") == 4
+    return out
+
+
+def test_user_tests_run_without_pytest_benchmark(tmp_path):
+    """The fixtures need no pytest-benchmark: with it turned off the same tests pass and nothing is fed to it."""
+    out = run_user_tests(tmp_path, "-p", "no:benchmark")
+    assert "benchmark:" not in out  # pytest-benchmark's own table
+
+
+def test_user_tests_feed_pytest_benchmark(tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    report = tmp_path / "bench.json"
+    run_user_tests(tmp_path, f"--benchmark-json={report}")
     # pytest-benchmark got ours (one call per dispatch) and the figures beside it.
     benchmarks = json.loads(report.read_text())["benchmarks"]
     assert len(benchmarks) == 4

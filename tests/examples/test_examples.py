@@ -1,5 +1,6 @@
 """Smoke tests of the examples: each runs as a user would run it, in a subprocess on virtual CPU devices."""
 
+import importlib.util
 import json
 import os
 import re
@@ -7,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+# Every example script (the modules starting with "_" are what they share).
+SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
 
 
 def run_example(script: str, args: list[str], cpu_devices: int) -> str:
@@ -30,6 +35,14 @@ def test_tensor_parallel_mlp():
         assert re.search(rf"^\[{name}\] forward: .* PASS$", out, re.M), out
         assert re.search(rf"^\[{name}\] grad of loss .* PASS$", out, re.M), out
         assert re.search(rf"^timing \[{name}\]: median step over 3 steps: forward [0-9.]+ ms", out, re.M), out
+    times = {name: [float(t) for t in re.search(
+        rf"^timing \[{name}\]: .* forward ([0-9.]+) ms, forward\+grad ([0-9.]+) ms", out, re.M).groups()]
+        for name in ("mscclpp", "lax")}
+    speedups = re.search(r"^timing speedup \(lax/ours\): forward ([0-9.]+)x, forward\+grad ([0-9.]+)x "
+                         r"\(above 1: mscclpp is faster\)$", out, re.M)
+    assert speedups, out
+    for printed, ours, lax in zip(speedups.groups(), times["mscclpp"], times["lax"]):
+        assert float(printed) == pytest.approx(lax / ours, abs=0.01, rel=0.02), out
     assert out.rstrip().splitlines()[-1] == "PASS", out
 
 
@@ -40,7 +53,8 @@ def test_transformer_decode(tmp_path):
                        "--batch", "1,4", "--out", str(report_file)], 4)
     assert "4 cpu devices on 'tp'" in out
     for batch in (1, 4):
-        assert re.search(rf"batch {batch}: mscclpp/lax step time [0-9.]+x; same tokens .* PASS$", out, re.M), out
+        assert re.search(rf"batch {batch}: step time speedup \(lax/ours\) [0-9.]+x; same tokens .* PASS$", out,
+                         re.M), out
     assert "PASS: mscclpp and lax produced the same tokens" in out
 
     report = json.loads(report_file.read_text())
@@ -52,6 +66,9 @@ def test_transformer_decode(tmp_path):
     for r in report["results"]:
         assert len(r["step_ms"]) == 3 and r["median_step_ms"] > 0 and r["tokens_per_s"] > 0
     assert [c["same_tokens"] for c in report["checks"]] == [True, True]
+    median = {(r["batch"], r["collectives"]): r["median_step_ms"] for r in report["results"]}
+    for c in report["checks"]:
+        assert c["speedup"] == median[c["batch"], "lax"] / median[c["batch"], "mscclpp"]
 
 
 def test_custom_algorithm():
@@ -65,6 +82,8 @@ def test_data_parallel_train(tmp_path):
     report_file = tmp_path / "train.json"
     out = run_example("data_parallel_train.py", ["--steps", "2", "--warmup", "1", "--out", str(report_file)], 4)
     assert "PASS: same weights" in out, out
+    assert re.search(r"^config .* median ms +speedup \(lax/ours\)$", out, re.M), out
+    assert re.search(r"^ +tiny: speedup \(lax/ours\) [0-9.]+x; weights max rel diff", out, re.M), out
     report = json.loads(report_file.read_text())
     assert report["example"] == "data_parallel_train" and report["devices"]["count"] == 4
     (row,) = report["results"]
@@ -78,6 +97,34 @@ def test_model_bench(tmp_path):
                           env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("model-*.json")
-    rows = json.loads(path.read_text())["results"]
+    doc = json.loads(path.read_text())
+    assert "host reference backend" in doc["caveat"] and doc["caveat"] in proc.stdout
+    rows = doc["results"]
     assert [r["variant"] for r in rows] == ["lax", "mscclpp", "mscclpp_fused"]
     assert all(r["us_per_block"] > 0 for r in rows)
+    assert "speedup" not in rows[0]
+    for r in rows[1:]:
+        assert r["speedup"] == rows[0]["us_per_block"] / r["us_per_block"]
+    assert re.search(r"^ *rows .* us/block +speedup \(lax/ours\)", proc.stdout, re.M), proc.stdout
+
+
+def test_every_example_is_listed():
+    assert {"custom_algorithm.py", "data_parallel_train.py", "flax_tensor_parallel.py", "tensor_parallel_mlp.py",
+            "transformer_decode.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_prints_usage_without_running(script):
+    """``--help`` prints the options and exits 0 before anything runs (no model built, no check printed)."""
+    if script == "flax_tensor_parallel.py" and importlib.util.find_spec("flax") is None:
+        pytest.skip("flax is not installed")
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert proc.stdout.startswith(f"usage: {script} "), output
+    assert "--cpu-devices" in proc.stdout and "--seed" in proc.stdout, output
+    # What a run prints first or last: the devices it runs on, a verdict, a file written.
+    first_or_last = r"^(\d+ cpu devices|preset |flax nnx |lowered |wrote |PASS|FAIL)|(PASS|FAIL)$"
+    assert not re.search(first_or_last, output, re.M), output
