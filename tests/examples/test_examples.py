@@ -108,7 +108,28 @@ def test_model_bench(tmp_path):
     assert re.search(r"^ *rows .* us/block +speedup \(lax/ours\)", proc.stdout, re.M), proc.stdout
 
 
+# Every example at tiny sizes, for a machine with one device (a laptop, a one-GPU box).
+ONE_DEVICE = {
+    "tensor_parallel_mlp.py": ["--batch", "4", "--d-model", "64", "--d-ff", "128", "--steps", "2", "--compare"],
+    "transformer_decode.py": ["--preset", "tiny", "--steps", "2", "--batch", "1"],
+    "data_parallel_train.py": ["--steps", "2", "--warmup", "1"],
+    "custom_algorithm.py": [],
+    "flax_tensor_parallel.py": ["--batch", "2", "--seq", "8", "--d-model", "32", "--heads", "2", "--d-ff", "64",
+                                "--layers", "1", "--steps", "2"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(ONE_DEVICE))
+def test_runs_on_one_device(script):
+    if script == "flax_tensor_parallel.py" and importlib.util.find_spec("flax") is None:
+        pytest.skip("flax is not installed")
+    out = run_example(script, ONE_DEVICE[script], 1)
+    assert "FAIL" not in out, out
+    assert out.rstrip().splitlines()[-1].startswith("PASS"), out
+
+
 def test_every_example_is_listed():
+    assert set(ONE_DEVICE) == set(SCRIPTS)
     assert {"custom_algorithm.py", "data_parallel_train.py", "flax_tensor_parallel.py", "tensor_parallel_mlp.py",
             "transformer_decode.py"} <= set(SCRIPTS)
 
