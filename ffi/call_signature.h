@@ -97,6 +97,9 @@ struct PublishedCalls {
   }
 };
 
+// What every mismatch message starts with, on CPU devices and GPUs alike (the CPU handler's status code reads it).
+inline constexpr const char* kMismatchPrefix = "jax_mscclpp: mismatched collective calls";
+
 // What every mismatch message ends with, on CPU devices and GPUs alike.
 inline constexpr const char* kSameCallsAdvice =
     "every rank of a group must make the same collective calls in the same order";
@@ -106,7 +109,7 @@ inline constexpr const char* kSameCallsAdvice =
 inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64_t epoch, const std::string& mine,
                                     int peer, uint64_t peer_epoch, const std::string& theirs) {
   std::ostringstream msg;
-  msg << "jax_mscclpp: mismatched collective calls on communicator " << comm_id << ": rank " << rank << " of "
+  msg << kMismatchPrefix << " on communicator " << comm_id << ": rank " << rank << " of "
       << world << " called " << mine << " (epoch " << epoch << ") but peer " << peer << " called " << theirs
       << " (epoch " << peer_epoch << "); " << kSameCallsAdvice;
   return msg.str();

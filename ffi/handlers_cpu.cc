@@ -13,6 +13,7 @@
 #include "handlers.h"
 #include "host_collectives.h"
 #include "host_executor.h"
+#include "host_failure_status.h"
 #include "registry.h"
 #include "runtime_settings.h"
 #include "xla/ffi/api/ffi.h"
@@ -60,10 +61,13 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
     err = host::run_collective(*comm, pid, call, timeout_seconds());
   }
   if (!err.empty()) {
-    if (host::HostGroup* group = comm->group_of(pid))
+    bool broken = false;
+    if (host::HostGroup* group = comm->group_of(pid)) {
       group->record_failure(comm->rank_index(pid),
                             std::chrono::duration<double>(host::Clock::now() - started).count(), err);
-    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
+      broken = group->broken.load(std::memory_order_acquire);
+    }
+    return host_failure_error(err, broken);
   }
   return ffi::Error::Success();
 }

@@ -21,6 +21,7 @@ from .communicator import Communicator
 from .info import info
 from .overlap import psum_done, psum_start, value_and_psum_grad
 from .plans import register_algorithm, unregister_algorithm
+from .recovery import reset
 from .rewrite import rewrite
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "psum_start",
     "psum_scatter",
     "reduce_scatter",
+    "reset",
     "rewrite",
     "value_and_psum_grad",
 ]
