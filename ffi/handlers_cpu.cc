@@ -31,8 +31,9 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
   if (!comm)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jax_mscclpp: communicator " + std::to_string(comm_id) +
-                          " was destroyed (Communicator.destroy()) after this program was compiled; "
-                          "jax.clear_caches() (or a new jax.jit) lowers it again with a fresh communicator");
+                          " was destroyed (Communicator.destroy(), or replaced after a failed call) after this program was "
+                          "compiled; jax_mscclpp.reset() or jax.clear_caches() (or a new jax.jit) lowers it again "
+                          "with a fresh communicator");
   const DType dtype = to_dtype(x.element_type());
   if (dtype == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");

@@ -1,11 +1,12 @@
 // The status of a failed host-backend call as XLA reports it: a status code that says what kind of failure it was,
 // and the message with what to do next.
 //
-// Codes: ABORTED for ranks in different calls (a mismatch, or two calls of one rank at once: the ranks are out of
-// step), DEADLINE_EXCEEDED for a wait that timed out (a lost or stopped peer), FAILED_PRECONDITION for a call on a
-// communicator that an earlier failure left unusable, INVALID_ARGUMENT for anything else (a call the backend does
-// not run; or ABORTED if the group is left unusable anyway). A failure that leaves the communicator's group unusable
-// ends its message with kRecoveryAdvice.
+// Codes, by the failure at the root (a rank whose call was refused or ended because of another rank's failure
+// carries that failure's message): ABORTED for ranks in different calls (a mismatch, or two calls of one rank at
+// once: the ranks are out of step), DEADLINE_EXCEEDED for a wait that timed out (a lost or stopped peer),
+// FAILED_PRECONDITION for a call refused because an earlier failure of another kind left the communicator unusable,
+// INVALID_ARGUMENT for a call the backend does not run (or ABORTED if the group is left unusable anyway). A failure
+// that leaves the communicator's group unusable ends its message with kRecoveryAdvice.
 #pragma once
 
 #include <string>
@@ -32,9 +33,9 @@ inline bool mentions(const std::string& text, const char* what) { return text.fi
 // carries that rank's message after its own words, so the kind is found anywhere in the message.
 inline xla::ffi::ErrorCode host_failure_code(const std::string& message, bool broken) {
   using xla::ffi::ErrorCode;
-  if (mentions(message, kUnusableMarker)) return ErrorCode::kFailedPrecondition;
   if (mentions(message, host::kMismatchPrefix) || mentions(message, kConcurrentCallsPrefix)) return ErrorCode::kAborted;
   if (mentions(message, kTimeoutPrefix)) return ErrorCode::kDeadlineExceeded;
+  if (mentions(message, kUnusableMarker)) return ErrorCode::kFailedPrecondition;
   return broken ? ErrorCode::kAborted : ErrorCode::kInvalidArgument;
 }
 

@@ -81,6 +81,38 @@ def partition_tables(mesh_shape: Sequence[int], mesh_axis_names: Sequence[str], 
     return group.astype(int).tolist(), rank.astype(int).tolist()
 
 
+_process_hosts: dict = {}  # process index -> host name, as each process published it (processes_share_gpus)
+
+
+def processes_share_gpus(devices) -> bool:
+    """Whether two of ``devices`` belong to different processes on one host with the same local GPU ordinal:
+    several processes driving one physical GPU (a one-GPU machine running a job of several processes). Host names
+    travel through JAX's coordination service once per process. A process whose visible GPUs were renumbered
+    (CUDA_VISIBLE_DEVICES) may be taken for sharing: then ``auto`` prefers ours to lax, which runs there too."""
+    import socket
+
+    import jax
+
+    from . import _compat
+
+    if jax.process_count() == 1 or not devices:
+        return False
+    me = jax.process_index()
+    if not _process_hosts:
+        _compat.kv_set_bytes(f"jax_mscclpp/host/{me}", socket.gethostname().encode(), replace=True)
+        _process_hosts[me] = socket.gethostname()
+    timeout = float(native.timeout_seconds())
+    seen = {}
+    for d in devices:
+        process = d.process_index
+        if process not in _process_hosts:
+            _process_hosts[process] = _compat.kv_get_bytes(f"jax_mscclpp/host/{process}", timeout).decode()
+        where = (_process_hosts[process], d.local_hardware_id)
+        if seen.setdefault(where, process) != process:
+            return True
+    return False
+
+
 class Communicator:
     """Channels, scratch and semaphores among the devices of ``mesh`` along ``axis_names``.
 
@@ -179,6 +211,9 @@ class Communicator:
         self.fallback_reason: str | None = None  # set when this communicator cannot run here: lax is emitted
         self._plans: set = set()
         self._local_gpus: tuple = ()  # CUDA ordinals of this process's ranks (GPU communicators)
+        # Whether several processes drive one physical GPU among this communicator's devices, where lax's (NCCL's)
+        # collectives cannot run (selection.lax_runnable).
+        self.shares_gpus = False
         self.cache_key = self._key(mesh, axes, side_stream)
         self.generation = self._generations.get(self.cache_key, 0)
         self._generations[self.cache_key] = self.generation + 1
@@ -213,6 +248,7 @@ class Communicator:
         members = {}  # partition -> partitions of its group
         for p in range(len(self.devices)):
             members.setdefault(self.group_of_partition[p], []).append(p)
+        self.shares_gpus = processes_share_gpus(self.devices)
         if jax.process_count() == 1:
             ordinals = {p: d.local_hardware_id for p, d in local.items()}
             missing = [(a, b) for a in ordinals.values() for b in ordinals.values()

@@ -1,7 +1,7 @@
 """Going on after a failed collective call (a timeout, a lost or stopped peer, ranks in mismatched calls).
 
 A failure leaves the group of ranks it happened in out of step, so the host backend refuses every later call on
-that communicator (FAILED_PRECONDITION, "unusable after an earlier failure"). The process stays usable:
+that communicator ("unusable after an earlier failure"). The process stays usable:
 
 - a program lowered after the failure gets a fresh communicator for the same mesh and axes by itself (lowering
   replaces a cached one that a failure left unusable, ``Communicator.drop_unusable``; until then the failed one's
@@ -9,9 +9,9 @@ that communicator (FAILED_PRECONDITION, "unusable after an earlier failure"). Th
 - programs compiled before the failure hold the failed communicator's id; ``reset()`` destroys every
   communicator and clears JAX's caches, so that calling them again lowers them with fresh ones.
 
-The status code of a failed call says what happened (``ffi/host_failure_status.h``): ABORTED for ranks in
-different calls, DEADLINE_EXCEEDED for a wait that timed out, FAILED_PRECONDITION for a call on an unusable
-communicator.
+The status code of a failed call says what happened, by the failure at the root (``ffi/host_failure_status.h``):
+ABORTED for ranks in different calls, DEADLINE_EXCEEDED for a wait that timed out; a call refused on an unusable
+communicator says so in its message, with the code of the failure behind it.
 """
 
 from __future__ import annotations

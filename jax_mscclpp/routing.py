@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from . import _compat
+from . import _compat, explain
 
 logger = logging.getLogger("jax_mscclpp.collectives")
 
@@ -73,6 +73,7 @@ def log_lax(api_name: str, axes: tuple, reason: str) -> None:
     """The log line of a call handed to lax's collective (none for a call over no axes)."""
     if reason == NO_AXES:
         return
+    explain.record(api_name, axes, None, None, "lax", reason)
     logger.info("jax_mscclpp.%s over %s runs lax's collective: %s", api_name, axes, reason)
 
 

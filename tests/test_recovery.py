@@ -46,7 +46,7 @@ def test_mismatch_is_aborted_and_the_next_program_runs(cpu_devices, rng):
     # a program lowered now gets a fresh communicator without anything done
     assert_same(_healthy(mesh, 2.0)(x), sharded(lambda v: lax.psum(v * 2.0, "x"), mesh, P("x"), P())(x))
     # one compiled before the failure holds the failed one until reset() lowers it again
-    with pytest.raises(Exception, match="FAILED_PRECONDITION"):
+    with pytest.raises(Exception, match=r"FAILED_PRECONDITION: .*was destroyed .*jax_mscclpp.reset\(\)"):
         jax.block_until_ready(before(x))
     assert jm.reset() >= 1
     assert_same(before(x), sharded(lambda v: lax.psum(v, "x"), mesh, P("x"), P())(x))
@@ -64,7 +64,7 @@ def test_lost_peer_is_deadline_exceeded_and_the_next_program_runs(cpu_devices, r
         message = str(failure.value)
         assert "DEADLINE_EXCEEDED" in message and "timeout after" in message, message
         assert "jax_mscclpp.reset()" in message, message
-        with pytest.raises(Exception, match="FAILED_PRECONDITION.*unusable after an earlier failure"):
+        with pytest.raises(Exception, match="DEADLINE_EXCEEDED: .*unusable after an earlier failure: .*timeout"):
             jax.block_until_ready(f(x))
     assert jm.Communicator(mesh, "x").alive  # replaced: the failed one is gone
     assert_same(_healthy(mesh, 3.0)(x), sharded(lambda v: lax.psum(v * 3.0, "x"), mesh, P("x"), P())(x))
