@@ -95,6 +95,9 @@ struct PublishedCalls {
   }
 };
 
+// What every mismatch message starts with, on CPU devices and GPUs alike (the CPU handler's status code reads it).
+inline constexpr const char* kMismatchPrefix = "jax_mscclpp: mismatched collective calls";
+
 // What every mismatch message ends with, on CPU devices and GPUs alike.
 inline constexpr const char* kSameCallsAdvice =
     "every rank of a group must make the same collective calls in the same order";
@@ -103,7 +106,7 @@ inline constexpr const char* kSameCallsAdvice =
 // as describe() words them.
 inline std::string mismatch_message(int64_t comm_id, int rank, int world, uint64_t epoch, const std::string& mine,
                                     int peer, uint64_t peer_epoch, const std::string& theirs) {
-  return "jax_mscclpp: mismatched collective calls on communicator " + std::to_string(comm_id) + ": rank " +
+  return std::string(kMismatchPrefix) + " on communicator " + std::to_string(comm_id) + ": rank " +
          std::to_string(rank) + " of " + std::to_string(world) + " called " + mine + " (epoch " +
          std::to_string(epoch) + ") but peer " + std::to_string(peer) + " called " + theirs + " (epoch " +
          std::to_string(peer_epoch) + "); " + kSameCallsAdvice;

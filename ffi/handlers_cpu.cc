@@ -12,6 +12,7 @@
 #include "handlers.h"
 #include "host_collectives.h"
 #include "host_executor.h"
+#include "host_failure_status.h"
 #include "registry.h"
 #include "runtime_settings.h"
 #include "xla/ffi/api/ffi.h"
@@ -29,8 +30,9 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
   if (!comm)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                       "jax_mscclpp: communicator " + std::to_string(comm_id) +
-                          " was destroyed (Communicator.destroy()) after this program was compiled; "
-                          "jax.clear_caches() (or a new jax.jit) lowers it again with a fresh communicator");
+                          " was destroyed (Communicator.destroy(), or replaced after a failed call) after this program was "
+                          "compiled; jax_mscclpp.reset() or jax.clear_caches() (or a new jax.jit) lowers it again "
+                          "with a fresh communicator");
   const DType dtype = to_dtype(x.element_type());
   if (dtype == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");
@@ -59,10 +61,13 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
     err = host::run_collective(*comm, pid, call, timeout_seconds());
   }
   if (!err.empty()) {
-    if (host::HostGroup* group = comm->group_of(pid))
+    bool broken = false;
+    if (host::HostGroup* group = comm->group_of(pid)) {
       group->record_failure(comm->rank_index(pid),
                             std::chrono::duration<double>(host::Clock::now() - started).count(), err);
-    return ffi::Error(ffi::ErrorCode::kDeadlineExceeded, err);
+      broken = group->broken.load(std::memory_order_acquire);
+    }
+    return host_failure_error(err, broken);
   }
   return ffi::Error::Success();
 }

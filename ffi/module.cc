@@ -183,6 +183,18 @@ NB_MODULE(_jax_mscclpp, m) {
       "Failed calls of a host communicator, in order per group: (group, rank, seconds into the call, message).");
 
   m.def(
+      "host_broken",
+      [](int64_t comm_id) {
+        auto comm = find_host_communicator(comm_id);
+        if (!comm) throw nb::value_error("no such communicator");
+        for (int g = 0; g < comm->num_groups(); ++g)
+          if (comm->group_of_index(g)->broken.load(std::memory_order_acquire)) return true;
+        return false;
+      },
+      nb::arg("comm_id"),
+      "Whether an earlier failure left a group of a host communicator unusable (its ranks are out of step).");
+
+  m.def(
       "skip_next_calls",
       [](int64_t comm_id, int partition, int calls) {
         injected_faults(comm_id, partition).skip_calls.store(calls, std::memory_order_relaxed);

@@ -5,6 +5,10 @@ Use them inside ``jax.shard_map`` under ``jax.jit``::
     y = jax_mscclpp.psum(x, "tp")
 """
 
+from .settings import check_environment as _check_environment
+
+_check_environment()  # a value of a JAX_MSCCLPP_* variable that is not understood is an error, before any use
+
 from ._native import CUDA_BUILT as _CUDA_BUILT  # registers the FFI targets
 from .collectives import (
     all_gather,
@@ -18,9 +22,11 @@ from .collectives import (
 )
 from . import fused
 from .communicator import Communicator
+from .explain import explain
 from .info import info
 from .overlap import psum_done, psum_start, value_and_psum_grad
 from .plans import register_algorithm, unregister_algorithm
+from .recovery import reset
 from .rewrite import rewrite
 
 __version__ = "0.1.0"
@@ -30,6 +36,7 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_to_all",
+    "explain",
     "info",
     "pmax",
     "register_algorithm",
@@ -40,6 +47,7 @@ __all__ = [
     "psum_start",
     "psum_scatter",
     "reduce_scatter",
+    "reset",
     "rewrite",
     "value_and_psum_grad",
 ]

@@ -30,6 +30,20 @@ def varying_axes(aval: Any) -> frozenset:
     return frozenset(getattr(aval, "vma", frozenset()))
 
 
+def unreduced_axes(aval: Any) -> frozenset:
+    """The mesh axes over which an abstract value holds partial sums still to be reduced (typed ``unreduced``)."""
+    mat = getattr(aval, "mat", None)
+    found = set(getattr(mat, "unreduced", ()) or ())
+    spec = getattr(getattr(aval, "sharding", None), "spec", None)
+    found.update(getattr(spec, "unreduced", ()) or ())
+    return frozenset(found)
+
+
+def is_tracer(x: Any) -> bool:
+    """Whether ``x`` is a traced value (not a Python scalar, numpy value or concrete array)."""
+    return isinstance(x, _core.Tracer)
+
+
 def with_varying_axes(aval: Any, axes: frozenset) -> Any:
     """``aval`` retyped to vary over exactly ``axes``."""
     if not check_vma_enabled():
@@ -65,6 +79,21 @@ def lowering_mesh(ctx: Any):
     if isinstance(axis_context, _sharding_impls.SPMDAxisContext):
         return axis_context.mesh
     return None
+
+
+def lowering_manual_axes(ctx: Any) -> frozenset:
+    """The mesh axes the code being lowered is manual over (all of them inside a shard_map over every axis; some
+    of them in a partially manual program: shard_map's ``axis_names=``, or a vmap of a shard_map)."""
+    axis_context = ctx.module_context.axis_context
+    return frozenset(getattr(axis_context, "manual_axes", ()) or ())
+
+
+def mesh_devices(mesh: Any):
+    """The devices of ``mesh`` in row-major order, or None for an abstract mesh (one without devices)."""
+    if isinstance(mesh, _mesh.AbstractMesh):
+        return None
+    devices = getattr(mesh, "devices", None)
+    return None if devices is None else tuple(devices.flat)
 
 
 def module_state(ctx: Any, key: str) -> dict:
@@ -257,7 +286,11 @@ __all__ = [
     "current_block",
     "module_state",
     "lowering_mesh",
+    "is_tracer",
+    "lowering_manual_axes",
     "make_varying",
+    "mesh_devices",
+    "unreduced_axes",
     "typeof",
     "varying_axes",
     "with_varying_axes",

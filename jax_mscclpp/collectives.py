@@ -14,15 +14,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _compat, selection
+from . import _compat, routing, selection
 from ._types import REDUCE_OPS, Collective, check_dtype
 from .primitives import all_gather_p, all_reduce_p, all_to_all_p, reduce_scatter_p
 
 
 def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
+    """(axes, world size) of a call over ``axis_name`` (a name or a tuple of names); an empty tuple is a world of
+    one, as in lax. Raises a clear error for names that are not bound here, repeated or not names."""
     axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    if not axes:
-        raise ValueError(f"{api_name}: axis_name must name at least one axis")
     for axis in axes:
         try:
             hash(axis)
@@ -41,6 +41,15 @@ def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
     if len(set(axes)) != len(axes):
         raise ValueError(f"{api_name}: repeated axis name in {axes}")
     return axes, math.prod(bound[a] for a in axes)
+
+
+def _lax_route(api_name: str, axis_name, leaves, axis_index_groups, op: str | None = None) -> str | None:
+    """Why this call runs lax's collective (logged), or None when ours runs it (``routing.lax_reason``)."""
+    axes, _ = _axes_and_world(axis_name, api_name)
+    reason = routing.lax_reason(api_name, axes, leaves, axis_index_groups=axis_index_groups, op=op)
+    if reason is not None:
+        routing.log_lax(api_name, axes, reason)
+    return reason
 
 
 def _check_algorithm(collective: Collective, algorithm, api_name: str) -> None:
@@ -137,18 +146,26 @@ def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
     return leaves, treedef, axes, world
 
 
-def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None):
+def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, axis_index_groups=None):
     """Reduces ``x`` (a pytree) over ``axis_name`` with ``op`` ("sum", "max" or "min"); like ``lax.psum``.
 
     Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``). Under ``auto``, a
     sum of a pytree that looks like a training step's gradients runs lax's all-reduces for its large leaves, which
-    XLA overlaps with the backward pass (``selection.tree_sum_algorithm``)."""
-    return reduce_tree(x, axis_name, op, algorithm, gradient_rule=True)
+    XLA overlaps with the backward pass (``selection.tree_sum_algorithm``). Calls ours cannot run (``routing``:
+    ``axis_index_groups``, vmap axes, constants, unreduced operands, ...) run lax's reduction instead."""
+    return reduce_tree(x, axis_name, op, algorithm, gradient_rule=True, axis_index_groups=axis_index_groups)
 
 
-def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: bool):
+_LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+
+
+def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: bool, axis_index_groups=None):
     """``all_reduce``; ``gradient_rule``: whether a gradient-like sum emits lax for its large leaves."""
     api = _REDUCE_API.get(op, "all_reduce") if isinstance(op, str) else "all_reduce"
+    if isinstance(op, str) and op in REDUCE_OPS:
+        _check_algorithm(Collective.ALL_REDUCE, algorithm, api)
+        if _lax_route(api, axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, op) is not None:
+            return _LAX_REDUCE[op](x, axis_name, axis_index_groups=axis_index_groups)
     leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
         return jax.tree_util.tree_unflatten(treedef, reduce_over_one_rank(leaves, axes, op))
@@ -162,19 +179,19 @@ def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: 
     return jax.tree_util.tree_unflatten(treedef, unbucketed(leaves, calls, results))
 
 
-def psum(x, axis_name, *, algorithm: str | None = None):
+def psum(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     """Sum over ``axis_name``: ``lax.psum``'s drop-in."""
-    return all_reduce(x, axis_name, op="sum", algorithm=algorithm)
+    return all_reduce(x, axis_name, op="sum", algorithm=algorithm, axis_index_groups=axis_index_groups)
 
 
-def pmax(x, axis_name, *, algorithm: str | None = None):
+def pmax(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     """Maximum over ``axis_name``: ``lax.pmax``'s drop-in."""
-    return all_reduce(x, axis_name, op="max", algorithm=algorithm)
+    return all_reduce(x, axis_name, op="max", algorithm=algorithm, axis_index_groups=axis_index_groups)
 
 
-def pmin(x, axis_name, *, algorithm: str | None = None):
+def pmin(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     """Minimum over ``axis_name``: ``lax.pmin``'s drop-in."""
-    return all_reduce(x, axis_name, op="min", algorithm=algorithm)
+    return all_reduce(x, axis_name, op="min", algorithm=algorithm, axis_index_groups=axis_index_groups)
 
 
 def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
@@ -187,9 +204,12 @@ def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
     return axis % ndim
 
 
-def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str | None = None):
+def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str | None = None,
+               axis_index_groups=None):
     """Gathers ``x`` from every rank along ``axis`` (stacked, or concatenated when ``tiled``): ``lax.all_gather``."""
     _check_algorithm(Collective.ALL_GATHER, algorithm, "all_gather")
+    if _lax_route("all_gather", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
+        return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups)
     axes, world = _axes_and_world(axis_name, "all_gather")
 
     def one(leaf):
@@ -210,9 +230,13 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: s
     return jax.tree_util.tree_map(one, x)
 
 
-def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False, algorithm: str | None = None):
+def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False, algorithm: str | None = None,
+                 axis_index_groups=None):
     """Sums over ``axis_name`` and leaves rank r block r of ``scatter_dimension``: ``lax.psum_scatter``."""
     _check_algorithm(Collective.REDUCE_SCATTER, algorithm, "psum_scatter")
+    if _lax_route("psum_scatter", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
+        return lax.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled,
+                                axis_index_groups=axis_index_groups)
     axes, world = _axes_and_world(axis_name, "psum_scatter")
 
     def one(leaf):
@@ -260,10 +284,14 @@ def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
 
 
 def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False,
-               algorithm: str | None = None):
+               algorithm: str | None = None, axis_index_groups=None):
     """Splits ``split_axis`` into one piece per rank, sends piece r to rank r, and joins what arrives along
     ``concat_axis`` (stacked into a new axis unless ``tiled``): ``lax.all_to_all``."""
     _check_algorithm(Collective.ALL_TO_ALL, algorithm, "all_to_all")
+    if _lax_route("all_to_all", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
+        return jax.tree_util.tree_map(
+            lambda leaf: lax.all_to_all(leaf, axis_name, split_axis, concat_axis, axis_index_groups=axis_index_groups,
+                                        tiled=tiled), x)
     axes, world = _axes_and_world(axis_name, "all_to_all")
 
     def one(leaf):

@@ -54,6 +54,14 @@ def _check_scratch_bytes(value, what: str) -> int:
     return value
 
 
+def _mesh_devices(mesh):
+    """The devices of ``mesh`` in row-major order, or None for an abstract mesh (a communicator made for one runs
+    on CPU devices of this process, found by partition id)."""
+    from . import _compat
+
+    return _compat.mesh_devices(mesh)
+
+
 def _normalize_axes(axis_names) -> tuple:
     return tuple(axis_names) if isinstance(axis_names, (tuple, list)) else (axis_names,)
 
@@ -71,6 +79,38 @@ def partition_tables(mesh_shape: Sequence[int], mesh_axis_names: Sequence[str], 
     else:
         group = np.zeros_like(rank)
     return group.astype(int).tolist(), rank.astype(int).tolist()
+
+
+_process_hosts: dict = {}  # process index -> host name, as each process published it (processes_share_gpus)
+
+
+def processes_share_gpus(devices) -> bool:
+    """Whether two of ``devices`` belong to different processes on one host with the same local GPU ordinal:
+    several processes driving one physical GPU (a one-GPU machine running a job of several processes). Host names
+    travel through JAX's coordination service once per process. A process whose visible GPUs were renumbered
+    (CUDA_VISIBLE_DEVICES) may be taken for sharing: then ``auto`` prefers ours to lax, which runs there too."""
+    import socket
+
+    import jax
+
+    from . import _compat
+
+    if jax.process_count() == 1 or not devices:
+        return False
+    me = jax.process_index()
+    if not _process_hosts:
+        _compat.kv_set_bytes(f"jax_mscclpp/host/{me}", socket.gethostname().encode(), replace=True)
+        _process_hosts[me] = socket.gethostname()
+    timeout = float(native.timeout_seconds())
+    seen = {}
+    for d in devices:
+        process = d.process_index
+        if process not in _process_hosts:
+            _process_hosts[process] = _compat.kv_get_bytes(f"jax_mscclpp/host/{process}", timeout).decode()
+        where = (_process_hosts[process], d.local_hardware_id)
+        if seen.setdefault(where, process) != process:
+            return True
+    return False
 
 
 class Communicator:
@@ -121,10 +161,24 @@ class Communicator:
                 )
         return comm
 
+    @classmethod
+    def drop_unusable(cls, mesh, axis_names, *, side_stream: bool = False) -> bool:
+        """Destroys the cached communicator of (``mesh``, ``axis_names``) if an earlier failure left it unusable, so
+        that the next ``Communicator(mesh, axis_names)`` is a fresh one (recovery.py); whether it did. Lowering
+        calls it: a program lowered after a failure runs on a fresh communicator, while ``errors()`` of the failed
+        one stays readable until then."""
+        key = cls._key(mesh, _normalize_axes(axis_names), bool(side_stream))
+        with cls._lock:
+            comm = cls._cache.get(key)
+            if comm is None or not comm.unusable():
+                return False
+            comm._destroy_locked()
+            return True
+
     @staticmethod
     def _key(mesh, axes: tuple, side_stream: bool):
-        devices = getattr(mesh, "devices", None)
-        device_ids = tuple(int(d.id) for d in np.asarray(devices).flat) if devices is not None else None
+        devices = _mesh_devices(mesh)
+        device_ids = tuple(int(d.id) for d in devices) if devices is not None else None
         return (device_ids, tuple(mesh.axis_names), tuple(mesh.axis_sizes), axes, side_stream)
 
     def _setup(self, mesh, axes: tuple, scratch_bytes: int | None, port_channels: bool, side_stream: bool) -> None:
@@ -140,8 +194,7 @@ class Communicator:
         self.world_size = int(np.prod([sizes[a] for a in axes], dtype=int))
         self.group_of_partition, self.rank_of_partition = partition_tables(self.mesh_shape, mesh.axis_names, axes)
         self.num_groups = len(self.group_of_partition) // self.world_size
-        devices = getattr(mesh, "devices", None)
-        self.devices = tuple(np.asarray(devices).flat) if devices is not None else None
+        self.devices = _mesh_devices(mesh)
         self.platform = self.devices[0].platform if self.devices else "cpu"
         if scratch_bytes is None and "JAX_MSCCLPP_SCRATCH_BYTES" in os.environ:
             scratch_bytes = _check_scratch_bytes(os.environ["JAX_MSCCLPP_SCRATCH_BYTES"], "JAX_MSCCLPP_SCRATCH_BYTES")
@@ -158,6 +211,9 @@ class Communicator:
         self.fallback_reason: str | None = None  # set when this communicator cannot run here: lax is emitted
         self._plans: set = set()
         self._local_gpus: tuple = ()  # CUDA ordinals of this process's ranks (GPU communicators)
+        # Whether several processes drive one physical GPU among this communicator's devices, where lax's (NCCL's)
+        # collectives cannot run (selection.lax_runnable).
+        self.shares_gpus = False
         self.cache_key = self._key(mesh, axes, side_stream)
         self.generation = self._generations.get(self.cache_key, 0)
         self._generations[self.cache_key] = self.generation + 1
@@ -192,6 +248,7 @@ class Communicator:
         members = {}  # partition -> partitions of its group
         for p in range(len(self.devices)):
             members.setdefault(self.group_of_partition[p], []).append(p)
+        self.shares_gpus = processes_share_gpus(self.devices)
         if jax.process_count() == 1:
             ordinals = {p: d.local_hardware_id for p, d in local.items()}
             missing = [(a, b) for a in ordinals.values() for b in ordinals.values()
@@ -309,18 +366,26 @@ class Communicator:
                 return p
         raise ValueError(f"{device} is not in this communicator's mesh")
 
+    def unusable(self) -> bool:
+        """Whether an earlier failed call left this communicator's ranks out of step, so that it refuses every
+        call (host backend; a GPU communicator reports its failures through ``errors()``)."""
+        return self.alive and self.platform == "cpu" and bool(native.host_broken(self.id))
+
     def destroy(self) -> None:
         """Frees the native resources; the next use of the same (mesh, axes) creates a fresh communicator."""
         with self._lock:
-            for key, comm in list(self._cache.items()):
-                if comm is self:
-                    del self._cache[key]
-            if self.alive:
-                if self.platform == "cpu":
-                    native.destroy_communicator(self.id)
-                else:
-                    native.cuda.comm_destroy(self.id)
-                self.alive = False
+            self._destroy_locked()
+
+    def _destroy_locked(self) -> None:
+        for key, comm in list(self._cache.items()):
+            if comm is self:
+                del self._cache[key]
+        if self.alive:
+            if self.platform == "cpu":
+                native.destroy_communicator(self.id)
+            else:
+                native.cuda.comm_destroy(self.id)
+            self.alive = False
 
     def __repr__(self) -> str:
         return (

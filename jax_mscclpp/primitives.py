@@ -19,7 +19,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, _native, _ordering, layout, selection
+from . import _compat, _native, _ordering, explain, layout, routing, selection
 from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -89,7 +89,14 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
             f"jax_mscclpp: {collective.name.lower()} over {axes} must run inside jax.shard_map; "
             "use the jax.lax collective under pmap"
         )
+    lax_reason = _lowering_lax_reason(platform, ctx, mesh)
+    if lax_reason is not None:
+        routing.log_lax_lowering(collective.name.lower(), axes, lax_reason)
+        _explained(collective, op, axes, ctx.avals_in[0], "lax", lax_reason)
+        return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
     started = call_id is not None and platform == "gpu"
+    if Communicator.drop_unusable(mesh, axes, side_stream=started):
+        routing.logger.info("a failed call left the communicator over %s unusable: this program gets a fresh one", axes)
     aval_in = ctx.avals_in[0]
     itemsize = np.dtype(aval_in.dtype).itemsize
     count = int(np.prod(aval_in.shape, dtype=int))
@@ -97,6 +104,8 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
                                 communicator=lambda: Communicator(mesh, axes, side_stream=started))
+    _explained(collective, op, axes, aval_in, decision.algorithm,
+               _communicator_lax_reason(mesh, axes, started) if decision.kind == "lax" else None)
     if decision.kind == "composed":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     if decision.kind == "lax":
@@ -125,6 +134,34 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
         return target(ctx, x, **attrs, max_blocks=np.int32(OVERLAP_MAX_BLOCKS), call_id=np.int64(call_id))
     target = jax.ffi.ffi_lowering(gpu_target(collective.target, count * itemsize), has_side_effect=True)
     return target(ctx, x, **attrs, max_blocks=np.int32(0))
+
+
+def _explained(collective, op, axes, aval, algorithm: str, reason: str | None) -> None:
+    """Notes the decision for ``explain`` (explain.py)."""
+    name = collective.name.lower() + (f"({op})" if collective == Collective.ALL_REDUCE else "")
+    nbytes = int(np.prod(aval.shape, dtype=int)) * np.dtype(aval.dtype).itemsize
+    explain.record(name, axes, nbytes, np.dtype(aval.dtype).name, algorithm, reason)
+
+
+def _communicator_lax_reason(mesh, axes, started) -> str | None:
+    """Why a call decided as lax is lax, where it is not the table's rule or algorithm="lax": the communicator's
+    fallback."""
+    comm = Communicator._cache.get(Communicator._key(mesh, axes, started))
+    return None if comm is None else comm.fallback_reason
+
+
+def _lowering_lax_reason(platform: str, ctx, mesh) -> str | None:
+    """Why a call must lower to lax's collective where it is being lowered, or None. Our calls locate their rank by
+    XLA's partition id, which a partially manual program (shard_map's ``axis_names=``, a vmap of a shard_map over
+    a mesh axis) cannot use; a GPU communicator needs the mesh's devices, which an abstract mesh (a shard_map
+    nested without a concrete mesh) does not carry."""
+    manual = _compat.lowering_manual_axes(ctx)
+    if manual != frozenset(mesh.axis_names):
+        return (f"the program is manual over {sorted(manual, key=repr)} only, not every mesh axis "
+                f"{list(mesh.axis_names)}")
+    if platform == "gpu" and _compat.mesh_devices(mesh) is None:
+        return "the mesh is abstract here (no devices): a GPU communicator needs the mesh's devices"
+    return None
 
 
 def _started_on_side_stream(ctx) -> set:

@@ -22,10 +22,10 @@ its gradient with it. When ``rewrite`` encloses the ``jax.grad`` those psums are
 like pvary whose transpose is ``jax_mscclpp.psum``.
 
 A collective stays lax, with a debug message on the ``jax_mscclpp.rewrite`` logger saying why, when our backend
-cannot run it or was not asked to: ``axis_index_groups``, positional (integer) axes, axes that are not manual
-shard_map axes (vmap or pmap axis names), an axis size of 1, a dtype outside ``_types.SUPPORTED_DTYPES``, fewer
-than ``min_bytes`` bytes per rank, a collective not in ``collectives``, or a result that our collective would type
-as varying over more axes than lax does. Every replacement types its result exactly as the lax collective did
+cannot run it or was not asked to: ``axis_index_groups``, no axes, positional (integer) axes, axes that are not
+manual shard_map axes (vmap or pmap axis names), an operand typed unreduced, an axis size of 1, a dtype outside
+``_types.SUPPORTED_DTYPES``, fewer than ``min_bytes`` bytes per rank, a collective not in ``collectives``, or a
+result that our collective would type as varying over more axes than lax does. Every replacement types its result exactly as the lax collective did
 (shape, dtype, weak type and the axes it varies over), so the equations after it, and the loop carries and
 ``out_specs`` around it, type-check unchanged.
 """
@@ -266,6 +266,8 @@ def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=No
         return "not among the collectives asked for"
     if axis_index_groups is not None:
         return "axis_index_groups"
+    if not axes:
+        return "no axes (the collective is the identity)"
     if any(isinstance(a, int) for a in axes):
         return "positional (integer) axes"
     mesh_axes, manual = _compat.mesh_axes()
@@ -275,6 +277,9 @@ def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=No
     if manual != mesh_axes:
         # Our lowering locates a device by XLA's partition id, which a partially manual program does not have.
         return f"the shard_map is manual over {sorted(manual)} only, not every mesh axis"
+    unreduced = _compat.unreduced_axes(aval) & frozenset(axes)
+    if unreduced:
+        return f"the operand is typed unreduced over {sorted(unreduced, key=repr)}"
     if np.dtype(aval.dtype) not in SUPPORTED_DTYPES:
         return f"dtype {np.dtype(aval.dtype).name} is not supported"
     sizes = _compat.bound_axis_sizes()

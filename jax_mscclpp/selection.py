@@ -3,13 +3,16 @@
 Order of precedence, for one call of a collective on a platform:
 
 1. ``algorithm=`` on the call, else ``JAX_MSCCLPP_ALGORITHM`` when it names an algorithm of this collective or a
-   plan registered for it on this platform (the variable applies to every collective that knows the name);
+   plan registered for it on this platform (the variable applies to every collective that knows the name; a name
+   no collective knows is a ValueError, ``settings.forced_algorithm``);
 2. a registered DSL plan (``plans.py``): the requested one, else the first whose size range covers the call and
    that runs on this communicator;
 3. the rules measured on this machine (the tuning file, ``tuning_file.py``), then ``DEFAULT_TABLE``: the first
    rule whose collective, platform, world size and size range match;
 4. ``"lax"`` (also what a rule may say): the lax collective is emitted instead of ours, and so it is whenever the
-   communicator cannot run here (``Communicator.fallback_reason``).
+   communicator cannot run here (``Communicator.fallback_reason``). ``auto`` never emits lax where lax cannot run
+   (``lax_runnable``: processes sharing one GPU): there the first rule of ours for the call, or an algorithm of
+   ours for any size, runs instead.
 
 The GPU rules of ``DEFAULT_TABLE`` come from measurements on two H200s joined by NVLink
 (``bench/results/``, docs/benchmarking.md): ours where it was faster than lax in the same run, lax elsewhere, so
@@ -22,9 +25,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from . import settings
 from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
 
-ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
+ENV_ALGORITHM = settings.ENV_ALGORITHM
 
 # Whether XLA may record a GPU call into its command buffers (CUDA graphs): "1" always, "0" never, unset: calls of
 # more than GRAPH_MIN_BYTES per rank only (docs/architecture.md, "Command buffers", has the measurements).
@@ -107,14 +111,52 @@ GRADIENT_TREE_LEAVES = 2
 GRADIENT_TREE_BYTES = 64 << 20
 
 
+# What tree_sum_algorithm gives the large leaves of a gradient-like sum: lax's all-reduce where lax can run
+# (``lax_runnable``), else the table's choice; decided at lowering, where the communicator is known.
+GRADIENT_TREE_LAX = "auto:lax"
+
+
 def tree_sum_algorithm(algorithm: str | None, own_call_bytes: list[int]) -> str | None:
     """The algorithm for the large leaves of one psum of a pytree (``own_call_bytes``: their bytes per rank):
-    "lax" when nothing asked for an algorithm and the tree looks like a gradient sum, else ``algorithm``."""
-    if algorithm is not None or os.environ.get(ENV_ALGORITHM):
+    ``GRADIENT_TREE_LAX`` when nothing asked for an algorithm and the tree looks like a gradient sum, else
+    ``algorithm``."""
+    if algorithm is not None or settings.forced_algorithm():
         return algorithm
     if len(own_call_bytes) >= GRADIENT_TREE_LEAVES and sum(own_call_bytes) >= GRADIENT_TREE_BYTES:
-        return "lax"
+        return GRADIENT_TREE_LAX
     return None
+
+
+def nccl_api_active() -> bool:
+    """Whether an NCCL-API library of ours is what XLA's collectives call in this process, so that lax's
+    collectives run wherever ours do. None is built yet: the one place to say so once there is."""
+    return False
+
+
+def lax_runnable(communicator) -> bool:
+    """Whether lax's collectives can run over ``communicator``'s devices, so that ``auto`` may emit them: not where
+    several processes drive one physical GPU (``Communicator.shares_gpus``: NCCL refuses two ranks on one device,
+    "Duplicate GPU detected"), unless ``nccl_api_active()``."""
+    return nccl_api_active() or not getattr(communicator, "shares_gpus", False)
+
+
+# What ``auto`` runs where its rule says lax but lax cannot run (``lax_runnable``): an algorithm of ours that
+# takes any size.
+ANY_SIZE_ALGORITHM = {
+    Collective.ALL_REDUCE: "1pa_hb",
+    Collective.ALL_GATHER: "allpairs",
+    Collective.REDUCE_SCATTER: "allpairs",
+    Collective.ALL_TO_ALL: "allpairs",
+}
+
+
+def _ours_where_lax_cannot_run(collective: Collective, platform: str, nbytes: int, world: int | None) -> str:
+    """The first rule for this call that is not lax, else ``ANY_SIZE_ALGORITHM`` if this platform runs it."""
+    for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
+        if rule.algorithm != "lax" and rule.matches(collective, platform, nbytes, world):
+            return rule.algorithm
+    fallback = ANY_SIZE_ALGORITHM[collective]
+    return fallback if fallback in PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ()) else "lax"
 
 
 def requested_algorithm(collective: Collective, platform: str, algorithm: str | None) -> str | None:
@@ -123,7 +165,7 @@ def requested_algorithm(collective: Collective, platform: str, algorithm: str | 
 
     if algorithm is not None:
         return algorithm
-    name = os.environ.get(ENV_ALGORITHM) or None
+    name = settings.forced_algorithm()
     if name is None or name in ALGORITHMS_OF[collective]:
         return name
     entry = plans.registered(name)
@@ -153,9 +195,10 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
     when one of our algorithms may run)."""
     from . import plans
 
-    requested = requested_algorithm(collective, platform, algorithm)
+    gradient_tree = algorithm == GRADIENT_TREE_LAX
+    requested = None if gradient_tree else requested_algorithm(collective, platform, algorithm)
     wants_plan = plans.registered(requested) is not None
-    if wants_plan or (requested is None and plans.registered_for(collective, platform)):
+    if wants_plan or (requested is None and not gradient_tree and plans.registered_for(collective, platform)):
         comm = communicator()
         if comm.fallback_reason is None:
             # The host backend has every port channel; on GPUs they exist only if the communicator was made so.
@@ -166,7 +209,9 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
                 return Decision("plan", picked[0].name, picked[0], picked[1])
         if wants_plan:  # a requested plan whose communicator falls back to lax
             return Decision("lax", "lax")
-    chosen = choose(collective, platform, nbytes, requested, world)
+    chosen = "lax" if gradient_tree else choose(collective, platform, nbytes, requested, world)
+    if chosen == "lax" and requested is None and not lax_runnable(communicator()):
+        chosen = _ours_where_lax_cannot_run(collective, platform, nbytes, world)
     if chosen in COMPOSED_ALGORITHMS:
         return Decision("composed", chosen)
     if chosen == "lax" or communicator().fallback_reason is not None:
@@ -200,10 +245,23 @@ def _tuned_rules(platform: str | None) -> tuple:
 
 
 def table() -> list[dict]:
-    """The selection table, for ``info()``: tuned rules (consulted first) and then the defaults."""
-    from . import tuning_file
+    """The selection table, for ``info()``, in the order ``decide`` consults it: the registered DSL algorithms
+    (a row per platform; chosen for sizes from ``min_bytes`` to ``max_bytes``), the tuned rules, the defaults."""
+    from . import plans, tuning_file
 
-    return [
+    registered = [
+        {
+            "collective": p.collective.name.lower(),
+            "platform": platform,
+            "world": None,
+            "min_bytes": p.min_bytes,
+            "max_bytes": p.max_bytes,
+            "algorithm": p.name,
+            "source": "registered",
+        }
+        for c in Collective for p in plans.registered_for(c, None) for platform in p.platforms
+    ]
+    return registered + [
         {
             "collective": r.collective.name.lower(),
             "platform": r.platform,

@@ -131,12 +131,16 @@ def _to_rules(doc: dict, path: str) -> tuple:
     return tuple(rules)
 
 
-def load_rules(path: str) -> tuple:
-    """The rules of the selection file at ``path`` (cached until the file changes); () when it cannot be read,
-    with a warning once."""
+def load_rules(path: str, named: bool = False) -> tuple:
+    """The rules of the selection file at ``path`` (cached until the file changes). ``named``: the path is
+    JAX_MSCCLPP_TUNING_FILE's value, and a file that does not exist or cannot be read is a ValueError (one policy
+    for environment values, settings.py); otherwise (the per-topology default file) () with a warning once."""
     try:
         st = os.stat(path)
     except OSError:
+        if named:
+            raise ValueError(f"jax_mscclpp: {ENV_FILE}={path!r} is not understood: the file does not exist; "
+                             "accepted: the path of a selection file (python -m jax_mscclpp.tune writes one) or off")
         _warn_once((path, "missing"), f"jax_mscclpp: {ENV_FILE}={path} does not exist; using the default table")
         return ()
     signature = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -148,6 +152,10 @@ def load_rules(path: str) -> tuple:
         with open(path) as f:
             rules = _to_rules(json.load(f), path)
     except (OSError, ValueError, KeyError, TypeError) as e:
+        if named:
+            raise ValueError(f"jax_mscclpp: {ENV_FILE}={path!r} is not understood: cannot read the selection file "
+                             f"({e}); accepted: the path of a selection file (python -m jax_mscclpp.tune writes "
+                             "one) or off") from e
         _warn_once((path, signature), f"jax_mscclpp: cannot read the selection file {path}: {e}; using the default table")
         rules = ()
     with _lock:
@@ -160,7 +168,7 @@ def rules_for(platform: str | None) -> tuple:
     path = active_path(platform)
     if path is None:
         return ()
-    rules = load_rules(path)
+    rules = load_rules(path, named=os.environ.get(ENV_FILE) is not None)
     return rules if platform is None else tuple(r for r in rules if r.platform == platform)
 
 

@@ -69,18 +69,22 @@ def test_a_rewritten_file_is_reread(tmp_path, monkeypatch):
     assert selection.choose(AR, "cpu", 8192, None) == "1pa_ll"
 
 
-def test_bad_files_are_ignored_with_a_warning(tmp_path, monkeypatch):
+def test_bad_files_named_by_the_environment_are_errors(tmp_path, monkeypatch):
     monkeypatch.setenv(tuning_file.ENV_FILE, "off")
     default = selection.choose(AR, "cpu", 1024, None)
     missing = str(tmp_path / "missing.json")
     monkeypatch.setenv(tuning_file.ENV_FILE, missing)
-    with pytest.warns(RuntimeWarning, match="does not exist"):
-        assert selection.choose(AR, "cpu", 1024, None) == default
+    with pytest.raises(ValueError, match="JAX_MSCCLPP_TUNING_FILE=.*is not understood: the file does not exist"):
+        selection.choose(AR, "cpu", 1024, None)
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     monkeypatch.setenv(tuning_file.ENV_FILE, str(broken))
+    with pytest.raises(ValueError, match="is not understood: cannot read the selection file"):
+        selection.choose(AR, "cpu", 1024, None)
+    # the per-topology default file is no environment value: unreadable, it is ignored with a warning
+    monkeypatch.delenv(tuning_file.ENV_FILE)
     with pytest.warns(RuntimeWarning, match="cannot read"):
-        assert selection.choose(AR, "cpu", 1024, None) == default
+        assert tuning_file.load_rules(str(broken)) == ()
     # A rule for an algorithm this build does not run there is dropped; the rest stand.
     tuned = _other_than(default)
     path = _file(tmp_path / "partly.json", [_rule(4096, "2pa_nvls"), _rule(8192, tuned)])

@@ -1,0 +1,82 @@
+"""Which calls of the public collectives run lax's own collective instead of ours, and why; decided at trace time.
+
+Ours runs over named axes of a ``shard_map`` that is manual over every mesh axis: each rank is then one device,
+found by XLA's partition id. Every other call a lax collective accepts is handed to that lax collective with the
+caller's arguments, so it returns what lax returns (or fails as lax fails), and the reason is logged on the
+``jax_mscclpp.collectives`` logger at info level:
+
+- ``axis_index_groups`` given (ours reduces over whole axes);
+- an axis bound by ``vmap`` (outside a shard_map, or inside one with ``check_vma=False``; inside one with
+  ``check_vma=True`` lax fails unclearly, so that is a clear ``NotImplementedError`` here), or by a ``shard_map``
+  that is manual over only some mesh axes (``axis_names=``);
+- an operand typed unreduced over a reduced axis (explicit sharding, ``P(unreduced=...)``): lax reduces its
+  partial sums;
+- a psum whose leaves are all constants (Python scalars, numpy values): lax returns ``x * axis_size`` without
+  a collective, so ``psum(1, axis)`` is the axis size, usable in shapes.
+
+An empty tuple of axes (which shard_map's own transpose and pmap pass) runs lax's collective too, unlogged: it
+exchanges nothing. Unknown axes stay errors (``NameError``) here, as everywhere in the package.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import _compat, explain
+
+logger = logging.getLogger("jax_mscclpp.collectives")
+
+# The reason of a call over no axes: lax's collective is then the identity (psum) or its world-of-one shape
+# (all_gather adds no axis); nothing is exchanged, so nothing is logged.
+NO_AXES = "no axes"
+
+
+def lax_reason(api_name: str, axes: tuple, leaves=(), *, axis_index_groups=None, op: str | None = None) -> str | None:
+    """Why the call ``api_name`` over ``axes`` (already checked to be bound) on ``leaves`` must run lax's
+    collective, or None when ours runs it. ``op``: the reduction of a psum/pmax/pmin."""
+    if axis_index_groups is not None:
+        return "axis_index_groups is given (ours reduces over whole axes)"
+    if not axes:
+        return NO_AXES
+    mesh_axes, manual = _compat.mesh_axes()
+    outside = [a for a in axes if a not in manual]
+    if outside and manual and _compat.check_vma_enabled():
+        raise NotImplementedError(
+            f"{api_name}: axis {outside[0]!r} is a vmap axis inside a jax.shard_map with check_vma=True, which JAX's "
+            f"own collectives cannot type either (lax.{api_name} fails there with an AssertionError): pass "
+            "check_vma=False to the shard_map (then lax's collective runs it), or reduce over the vmapped "
+            "dimension outside the vmap")
+    if outside:
+        return f"axis {outside[0]!r} is a vmap axis here, not a manual shard_map axis"
+    if manual != mesh_axes:
+        return (f"the shard_map is manual over {sorted(manual, key=repr)} only, not every mesh axis "
+                f"{sorted(mesh_axes, key=repr)}")
+    for leaf in leaves:
+        if not _compat.is_tracer(leaf):
+            continue
+        unreduced = _compat.unreduced_axes(_compat.typeof(leaf)) & frozenset(axes)
+        if unreduced:
+            return f"an operand is typed unreduced over {sorted(unreduced, key=repr)} (lax reduces its partial sums)"
+    if op == "sum" and leaves and all(_is_number(leaf) for leaf in leaves):
+        return "every operand is a constant (lax returns x * axis size without a collective)"
+    return None
+
+
+def _is_number(leaf) -> bool:
+    """Whether ``leaf`` is a constant of a numeric type: a Python number, a numpy value or a concrete array."""
+    if _compat.is_tracer(leaf) or isinstance(leaf, (str, bytes)):
+        return False
+    return isinstance(leaf, (int, float, complex)) or getattr(leaf, "dtype", None) is not None
+
+
+def log_lax(api_name: str, axes: tuple, reason: str) -> None:
+    """The log line of a call handed to lax's collective (none for a call over no axes)."""
+    if reason == NO_AXES:
+        return
+    explain.record(api_name, axes, None, None, "lax", reason)
+    logger.info("jax_mscclpp.%s over %s runs lax's collective: %s", api_name, axes, reason)
+
+
+def log_lax_lowering(collective_name: str, axes: tuple, reason: str) -> None:
+    """The log line of a call lowered to lax's collective because of where it is lowered."""
+    logger.info("jax_mscclpp %s over %s lowers to lax's collective: %s", collective_name, axes, reason)

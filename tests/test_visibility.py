@@ -1,0 +1,133 @@
+"""What a user can see: info() lists registered algorithms, environment values that are not understood are errors,
+explain() names each call's algorithm, rewrite logs what it keeps on lax; and auto never emits lax where lax
+cannot run (processes sharing one GPU)."""
+
+import logging
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import Mesh
+
+import jax_mscclpp as jm
+from jax_mscclpp import selection
+from jax_mscclpp._types import Collective
+from jax_mscclpp.dsl import library
+from tests.helpers import P, random_array, sharded
+
+
+def test_info_lists_registered_algorithms():
+    jm.register_algorithm(library.allreduce_2pa_ll, name="visible_2pa", min_bytes=16, max_bytes=1 << 20)
+    try:
+        rows = [r for r in jm.info()["algorithms"] if r["algorithm"] == "visible_2pa"]
+        assert {r["platform"] for r in rows} == {"cpu", "gpu"}
+        assert all(r["source"] == "registered" and r["collective"] == "all_reduce" and r["min_bytes"] == 16
+                   and r["max_bytes"] == 1 << 20 for r in rows)
+        assert jm.info()["algorithms"][0]["source"] == "registered"  # consulted first, listed first
+    finally:
+        jm.unregister_algorithm("visible_2pa")
+    assert not [r for r in jm.info()["algorithms"] if r["algorithm"] == "visible_2pa"]
+
+
+def test_unknown_forced_algorithm_is_an_error(mesh8, monkeypatch, rng):
+    # environment/JAX_MSCCLPP_ALGORITHM
+    x = random_array(rng, (8 * 4,), "float32")
+    monkeypatch.setenv("JAX_MSCCLPP_ALGORITHM", "no_such_algorithm")
+    with pytest.raises(ValueError, match="JAX_MSCCLPP_ALGORITHM='no_such_algorithm' is not understood; accepted: .*1pa_ll"):
+        sharded(lambda v: jm.psum(v, "x"), mesh8, P("x"), P())(x)
+    monkeypatch.setenv("JAX_MSCCLPP_ALGORITHM", "allpairs")  # known to some collectives: the others ignore it
+    np.testing.assert_allclose(sharded(lambda v: jm.psum(v, "x"), mesh8, P("x"), P())(x),
+                               sharded(lambda v: lax.psum(v, "x"), mesh8, P("x"), P())(x), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,value", [("JAX_MSCCLPP_COMMAND_BUFFERS", "2"), ("JAX_MSCCLPP_NVLS", "yes"),
+                                        ("JAX_MSCCLPP_STREAM_SLOTS", "0"), ("JAX_MSCCLPP_SCRATCH_BYTES", "1M"),
+                                        ("JAX_MSCCLPP_TIMEOUT_S", "soon")])
+def test_values_not_understood_are_errors_at_import(name, value):
+    # environment/other_values
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **{name: value})
+    out = subprocess.run([sys.executable, "-c", "import jax_mscclpp"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode != 0
+    assert f"ValueError: jax_mscclpp: {name}={value!r} is not understood; accepted:" in out.stderr, out.stderr[-2000:]
+
+
+def test_explain_names_every_call(mesh8):
+    def body(v):
+        return (jm.psum(v, "x"), jm.all_gather(v[:4], "x"), jm.psum(v, "x", algorithm="lax"),
+                jm.psum(1, "x"), jm.pmax(v.astype(jnp.int32), "x", algorithm="2pa_ll"))
+
+    f = jax.shard_map(body, mesh=mesh8, in_specs=P("x"), out_specs=(P(), P("x"), P(), P(), P()))
+    calls = jm.explain(f, jax.ShapeDtypeStruct((8 * 1000,), jnp.float32))
+    assert [(c.collective, c.algorithm) for c in calls] == [
+        ("psum", "lax"),  # the constant: lax's static x * axis size, decided at trace time
+        ("all_reduce(sum)", "1pa_ll" if 4000 <= 16 << 10 else "2pa_hb"),
+        ("all_gather", "allpairs"),
+        ("all_reduce(sum)", "lax"),
+        ("all_reduce(max)", "2pa_ll"),
+    ]
+    assert calls[1].bytes == 4000 and calls[1].dtype == "float32" and calls[1].axes == ("x",)
+    assert "constant" in calls[0].reason
+    assert "all_gather over ('x',) 16 B float32: allpairs" in [str(c) for c in calls]
+    # the same again: nothing cached hides a call
+    assert len(jm.explain(f, jnp.ones(8 * 1000))) == 5
+
+
+def test_explain_names_lax_lowerings_with_their_reason(cpu_devices):
+    mesh = Mesh(np.array(cpu_devices[:8]).reshape(2, 4), ("a", "b"))
+    f = jax.vmap(jax.shard_map(lambda v: jm.psum(v, "b"), mesh=mesh, in_specs=P("b"), out_specs=P(),
+                               axis_names={"b"}))
+    (call,) = jm.explain(f, jnp.ones((2, 8)))
+    assert call.algorithm == "lax" and "not every mesh axis" in call.reason
+
+
+def test_rewrite_logs_what_it_keeps(mesh8, caplog):
+    def body(v):
+        grouped = lax.psum(v, "x", axis_index_groups=[[0, 1, 2, 3], [4, 5, 6, 7]])
+        return grouped + lax.psum(v.astype(jnp.complex64), "x").real
+
+    f = jax.pmap(jm.rewrite(body), axis_name="x")  # lax takes groups under pmap, not under shard_map
+    with caplog.at_level(logging.DEBUG, logger="jax_mscclpp.rewrite"):
+        out = f(jnp.ones((8, 2)))
+    assert "axis_index_groups" in caplog.text
+    np.testing.assert_allclose(out, jax.pmap(body, axis_name="x")(jnp.ones((8, 2))))
+    assert "complex64 is not supported" in caplog.text
+
+
+class _Communicator(SimpleNamespace):
+    fallback_reason = None
+    port_channels = False
+    scratch_bytes = 64 << 20
+
+
+@pytest.mark.parametrize("nbytes", [2 << 20, 1 << 30])
+def test_auto_emits_no_lax_where_processes_share_a_gpu(monkeypatch, nbytes):
+    def decide(algorithm, shares):
+        comm = _Communicator(shares_gpus=shares)
+        return selection.decide(Collective.ALL_REDUCE, "gpu", nbytes=nbytes, world=2, block_count=nbytes // 8,
+                                itemsize=4, algorithm=algorithm, communicator=lambda: comm)
+
+    monkeypatch.setattr(selection, "_tuned_rules", lambda platform: ())
+    monkeypatch.delenv("JAX_MSCCLPP_ALGORITHM", raising=False)
+    if nbytes == 2 << 20:  # the two-GPU table says lax for 1-4 MiB
+        assert decide(None, shares=False).kind == "lax"
+        assert decide(None, shares=True) == selection.Decision("native", "1pa_hb")
+    # the gradient-tree rule's lax, likewise
+    assert decide(selection.GRADIENT_TREE_LAX, shares=False).kind == "lax"
+    assert decide(selection.GRADIENT_TREE_LAX, shares=True).kind == "native"
+    # lax asked for by name stays lax; an NCCL-API library of ours would make lax runnable again
+    assert decide("lax", shares=True).kind == "lax"
+    monkeypatch.setattr(selection, "nccl_api_active", lambda: True)
+    assert decide(selection.GRADIENT_TREE_LAX, shares=True).kind == "lax"
+
+
+def test_processes_share_gpus_on_one_process():
+    from jax_mscclpp.communicator import processes_share_gpus
+
+    assert not processes_share_gpus(jax.devices())
