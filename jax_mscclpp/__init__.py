@@ -11,11 +11,13 @@ from .collectives import (
     all_reduce,
     all_to_all,
     pmax,
+    pmean,
     pmin,
     psum,
     psum_scatter,
     reduce_scatter,
 )
+from .permute import pbroadcast, ppermute, pshuffle
 from . import fused
 from .communicator import Communicator
 from .info import info
@@ -31,14 +33,18 @@ __all__ = [
     "all_reduce",
     "all_to_all",
     "info",
+    "pbroadcast",
     "pmax",
+    "pmean",
     "register_algorithm",
     "unregister_algorithm",
     "pmin",
+    "ppermute",
     "psum",
     "psum_done",
     "psum_start",
     "psum_scatter",
+    "pshuffle",
     "reduce_scatter",
     "rewrite",
     "value_and_psum_grad",

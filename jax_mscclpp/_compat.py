@@ -132,7 +132,12 @@ LAX_COLLECTIVES = {
     _parallel.all_gather_p: "all_gather",
     _parallel.reduce_scatter_p: "psum_scatter",
     _parallel.all_to_all_p: "all_to_all",
+    _parallel.all_gather_invariant_p: "all_gather",  # lax.all_gather(..., to="invarying")
+    _parallel.ppermute_p: "ppermute",  # lax.ppermute and lax.pshuffle
+    _parallel.pbroadcast_p: "pbroadcast",
 }
+# The lax collectives among those whose result is invariant over their axes besides the reductions.
+INVARIANT_RESULT = frozenset({_parallel.all_gather_invariant_p})
 
 # pvary: the invariant -> varying cast that check_vma inserts; its transpose is a psum (psum_invariant).
 pvary_p = _core.pvary_p
@@ -148,6 +153,13 @@ def collective_axes(params: dict) -> tuple:
     """The axis names of a lax collective equation (``axes`` for the reductions, ``axis_name`` for the others)."""
     axes = params["axes"] if "axes" in params else params["axis_name"]
     return tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+
+
+def in_mesh_order(axes: tuple) -> tuple:
+    """``axes`` in the order of the mesh where the caller is being traced (lax.ppermute numbers the ranks of a
+    tuple of axes row-major in that order, whatever order the tuple names them in)."""
+    order = {name: i for i, name in enumerate(_mesh.get_abstract_mesh().axis_names)}
+    return tuple(sorted(axes, key=lambda a: order.get(a, len(order))))
 
 
 def mesh_axes() -> tuple[frozenset, frozenset]:
@@ -243,6 +255,7 @@ __all__ = [
     "function_debug_info",
     "is_jaxpr",
     "jaxpr_and_consts",
+    "in_mesh_order",
     "mesh_axes",
     "pvary_abstract_eval",
     "pvary_p",
