@@ -147,12 +147,14 @@ def _lower_unsupported(ctx, x, *, collective, **params):
 def lowering(prim: Primitive, collective: Collective, platform: str, lower):
     """The lowering rule of ``prim`` (a primitive of ``collective``) on ``platform``: ``lower(platform, ctx, x,
     **params)``, or, for a dtype the kernels do not have, ``prim`` bound again on the bytes that carry it
-    (``carriers.py``)."""
+    (``carriers.py``). A started call (``call_id``) of such a dtype runs complete where it stands: its result is
+    converted right after the call, which a kernel still running on the side stream would race."""
 
     def rule(ctx, x, **params):
         carried = carriers.carrier(ctx.avals_in[0].dtype, collective, params.get("op", "sum"))
         if carried is not None:
-            return carriers.lowered_through(ctx, x, carried, lambda v: prim.bind(v, **params))
+            complete = {k: v for k, v in params.items() if k != "call_id"}
+            return carriers.lowered_through(ctx, x, carried, lambda v: prim.bind(v, **complete))
         return lower(platform, ctx, x, **params)
 
     return rule
