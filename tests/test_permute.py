@@ -169,3 +169,6 @@ def test_rewrite_replaces_ppermute_pshuffle_pbroadcast_and_invariant_gather(mesh
     assert_same(rewritten(x), f(x))
     grad = jax.grad(lambda v: jax.shard_map(body, mesh=mesh8, in_specs=P("x"), out_specs=(P("x"), P()))(v)[0].sum())
     assert_same(jax.jit(jm.rewrite(grad))(x), jax.jit(grad)(x))
+    # lax.pbroadcast has no CPU lowering: rewritten, it runs (as our all_gather) and equals its definition.
+    broadcast = jax.shard_map(lambda v: lax.pbroadcast(v, "x", 3), mesh=mesh8, in_specs=P("x"), out_specs=P("x"))
+    assert_same(jax.jit(jm.rewrite(broadcast))(x), jnp.tile(x.reshape(8, -1)[3], 8))
