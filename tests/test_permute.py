@@ -172,3 +172,10 @@ def test_rewrite_replaces_ppermute_pshuffle_pbroadcast_and_invariant_gather(mesh
     # lax.pbroadcast has no CPU lowering: rewritten, it runs (as our all_gather) and equals its definition.
     broadcast = jax.shard_map(lambda v: lax.pbroadcast(v, "x", 3), mesh=mesh8, in_specs=P("x"), out_specs=P("x"))
     assert_same(jax.jit(jm.rewrite(broadcast))(x), jnp.tile(x.reshape(8, -1)[3], 8))
+
+
+def test_no_plan_implements_the_permutation():
+    from jax_mscclpp.dsl import Program
+
+    with pytest.raises(Exception, match="unknown collective 'permute'"):
+        Program("permute", 4)
