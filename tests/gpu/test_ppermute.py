@@ -21,7 +21,7 @@ COUNTS = [1, 3, 1023, 4096 * 8 + 5]
 DTYPES = ["float32", "bfloat16", "int8", "uint16", "float64"]
 SCRATCH = 16 << 20
 BUFFER = 4 << 20
-CPP = 8
+CPP = 8  # channels per peer: HB grids have at most this many blocks (8 ranks x 8 blocks stay resident)
 
 
 def permutations(n, rng):
@@ -57,9 +57,9 @@ def expected(perm, data, n):
 
 
 class Ranks:
-    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER):
+    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER, cpp=CPP):
         self.cuda = cuda
-        self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=CPP)
+        self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp)
         self.epoch = 0
 
     def launches(self, algorithm, count, dtype):
@@ -138,7 +138,7 @@ def test_permutation_matrix(ranks, rng, nranks, algorithm):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_sixteen_ranks(cuda, rng, algorithm):
-    rk = Ranks(cuda, 16, scratch=4 << 20, buffer=1 << 20)
+    rk = Ranks(cuda, 16, scratch=4 << 20, buffer=1 << 20, cpp=4)  # 4 HB blocks a rank: 16 ranks' stay resident
     try:
         for perm in permutations(16, rng).values():
             run_case(rk, rng, algorithm, perm, "float32", 5000)
