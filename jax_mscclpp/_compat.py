@@ -132,12 +132,16 @@ LAX_COLLECTIVES = {
     _parallel.all_gather_p: "all_gather",
     _parallel.reduce_scatter_p: "psum_scatter",
     _parallel.all_to_all_p: "all_to_all",
-    _parallel.all_gather_invariant_p: "all_gather",  # lax.all_gather(..., to="invarying")
-    _parallel.ppermute_p: "ppermute",  # lax.ppermute and lax.pshuffle
-    _parallel.pbroadcast_p: "pbroadcast",
 }
+# And those a release may lack (each is looked up by name): lax.all_gather(..., to="invarying"), lax.ppermute
+# (and lax.pshuffle, which binds it), lax.pbroadcast.
+LAX_COLLECTIVES.update({prim: name for prim, name in (
+    (getattr(_parallel, "all_gather_invariant_p", None), "all_gather"),
+    (getattr(_parallel, "ppermute_p", None), "ppermute"),
+    (getattr(_parallel, "pbroadcast_p", None), "pbroadcast"),
+) if prim is not None})
 # The lax collectives among those whose result is invariant over their axes besides the reductions.
-INVARIANT_RESULT = frozenset({_parallel.all_gather_invariant_p})
+INVARIANT_RESULT = frozenset(p for p in (getattr(_parallel, "all_gather_invariant_p", None),) if p is not None)
 
 # pvary: the invariant -> varying cast that check_vma inserts; its transpose is a psum (psum_invariant).
 pvary_p = _core.pvary_p
