@@ -35,6 +35,26 @@ inline bool block_count_of(Collective c, size_t in_elems, size_t out_elems, size
   return block_count_of(static_cast<int32_t>(c), in_elems, out_elems, world, block);
 }
 
+// The peers of rank `rank` under the permutation's destination table (`destinations[r]`: the rank r sends to, -1
+// for none; jax_mscclpp/permute.py): where it sends and whence it receives (-1: none). False when the table does
+// not have `world` entries, names a rank outside [0, world) or names one twice.
+inline bool permute_peers(xla::ffi::Span<const int32_t> destinations, int world, int rank, int32_t* send_to,
+                          int32_t* recv_from) {
+  if (destinations.size() != size_t(world)) return false;
+  *send_to = -1;
+  *recv_from = -1;
+  for (int r = 0; r < world; ++r) {
+    const int32_t d = destinations[r];
+    if (d < -1 || d >= world) return false;
+    if (d < 0) continue;
+    for (int q = 0; q < r; ++q)
+      if (destinations[q] == d) return false;
+    if (r == rank) *send_to = d;
+    if (d == rank) *recv_from = r;
+  }
+  return true;
+}
+
 // The FFI target of a collective, the same on every platform (jax_mscclpp/_types.py: Collective.target).
 inline std::string target_name(Collective c) { return std::string("jax_mscclpp_") + collective_name(c); }
 

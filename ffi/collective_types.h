@@ -35,7 +35,7 @@ enum class DType : int32_t {
 };
 
 // How the host reference backend runs an algorithm (codes.def, column `host`).
-enum HostRun : int32_t { kHostNone, kHostOnePhase, kHostTwoPhase, kHostAllPairs };
+enum HostRun : int32_t { kHostNone, kHostOnePhase, kHostTwoPhase, kHostAllPairs, kHostPointToPoint };
 
 inline HostRun host_run(Algorithm a) {
   switch (a) {
@@ -104,7 +104,8 @@ inline const char* algorithm_name(Algorithm a) {
 }
 
 // One call of a collective on one rank. Counts are elements; the buffers are contiguous blocks of `block_count`
-// elements as the collective's block layout says (jax_mscclpp/block_layout.h).
+// elements as the collective's block layout says (jax_mscclpp/block_layout.h). kPermute only: the rank this one
+// sends its block to and the rank it receives from (-1: none; itself: a local copy).
 struct CollectiveCall {
   Collective collective;
   ReduceOp op;
@@ -113,6 +114,8 @@ struct CollectiveCall {
   const void* in;
   void* out;
   size_t block_count;
+  int32_t send_to = -1;
+  int32_t recv_from = -1;
 };
 
 }  // namespace jax_mscclpp

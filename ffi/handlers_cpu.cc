@@ -4,7 +4,8 @@
 // Operands: x (the local block(s)), partition (u32 scalar: XLA's partition id of this device, which the
 // communicator maps to its group and rank), and optionally the previous collective's result, never read: it only
 // orders the calls (jax_mscclpp/_ordering.py). Attributes: comm_id, op, algorithm (codes of jax_mscclpp/codes.def),
-// plan_id (the registered execution plan when algorithm is kPlan, else -1).
+// plan_id (the registered execution plan when algorithm is kPlan, else -1). The permutation's handler also takes
+// destinations (int32[world]: the rank each rank sends its block to, -1 for none; no two the same).
 #include <chrono>
 
 #include "call_decoding.h"
@@ -22,10 +23,10 @@ namespace ffi = xla::ffi;
 namespace jax_mscclpp {
 namespace {
 
-template <Collective kCollective>
-ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::RemainingArgs /*predecessor*/,
-                          ffi::Result<ffi::AnyBuffer> y,
-                          int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id) {
+ffi::Error run_cpu(Collective collective, ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Result<ffi::AnyBuffer> y,
+                   int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id,
+                   const ffi::Span<const int32_t>* destinations) {
+  const Collective kCollective = collective;
   auto comm = find_host_communicator(comm_id);
   if (!comm)
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
@@ -48,6 +49,14 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
   const int pid = int(*static_cast<const uint32_t*>(partition.untyped_data()));
   CollectiveCall call{kCollective, ReduceOp(op), Algorithm(algorithm), dtype, x.untyped_data(), y->untyped_data(),
                       block};
+  if (destinations != nullptr) {
+    const int rank = comm->rank_index(pid);
+    if (rank < 0 || !permute_peers(*destinations, comm->world_size(), rank, &call.send_to, &call.recv_from))
+      return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                        "jax_mscclpp: permute got a destination table that is not a partial permutation of " +
+                            std::to_string(comm->world_size()) + " ranks (or partition " + std::to_string(pid) +
+                            " is not part of communicator " + std::to_string(comm_id) + ")");
+  }
   std::string err;
   const auto started = host::Clock::now();
   if (call.algorithm == Algorithm::kPlan) {
@@ -72,6 +81,19 @@ ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remai
   return ffi::Error::Success();
 }
 
+template <Collective kCollective>
+ffi::Error collective_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::RemainingArgs /*predecessor*/,
+                          ffi::Result<ffi::AnyBuffer> y,
+                          int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id) {
+  return run_cpu(kCollective, x, partition, y, comm_id, op, algorithm, plan_id, nullptr);
+}
+
+ffi::Error permute_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::RemainingArgs /*predecessor*/,
+                       ffi::Result<ffi::AnyBuffer> y, int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id,
+                       ffi::Span<const int32_t> destinations) {
+  return run_cpu(Collective::kPermute, x, partition, y, comm_id, op, algorithm, plan_id, &destinations);
+}
+
 #define JAX_MSCCLPP_CPU_HANDLER(symbol, collective)                     \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cpu<collective>,     \
                                 ffi::Ffi::Bind()                        \
@@ -88,6 +110,17 @@ JAX_MSCCLPP_CPU_HANDLER(AllReduceCpu, Collective::kAllReduce)
 JAX_MSCCLPP_CPU_HANDLER(AllGatherCpu, Collective::kAllGather)
 JAX_MSCCLPP_CPU_HANDLER(ReduceScatterCpu, Collective::kReduceScatter)
 JAX_MSCCLPP_CPU_HANDLER(AllToAllCpu, Collective::kAllToAll)
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PermuteCpu, permute_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .RemainingArgs()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<int64_t>("comm_id")
+                                  .Attr<int32_t>("op")
+                                  .Attr<int32_t>("algorithm")
+                                  .Attr<int64_t>("plan_id")
+                                  .Attr<ffi::Span<const int32_t>>("destinations"));
 
 }  // namespace
 
@@ -97,6 +130,7 @@ const HandlerList& cpu_handlers() {
       {target_name(Collective::kAllGather), reinterpret_cast<void*>(AllGatherCpu)},
       {target_name(Collective::kReduceScatter), reinterpret_cast<void*>(ReduceScatterCpu)},
       {target_name(Collective::kAllToAll), reinterpret_cast<void*>(AllToAllCpu)},
+      {target_name(Collective::kPermute), reinterpret_cast<void*>(PermuteCpu)},
   };
   return handlers;
 }

@@ -64,12 +64,11 @@ class RankCall {
     return true;
   }
 
-  // dst = contribution(0) (op) contribution(1) (op) ... in rank order, over `elems` elements.
+  // dst = contribution(0) (op) contribution(1) (op) ... in rank order, over `elems` elements (bf16 and f16 in
+  // f32, rounded once: fold_sources).
   template <class Contribution>
   void reduce_ranks(void* dst, size_t elems, Contribution contribution) {
-    if (!elems) return;
-    std::memcpy(dst, contribution(0), elems * elem_);
-    for (int r = 1; r < world_; ++r) reduce_bytes(call_.dtype, dst, contribution(r), elems, call_.op);
+    fold_sources(call_.dtype, call_.op, dst, elems, world_, contribution);
   }
 
   const std::string& error() const { return error_; }
@@ -206,6 +205,30 @@ bool all_pairs_rounds(RankCall& rc, size_t n, Source source, Consume consume) {
   return true;
 }
 
+// The permutation: each round, a rank puts its part of the block into slot 0 of its destination's scratch half
+// (a rank has at most one source, so the slot is the whole half), exchanges with every peer (the end of a round
+// for every collective, which orders the reuse of the half two rounds later), then copies what its source sent,
+// or zeros when it has none.
+bool permute_rounds(RankCall& rc, const CollectiveCall& call) {
+  const size_t es = rc.elem(), per_round = rc.half_bytes() / es, n = call.block_count;
+  for (size_t off = 0; off == 0 || off < n; off += per_round) {  // one round at least: every call is checked
+    const size_t len = std::min(per_round, n - off);
+    const size_t half = rc.begin_round();
+    const std::byte* in = bytes(call.in) + off * es;
+    std::byte* out = bytes(call.out) + off * es;
+    if (call.send_to >= 0 && call.send_to != rc.rank()) rc.put(call.send_to, half, in, len);
+    if (!rc.exchange()) return false;
+    if (!len) continue;
+    if (call.recv_from < 0)
+      std::memset(out, 0, len * es);
+    else if (call.recv_from == rc.rank())
+      std::memmove(out, in, len * es);
+    else
+      std::memcpy(out, rc.my_scratch(half), len * es);
+  }
+  return true;
+}
+
 bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
   const size_t es = rc.elem(), n = call.block_count;
   const std::byte* in = bytes(call.in);
@@ -227,15 +250,19 @@ bool run_on_rank(RankCall& rc, const CollectiveCall& call) {
           [&](size_t off, size_t len, auto received) { rc.reduce_ranks(out + off * es, len, received); });
     case Collective::kAllToAll:
       return all_pairs_rounds(rc, n, [&](int p, size_t off) { return in + (p * n + off) * es; }, copy_to_blocks);
+    case Collective::kPermute:
+      return permute_rounds(rc, call);
   }
   return true;
 }
 
-// codes.def's `host` column: all_reduce in one or two phases, the other collectives all-pairs.
+// codes.def's `host` column: all_reduce in one or two phases, the permutation point-to-point, the other
+// collectives all-pairs.
 bool supported_on_host(const CollectiveCall& call) {
   const HostRun run = host_run(call.algorithm);
   if (!algorithm_serves(call.algorithm, call.collective)) return false;
   if (call.collective == Collective::kAllReduce) return run == kHostOnePhase || run == kHostTwoPhase;
+  if (call.collective == Collective::kPermute) return run == kHostPointToPoint;
   return run == kHostAllPairs;
 }
 
@@ -249,6 +276,8 @@ std::string run_collective(HostCommunicator& comm, int partition, const Collecti
            std::to_string(comm.id()) + " (" + std::to_string(comm.num_partitions()) + " partitions)";
   }
   if (dtype_size(call.dtype) == 0) return "jax_mscclpp: unsupported element type";
+  if (call.send_to >= comm.world_size() || call.recv_from >= comm.world_size())
+    return "jax_mscclpp: permute names a rank outside the communicator's " + std::to_string(comm.world_size());
   if (!supported_on_host(call)) {
     return std::string("jax_mscclpp: the host backend does not run ") + collective_name(call.collective) +
            " with algorithm " + algorithm_name(call.algorithm);

@@ -314,10 +314,10 @@ class PlanRun {
     endpoints(ch.peer).inbound[ch.peer_channel].count.fetch_add(1, std::memory_order_release);
   }
 
-  // result <- sources in order (+) ..., over `len` elements; then stored wherever `store` says.
+  // result <- sources in order (+) ..., over `len` elements (bf16 and f16 in f32, rounded once: fold_sources);
+  // then stored wherever `store` says.
   void reduce_into(std::byte* result, const std::vector<const std::byte*>& sources, size_t len) {
-    std::memcpy(result, sources[0], len * es_);
-    for (size_t k = 1; k < sources.size(); ++k) reduce_bytes(call_.dtype, result, sources[k], len, call_.op);
+    fold_sources(call_.dtype, call_.op, result, len, int(sources.size()), [&](int k) { return sources[k]; });
   }
 
   void execute(const PlanOp& op) {

@@ -1,5 +1,7 @@
 // Element-wise reduction of the host backend, for every dtype of the API. Sums of integers wrap (as XLA's do);
-// bf16 and f16 are reduced in f32 and rounded to nearest-even after each step; max/min propagate NaN.
+// max/min propagate NaN. A fold over several sources (fold_sources) takes bf16 and f16 to f32, folds there and
+// rounds to nearest-even once at the end, as the GPU kernels do (jax_mscclpp/reduce.cuh); a pairwise step
+// (reduce_bytes) rounds after the step.
 #pragma once
 
 #include <cmath>
@@ -93,6 +95,35 @@ void dispatch_dtype(DType dtype, Fn&& fn) {
 // acc[i] = acc[i] (op) src[i] over n elements of `dtype`.
 inline void reduce_bytes(DType dtype, void* acc, const void* src, size_t n, ReduceOp op) {
   dispatch_dtype(dtype, [&]<class T>() { reduce_into(static_cast<T*>(acc), static_cast<const T*>(src), n, op); });
+}
+
+// dst[i] = source(0)[i] (op) source(1)[i] (op) ... (op) source(count - 1)[i] over n elements of `dtype`, a left
+// fold in source order. bf16 and f16 accumulate in f32 and are rounded once. `source(k)` returns a pointer to n
+// elements; dst may be one of the sources (each element is read before it is written).
+template <class Source>
+void fold_sources(DType dtype, ReduceOp op, void* dst, size_t n, int count, Source source) {
+  if (n == 0 || count < 1) return;
+  dispatch_dtype(dtype, [&]<class T>() {
+    T* out = static_cast<T*>(dst);
+    if constexpr (std::is_same_v<T, BF16> || std::is_same_v<T, F16>) {
+      constexpr size_t kTile = 512;
+      float acc[kTile];
+      for (size_t lo = 0; lo < n; lo += kTile) {
+        const size_t len = n - lo < kTile ? n - lo : kTile;
+        const T* first = static_cast<const T*>(static_cast<const void*>(source(0))) + lo;
+        for (size_t i = 0; i < len; ++i) acc[i] = T::to_float(first[i]);
+        for (int k = 1; k < count; ++k) {
+          const T* next = static_cast<const T*>(static_cast<const void*>(source(k))) + lo;
+          for (size_t i = 0; i < len; ++i) acc[i] = Arith<float>::combine(acc[i], T::to_float(next[i]), op);
+        }
+        for (size_t i = 0; i < len; ++i) out[lo + i] = T::from_float(acc[i]);
+      }
+    } else {
+      auto at = [&](int k) { return static_cast<const T*>(static_cast<const void*>(source(k))); };
+      if (at(0) != out) std::memmove(out, at(0), n * sizeof(T));
+      for (int k = 1; k < count; ++k) reduce_into(out, at(k), n, op);
+    }
+  });
 }
 
 }  // namespace jax_mscclpp::host

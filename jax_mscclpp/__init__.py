@@ -15,11 +15,13 @@ from .collectives import (
     all_reduce,
     all_to_all,
     pmax,
+    pmean,
     pmin,
     psum,
     psum_scatter,
     reduce_scatter,
 )
+from .permute import pbroadcast, ppermute, pshuffle
 from . import fused
 from .communicator import Communicator
 from .explain import explain
@@ -38,14 +40,18 @@ __all__ = [
     "all_to_all",
     "explain",
     "info",
+    "pbroadcast",
     "pmax",
+    "pmean",
     "register_algorithm",
     "unregister_algorithm",
     "pmin",
+    "ppermute",
     "psum",
     "psum_done",
     "psum_start",
     "psum_scatter",
+    "pshuffle",
     "reduce_scatter",
     "reset",
     "rewrite",

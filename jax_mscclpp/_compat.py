@@ -162,6 +162,15 @@ LAX_COLLECTIVES = {
     _parallel.reduce_scatter_p: "psum_scatter",
     _parallel.all_to_all_p: "all_to_all",
 }
+# And those a release may lack (each is looked up by name): lax.all_gather(..., to="invarying"), lax.ppermute
+# (and lax.pshuffle, which binds it), lax.pbroadcast.
+LAX_COLLECTIVES.update({prim: name for prim, name in (
+    (getattr(_parallel, "all_gather_invariant_p", None), "all_gather"),
+    (getattr(_parallel, "ppermute_p", None), "ppermute"),
+    (getattr(_parallel, "pbroadcast_p", None), "pbroadcast"),
+) if prim is not None})
+# The lax collectives among those whose result is invariant over their axes besides the reductions.
+INVARIANT_RESULT = frozenset(p for p in (getattr(_parallel, "all_gather_invariant_p", None),) if p is not None)
 
 # pvary: the invariant -> varying cast that check_vma inserts; its transpose is a psum (psum_invariant).
 pvary_p = _core.pvary_p
@@ -177,6 +186,13 @@ def collective_axes(params: dict) -> tuple:
     """The axis names of a lax collective equation (``axes`` for the reductions, ``axis_name`` for the others)."""
     axes = params["axes"] if "axes" in params else params["axis_name"]
     return tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
+
+
+def in_mesh_order(axes: tuple) -> tuple:
+    """``axes`` in the order of the mesh where the caller is being traced (lax.ppermute numbers the ranks of a
+    tuple of axes row-major in that order, whatever order the tuple names them in)."""
+    order = {name: i for i, name in enumerate(_mesh.get_abstract_mesh().axis_names)}
+    return tuple(sorted(axes, key=lambda a: order.get(a, len(order))))
 
 
 def mesh_axes() -> tuple[frozenset, frozenset]:
@@ -272,6 +288,7 @@ __all__ = [
     "function_debug_info",
     "is_jaxpr",
     "jaxpr_and_consts",
+    "in_mesh_order",
     "mesh_axes",
     "pvary_abstract_eval",
     "pvary_p",

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _compat, routing, selection
-from ._types import REDUCE_OPS, Collective, check_dtype
-from .primitives import all_gather_p, all_reduce_p, all_to_all_p, reduce_scatter_p
+from . import _compat, carriers, routing, selection
+from ._types import REDUCE_OPS, Collective
+from .primitives import all_gather_invariant_p, all_gather_p, all_reduce_p, all_to_all_p, reduce_scatter_p
 
 
 def _axes_and_world(axis_name, api_name: str) -> tuple[tuple, int]:
@@ -58,9 +58,9 @@ def _check_algorithm(collective: Collective, algorithm, api_name: str) -> None:
     selection.check_algorithm(collective, algorithm, api_name)
 
 
-def _prepare(leaf, axes, api_name):
+def _prepare(leaf, axes, api_name, collective: Collective):
     leaf = jnp.asarray(leaf)
-    check_dtype(leaf.dtype, api_name)
+    carriers.check(leaf.dtype, api_name, collective)
     return _compat.make_varying(leaf, axes)
 
 
@@ -140,10 +140,15 @@ def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
     _check_algorithm(Collective.ALL_REDUCE, algorithm, api)
     axes, world = _axes_and_world(axis_name, api)
     leaves, treedef = jax.tree_util.tree_flatten(x)
-    leaves = [jnp.asarray(leaf) for leaf in leaves]
+    # As lax.psum: booleans are summed as int32 counts.
+    leaves = [_counted(jnp.asarray(leaf)) if op == "sum" else jnp.asarray(leaf) for leaf in leaves]
     for leaf in leaves:
-        check_dtype(leaf.dtype, api)
+        carriers.check(leaf.dtype, api, Collective.ALL_REDUCE, op)
     return leaves, treedef, axes, world
+
+
+def _counted(leaf):
+    return leaf.astype(jnp.int32) if leaf.dtype == jnp.bool_ else leaf
 
 
 def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, axis_index_groups=None):
@@ -154,9 +159,6 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, a
     XLA overlaps with the backward pass (``selection.tree_sum_algorithm``). Calls ours cannot run (``routing``:
     ``axis_index_groups``, vmap axes, constants, unreduced operands, ...) run lax's reduction instead."""
     return reduce_tree(x, axis_name, op, algorithm, gradient_rule=True, axis_index_groups=axis_index_groups)
-
-
-_LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 
 def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: bool, axis_index_groups=None):
@@ -194,6 +196,16 @@ def pmin(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     return all_reduce(x, axis_name, op="min", algorithm=algorithm, axis_index_groups=axis_index_groups)
 
 
+def pmean(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
+    """Mean over ``axis_name``: ``lax.pmean``'s drop-in, our ``psum`` divided by the axis size as lax divides it
+    (integer and bool sums become floats, as ``x / n`` makes them)."""
+    if axis_index_groups is not None:
+        return lax.pmean(x, axis_name, axis_index_groups=axis_index_groups)
+    total = psum(x, axis_name, algorithm=algorithm)
+    _, world = _axes_and_world(axis_name, "pmean")
+    return jax.tree_util.tree_map(lambda v: v / world, total)
+
+
 def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
     try:
         axis = operator.index(axis)
@@ -204,22 +216,32 @@ def _canonical_axis(axis: int, ndim: int, api_name: str, what: str) -> int:
     return axis % ndim
 
 
-def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, algorithm: str | None = None,
-               axis_index_groups=None):
-    """Gathers ``x`` from every rank along ``axis`` (stacked, or concatenated when ``tiled``): ``lax.all_gather``."""
+# all_gather's result types (its ``to=``, as lax's): varying over the axes, or invariant over them.
+ALL_GATHER_TO = ("varying", "invarying")
+
+
+def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "varying",
+               algorithm: str | None = None, axis_index_groups=None):
+    """Gathers ``x`` from every rank along ``axis`` (stacked, or concatenated when ``tiled``): ``lax.all_gather``.
+    ``to="invarying"`` types the result invariant over the axes (its transpose keeps each rank's block of the
+    cotangent), as lax's."""
     _check_algorithm(Collective.ALL_GATHER, algorithm, "all_gather")
+    if not isinstance(to, str) or to not in ALL_GATHER_TO:
+        raise ValueError(f"all_gather: unsupported to={to!r}; supported: {', '.join(map(repr, ALL_GATHER_TO))}")
     if _lax_route("all_gather", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
-        return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups)
+        to_arg = {} if to == "varying" else {"to": to}
+        return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups, **to_arg)
     axes, world = _axes_and_world(axis_name, "all_gather")
+    prim = all_gather_p if to == "varying" else all_gather_invariant_p
 
     def one(leaf):
-        leaf = _prepare(leaf, axes, "all_gather")
+        leaf = _prepare(leaf, axes, "all_gather", Collective.ALL_GATHER)
         ndim = leaf.ndim
         where = _canonical_axis(axis, ndim if tiled else ndim + 1, "all_gather", "axis")
         if world == 1:  # one rank: nothing to exchange (no communicator, no plan needed)
-            blocks = leaf[None]
+            blocks = leaf[None] if to == "varying" else jax.lax.all_gather(leaf, axes, to=to)
         else:
-            blocks = all_gather_p.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
+            blocks = prim.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
         out = jnp.moveaxis(blocks, 0, where)
         if tiled:
             shape = list(leaf.shape)
@@ -240,7 +262,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
     axes, world = _axes_and_world(axis_name, "psum_scatter")
 
     def one(leaf):
-        leaf = _prepare(leaf, axes, "psum_scatter")
+        leaf = _prepare(leaf, axes, "psum_scatter", Collective.REDUCE_SCATTER)
         d = _canonical_axis(scatter_dimension, leaf.ndim, "psum_scatter", "scatter_dimension")
         size = leaf.shape[d]
         if tiled:
@@ -295,7 +317,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
     axes, world = _axes_and_world(axis_name, "all_to_all")
 
     def one(leaf):
-        leaf = _prepare(leaf, axes, "all_to_all")
+        leaf = _prepare(leaf, axes, "all_to_all", Collective.ALL_TO_ALL)
         split = _canonical_axis(split_axis, leaf.ndim, "all_to_all", "split_axis")
         concat = _canonical_axis(concat_axis, leaf.ndim, "all_to_all", "concat_axis")
         size = leaf.shape[split]

@@ -19,7 +19,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax._src.lib.mlir.dialects import hlo
 
-from . import _compat, _native, _ordering, explain, layout, routing, selection
+from . import _compat, _native, _ordering, carriers, explain, layout, routing, selection
 from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
 
@@ -78,11 +78,14 @@ def gpu_target(name: str, nbytes: int) -> str:
     return name if selection.in_command_buffers(nbytes) else name + _native.native.OUTSIDE_GRAPHS_SUFFIX
 
 
-def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=None):
+def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=None, extra_attrs=None,
+           lax_equivalent=None):
     """Lowers one collective for ``platform`` ("cpu" or "gpu") as ``selection.decide`` says: a registered plan or
     one of our algorithms as a custom call, 2PH as a composition, or the lax collective. ``call_id`` (an int) makes
     it a started call (overlap.py): on GPUs our kernel runs on the side stream, over the axes' side-stream
-    communicator, until the done of the same id; whatever else it lowers to is complete when it returns."""
+    communicator, until the done of the same id; whatever else it lowers to is complete when it returns.
+    ``extra_attrs``: attributes of the custom call beyond the common ones (the permutation's destinations);
+    ``lax_equivalent``: the function computing the same result with lax (default ``_lax_equivalent``)."""
     mesh = _compat.lowering_mesh(ctx)
     if mesh is None:
         raise NotImplementedError(
@@ -109,7 +112,8 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     if decision.kind == "composed":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     if decision.kind == "lax":
-        return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
+        fallback = lax_equivalent or _lax_equivalent(collective, axes, op)
+        return mlir.lower_fun(fallback, multiple_results=False)(ctx, x)
     comm = Communicator(mesh, axes, side_stream=started)
     if decision.kind == "plan":
         comm.bind_plan(decision.plan.id, decision.plan_dict, decision.plan.name)
@@ -117,7 +121,7 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     else:
         code, plan_id = ALGORITHMS[decision.algorithm], -1
     attrs = dict(comm_id=np.int64(comm.id), op=np.int32(REDUCE_OPS[op]), algorithm=np.int32(code),
-                 plan_id=np.int64(plan_id))
+                 plan_id=np.int64(plan_id), **(extra_attrs or {}))
     if platform == "cpu":
         # XLA's partition id is the CPU handler's second operand: it maps it to the device's group and rank. A
         # third, the previous collective's result, orders the calls on every device (_ordering.py).
@@ -169,12 +173,38 @@ def _started_on_side_stream(ctx) -> set:
     return _compat.module_state(ctx, "started").setdefault("ids", set())
 
 
-def _lower_unsupported(ctx, x, *, collective, axes, world, op, algorithm, call_id=None):
+def _lower_unsupported(ctx, x, *, collective, **params):
     platforms = ", ".join(ctx.module_context.platforms)
     raise NotImplementedError(
         f"jax_mscclpp: {collective.name.lower()} has no backend for platform {platforms} in this build "
         f"(CUDA built: {_native.CUDA_BUILT}): use the jax.lax collective there"
     )
+
+
+def lowering(prim: Primitive, collective: Collective, platform: str, lower):
+    """The lowering rule of ``prim`` (a primitive of ``collective``) on ``platform``: ``lower(platform, ctx, x,
+    **params)``, or, for a dtype the kernels do not have, ``prim`` bound again on the bytes that carry it
+    (``carriers.py``). A started call (``call_id``) of such a dtype runs complete where it stands: its result is
+    converted right after the call, which a kernel still running on the side stream would race."""
+
+    def rule(ctx, x, **params):
+        carried = carriers.carrier(ctx.avals_in[0].dtype, collective, params.get("op", "sum"))
+        if carried is not None:
+            complete = {k: v for k, v in params.items() if k != "call_id"}
+            return carriers.lowered_through(ctx, x, carried, lambda v: prim.bind(v, **complete))
+        return lower(platform, ctx, x, **params)
+
+    return rule
+
+
+def register_lowerings(prim: Primitive, collective: Collective, lower) -> None:
+    """Registers ``prim``'s lowerings: ``lower`` on CPU and (CUDA builds) GPUs, an error elsewhere."""
+    mlir.register_lowering(prim, lambda ctx, x, **p: _lower_unsupported(ctx, x, collective=collective, **p))
+    # Not cacheable: each call is lowered where it stands, so that it can be ordered after the previous one
+    # (_ordering.py); a cached lowering is emitted once and replayed, blind to its neighbours.
+    mlir.register_lowering(prim, lowering(prim, collective, "cpu", lower), platform="cpu", cacheable=False)
+    if _native.CUDA_BUILT:
+        mlir.register_lowering(prim, lowering(prim, collective, "gpu", lower), platform="cuda")
 
 
 def _make_primitive(collective: Collective, name: str | None = None) -> Primitive:
@@ -186,14 +216,8 @@ def _make_primitive(collective: Collective, name: str | None = None) -> Primitiv
 
     prim.def_impl(impl)
     prim.def_abstract_eval(lambda x, **params: _out_aval(x, collective=collective, **params))
-    mlir.register_lowering(prim, lambda ctx, x, **p: _lower_unsupported(ctx, x, collective=collective, **p))
-    # Not cacheable: each call is lowered where it stands, so that it can be ordered after the previous one
-    # (_ordering.py); a cached lowering is emitted once and replayed, blind to its neighbours.
-    mlir.register_lowering(prim, lambda ctx, x, **p: _lower("cpu", ctx, x, collective=collective, **p),
-                           platform="cpu", cacheable=False)
-    if _native.CUDA_BUILT:
-        mlir.register_lowering(prim, lambda ctx, x, **p: _lower("gpu", ctx, x, collective=collective, **p),
-                               platform="cuda")
+    register_lowerings(prim, collective,
+                       lambda platform, ctx, x, **p: _lower(platform, ctx, x, collective=collective, **p))
     return prim
 
 
@@ -201,6 +225,12 @@ all_reduce_p = _make_primitive(Collective.ALL_REDUCE)
 all_gather_p = _make_primitive(Collective.ALL_GATHER)
 reduce_scatter_p = _make_primitive(Collective.REDUCE_SCATTER)
 all_to_all_p = _make_primitive(Collective.ALL_TO_ALL)
+# all_gather whose result is invariant over the gathered axes (lax.all_gather(..., to="invarying")): the same call.
+all_gather_invariant_p = _make_primitive(Collective.ALL_GATHER, "mscclpp_all_gather_invariant")
+all_gather_invariant_p.def_abstract_eval(
+    lambda x, *, axes, world, **params: _compat.with_varying_axes(
+        x.update(shape=layout.out_shape(Collective.ALL_GATHER, x.shape, world)),
+        _compat.varying_axes(x) - frozenset(axes)))
 
 
 # ---- autodiff -------------------------------------------------------------------------------------------------
@@ -233,6 +263,14 @@ ad.deflinear2(reduce_scatter_p, lambda ct, x, **p: [all_gather_p.bind(ct, **p)])
 ad.deflinear2(all_to_all_p, lambda ct, x, **p: [all_to_all_p.bind(ct, **p)])
 
 
+def _all_gather_invariant_transpose(ct, x, *, axes, **params):
+    """As lax's: every rank holds the whole (invariant) cotangent and keeps its own block of it."""
+    return [lax.dynamic_index_in_dim(ct, lax.axis_index(axes), axis=0, keepdims=False)]
+
+
+ad.deflinear2(all_gather_invariant_p, _all_gather_invariant_transpose)
+
+
 # ---- batching (vmap inside shard_map, over an axis that is not one of the collective's) ----------------------
 
 def _batch_all_reduce(args, dims, **params):
@@ -257,5 +295,7 @@ def _blocks_first(prim, out_shift):
 
 batching.primitive_batchers[all_reduce_p] = _batch_all_reduce
 batching.primitive_batchers[all_gather_p] = _batch_all_gather
+batching.primitive_batchers[all_gather_invariant_p] = lambda args, dims, **params: (
+    all_gather_invariant_p.bind(args[0], **params), dims[0] + 1)
 batching.primitive_batchers[reduce_scatter_p] = _blocks_first(reduce_scatter_p, -1)
 batching.primitive_batchers[all_to_all_p] = _blocks_first(all_to_all_p, 0)

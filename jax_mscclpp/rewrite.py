@@ -9,6 +9,9 @@ the lax collectives, which become the public jax_mscclpp collectives:
     all_gather                                             -> jax_mscclpp.all_gather
     reduce_scatter (lax.psum_scatter)                      -> jax_mscclpp.psum_scatter
     all_to_all                                             -> jax_mscclpp.all_to_all
+    all_gather_invariant (lax.all_gather(..., to=...))     -> jax_mscclpp.all_gather(..., to="invarying")
+    ppermute (lax.ppermute, lax.pshuffle)                  -> jax_mscclpp.ppermute
+    pbroadcast                                             -> jax_mscclpp.pbroadcast
 
 It goes into the jaxprs of jit, shard_map, scan, while, cond, remat and closed_call, and into custom_jvp /
 custom_vjp functions: their primal jaxpr now, and their JVP, forward and backward rules when JAX calls them, so
@@ -23,9 +26,10 @@ like pvary whose transpose is ``jax_mscclpp.psum``.
 
 A collective stays lax, with a debug message on the ``jax_mscclpp.rewrite`` logger saying why, when our backend
 cannot run it or was not asked to: ``axis_index_groups``, no axes, positional (integer) axes, axes that are not
-manual shard_map axes (vmap or pmap axis names), an operand typed unreduced, an axis size of 1, a dtype outside
-``_types.SUPPORTED_DTYPES``, fewer than ``min_bytes`` bytes per rank, a collective not in ``collectives``, or a
-result that our collective would type as varying over more axes than lax does. Every replacement types its result exactly as the lax collective did
+manual shard_map axes (vmap or pmap axis names), an operand typed unreduced, an axis size of 1, a dtype ours cannot
+run (``carriers.py``), fewer than ``min_bytes`` bytes per rank, a collective not in ``collectives``, or a result
+that our collective would type as varying over more axes than lax does. Every replacement types its result exactly
+as the lax collective did
 (shape, dtype, weak type and the axes it varies over), so the equations after it, and the loop carries and
 ``out_specs`` around it, type-check unchanged.
 """
@@ -46,8 +50,8 @@ from jax import lax
 from jax.extend.core import Literal, Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _compat, collectives, plans, selection
-from ._types import ALGORITHMS_OF, SUPPORTED_DTYPES, Collective
+from . import _compat, carriers, collectives, permute, plans, selection
+from ._types import ALGORITHMS_OF, Collective
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
 # The debug messages of one trace of a rewritten function, counted: logged when the trace ends, once each.
@@ -93,7 +97,11 @@ COLLECTIVES = {
     "all_gather": Collective.ALL_GATHER,
     "psum_scatter": Collective.REDUCE_SCATTER,
     "all_to_all": Collective.ALL_TO_ALL,
+    "ppermute": Collective.PERMUTE,
+    "pbroadcast": Collective.ALL_GATHER,
 }
+
+_REDUCTION_OPS = {"psum": "sum", "pmax": "max", "pmin": "min"}
 
 
 @dataclass(frozen=True)
@@ -163,7 +171,7 @@ def rewrite(fun: Callable | None = None, *, collectives: Iterable[str] | None = 
 
     Args:
       collectives: the collectives to replace, among "psum", "pmax", "pmin", "all_gather", "psum_scatter",
-        "all_to_all" (default: all). The others stay lax.
+        "all_to_all", "ppermute", "pbroadcast" (default: all). The others stay lax.
       algorithm: an algorithm name given to every collective that knows it (e.g. "2pa_ll" reaches psum, pmax
         and pmin; "allpairs" the others), or a mapping from collective name to algorithm name. Default: our
         selection table.
@@ -280,7 +288,9 @@ def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=No
     unreduced = _compat.unreduced_axes(aval) & frozenset(axes)
     if unreduced:
         return f"the operand is typed unreduced over {sorted(unreduced, key=repr)}"
-    if np.dtype(aval.dtype) not in SUPPORTED_DTYPES:
+    try:
+        carriers.carrier(aval.dtype, COLLECTIVES[name], _REDUCTION_OPS.get(name, "sum"))
+    except TypeError:
         return f"dtype {np.dtype(aval.dtype).name} is not supported"
     sizes = _compat.bound_axis_sizes()
     if int(np.prod([sizes[a] for a in axes])) == 1:
@@ -303,7 +313,8 @@ def _replace_collective(name: str, eqn, x, config: _Config):
     if reason is None and _compat.check_vma_enabled():
         # Ours: a reduction leaves the operand's varying axes minus the reduced ones, the others add them.
         varying = _compat.varying_axes(aval) | frozenset(axes)
-        ours = varying - frozenset(axes) if name in ("psum", "pmax", "pmin") else varying
+        invariant = name in _REDUCTION_OPS or eqn.primitive in _compat.INVARIANT_RESULT
+        ours = varying - frozenset(axes) if invariant else varying
         extra = ours - _compat.varying_axes(out_aval)
         if extra:
             reason = f"ours would vary over {sorted(extra)} where lax's result does not"
@@ -318,8 +329,13 @@ def _replace_collective(name: str, eqn, x, config: _Config):
         op = {"psum": "sum", "pmax": "max", "pmin": "min"}[name]
         out = collectives.all_reduce(x, axes, op=op, algorithm=algorithm)
     elif name == "all_gather":
-        out = collectives.all_gather(x, axes, axis=params["all_gather_dimension"], tiled=params["tiled"],
+        to = "invarying" if eqn.primitive in _compat.INVARIANT_RESULT else "varying"
+        out = collectives.all_gather(x, axes, axis=params["all_gather_dimension"], tiled=params["tiled"], to=to,
                                      algorithm=algorithm)
+    elif name == "ppermute":
+        out = permute.ppermute(x, axes, params["perm"], algorithm=algorithm)
+    elif name == "pbroadcast":
+        out = permute.pbroadcast(x, axes, params["source"], algorithm=algorithm)
     elif name == "psum_scatter":
         out = collectives.psum_scatter(x, axes, scatter_dimension=params["scatter_dimension"],
                                        tiled=params["tiled"], algorithm=algorithm)

@@ -50,8 +50,8 @@ class Rule:
                 and (self.max_bytes is None or nbytes <= self.max_bytes))
 
 
-_AR, _AG, _RS, _A2A = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
-                       Collective.ALL_TO_ALL)
+_AR, _AG, _RS, _A2A, _PERM = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
+                              Collective.ALL_TO_ALL, Collective.PERMUTE)
 _KiB, _MiB = 1 << 10, 1 << 20
 
 DEFAULT_TABLE = (
@@ -60,6 +60,7 @@ DEFAULT_TABLE = (
     Rule(_AG, "cpu", None, "allpairs"),
     Rule(_RS, "cpu", None, "allpairs"),
     Rule(_A2A, "cpu", None, "allpairs"),
+    Rule(_PERM, "cpu", None, "p2p"),
     # GPU, two ranks (two H200s over NVLink, bench/results/*x2-2026-11-29*): one LL hop up to 1 MiB, lax where
     # neither of ours wins (the streaming push is 0.8-1.0x of lax at 1-4 MiB), the streaming one-shot push from
     # 4 MiB and the two-phase streaming kernel for the largest messages; the all-pairs kernels win at every size
@@ -77,6 +78,7 @@ DEFAULT_TABLE = (
     Rule(_AG, "gpu", 16 * _KiB, "allpairs"),
     Rule(_RS, "gpu", 16 * _KiB, "allpairs"),
     Rule(_A2A, "gpu", 16 * _KiB, "allpairs"),
+    Rule(_PERM, "gpu", 16 * _KiB, "p2p"),  # not measured yet: the LL sizes only
 )
 
 

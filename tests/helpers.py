@@ -60,4 +60,32 @@ def compare_with_lax(ours_fn, lax_fn, mesh, args, in_specs, out_specs, check_vma
     return ours
 
 
-__all__ = ["P", "assert_same", "compare_with_lax", "random_array", "sharded", "FLOAT_TOL"]
+# Dtypes the kernels do not have, moved as bytes by the data movement (jax_mscclpp/carriers.py).
+BYTE_DTYPES = ["bool", "complex64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+               "float8_e4m3b11fnuz"]
+
+
+def any_array(rng, shape, dtype):
+    """Random values of any dtype, never all zeros: bool about half true, complex with both parts random, fp8
+    from random floats, the others as ``random_array``."""
+    dtype = jnp.dtype(dtype)
+    if dtype == jnp.bool_:
+        first = np.arange(np.prod(shape)).reshape(shape) == 0
+        return jnp.asarray(rng.integers(0, 2, size=shape).astype(bool) | first)
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        parts = rng.standard_normal((2, *shape)).astype(np.float32) * 3
+        return jnp.asarray((parts[0] + 1j * parts[1]).astype(dtype))
+    if dtype.name.startswith("float8"):
+        return jnp.asarray(rng.standard_normal(shape).astype(np.float32) * 3).astype(dtype)
+    return random_array(rng, shape, dtype)
+
+
+def assert_same_bits(ours, ref):
+    """The same shape, dtype and bytes."""
+    a, b = np.asarray(jax.block_until_ready(ours)), np.asarray(jax.block_until_ready(ref))
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+__all__ = ["BYTE_DTYPES", "P", "any_array", "assert_same", "assert_same_bits", "compare_with_lax",
+           "random_array", "sharded", "FLOAT_TOL"]

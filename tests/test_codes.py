@@ -77,6 +77,9 @@ def test_the_harness_and_the_gpu_tests_use_the_native_tables():
     gpu = PLATFORM_ALGORITHMS["gpu"]
     assert h.ALL_REDUCE_ALGORITHMS == [a for a in gpu[Collective.ALL_REDUCE] if a not in COMPOSED_ALGORITHMS]
     assert set(h.ALL_PAIRS_ALGORITHMS) == {n for n in ALGORITHM_CODES if n.startswith("allpairs")}
+    from tests.gpu import test_ppermute
+
+    assert set(test_ppermute.ALGORITHMS) == {n for n in ALGORITHM_CODES if n.startswith("p2p")}
     for c in Collective:
         for world in (1, 2, 8):
             assert (h.in_blocks(c.name.lower(), world), h.out_blocks(c.name.lower(), world)) == \

@@ -31,11 +31,11 @@ def test_outside_shard_map_is_a_clear_error(rng):
         jm.all_to_all(x, "x", 0, 0)
 
 
-@pytest.mark.parametrize("dtype", ["complex64", "bool"])
-def test_unsupported_dtype_is_a_type_error(mesh8, dtype):
+@pytest.mark.parametrize("dtype,reduce", [("float8_e4m3fn", jm.psum), ("complex64", jm.pmax), ("int4", jm.pmin)])
+def test_unsupported_dtype_is_a_type_error(mesh8, dtype, reduce):
     x = jnp.ones((8,), dtype)
     with pytest.raises(TypeError, match=f"unsupported dtype {dtype}.*supported: float32, bfloat16"):
-        run(lambda v: jm.psum(v, "x"), mesh8, x)
+        run(lambda v: reduce(v, "x"), mesh8, x)
 
 
 def test_unsupported_op_and_algorithm(mesh8, rng):

@@ -37,7 +37,8 @@ def test_info_describes_the_installation(mesh8):
     info = jm.info()
     assert "cpu" in info["platforms"]
     assert set(info["targets"]["cpu"]) == {
-        "jax_mscclpp_all_reduce", "jax_mscclpp_all_gather", "jax_mscclpp_reduce_scatter", "jax_mscclpp_all_to_all"}
+        "jax_mscclpp_all_reduce", "jax_mscclpp_all_gather", "jax_mscclpp_reduce_scatter", "jax_mscclpp_all_to_all",
+        "jax_mscclpp_permute"}
     assert info["timeout_s"] > 0
     assert any(r["collective"] == "all_reduce" and r["algorithm"] == "1pa_ll" for r in info["algorithms"])
     assert info["communicators"]

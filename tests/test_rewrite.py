@@ -229,13 +229,13 @@ def test_psum_over_two_axes_and_constants_in_inner_jaxprs(cpu_devices):
 def test_what_ours_cannot_run_stays_lax_with_the_reason_logged(mesh8, caplog):
     def body(x, z):
         return (lax.psum(x, "x"),                                  # replaced
-                lax.psum(z, "x"),                                  # complex64: kept
+                lax.psum(z, "x"),                                  # float8 sum: kept
                 lax.psum(x[:1, :1], "x"),                          # 4 bytes < min_bytes: kept
                 lax.all_gather(x, "x", tiled=True))                # not asked for: kept
 
     rng = np.random.default_rng(7)
     x = random_array(rng, (16, 3), "float32")
-    z = (x + 1j * random_array(rng, (16, 3), "float32")).astype(jnp.complex64)
+    z = random_array(rng, (16, 3), "float32").astype(jnp.float8_e5m2)
     specs = dict(mesh=mesh8, in_specs=(P("x"), P("x")), out_specs=(P(), P(), P(), P("x")))
     f = jax.shard_map(body, **specs)
     with caplog.at_level(logging.DEBUG, logger="jax_mscclpp.rewrite"):
@@ -244,7 +244,7 @@ def test_what_ours_cannot_run_stays_lax_with_the_reason_logged(mesh8, caplog):
     assert ours == {"jax_mscclpp_all_reduce"} and theirs == {"all-reduce", "all-gather"}
     log = caplog.text
     assert "replaced lax psum over ('x',) on float32[2,3]" in log
-    assert "kept lax psum over ('x',) on complex64[2,3]{V:x}: dtype complex64 is not supported" in log
+    assert "kept lax psum over ('x',) on float8_e5m2[2,3]{V:x}: dtype float8_e5m2 is not supported" in log
     assert "kept lax psum over ('x',) on float32[1,1]{V:x}: 4 bytes per rank is below min_bytes=8" in log
     assert "kept lax all_gather over ('x',) on float32[2,3]{V:x}: not among the collectives asked for" in log
 

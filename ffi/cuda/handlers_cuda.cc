@@ -106,6 +106,30 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
   return ffi::Error::Success();
 }
 
+// The permutation (codes.def, kPermute): the attributes of the others and its destination table
+// (jax_mscclpp/permute.py), from which this rank takes its peers.
+ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                        int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks,
+                        ffi::Span<const int32_t> destinations) {
+  cuda::GpuRank* rank = find_rank(comm_id, device);
+  if (!rank) return no_rank(comm_id, device);
+  const DType dtype = to_dtype(x.element_type());
+  if (dtype == DType::kInvalid || y->element_type() != x.element_type() || y->element_count() != x.element_count())
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: permute got mismatched or unsupported buffers");
+  const CollectiveContext& ctx = rank->context();
+  int32_t send_to = -1, recv_from = -1;
+  if (!permute_peers(destinations, ctx.nranks, ctx.rank, &send_to, &recv_from))
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
+                      "jax_mscclpp: permute got a destination table that is not a partial permutation of " +
+                          std::to_string(ctx.nranks) + " ranks");
+  const cudaError_t err = launch_permute(ctx, algorithm, x.untyped_data(), y->untyped_data(), x.element_count(),
+                                         int32_t(dtype), send_to, recv_from, stream, max_blocks);
+  if (err != cudaSuccess)
+    return ffi::Error(ffi::ErrorCode::kInternal,
+                      std::string("jax_mscclpp: launching permute failed: ") + cudaGetErrorString(err));
+  return ffi::Error::Success();
+}
+
 #define JAX_MSCCLPP_CUDA_BINDING                      \
   ffi::Ffi::Bind()                                       \
       .Ctx<ffi::PlatformStream<cudaStream_t>>()          \
@@ -130,6 +154,11 @@ JAX_MSCCLPP_CUDA_HANDLER(AllReduceCuda, Collective::kAllReduce)
 JAX_MSCCLPP_CUDA_HANDLER(AllGatherCuda, Collective::kAllGather)
 JAX_MSCCLPP_CUDA_HANDLER(ReduceScatterCuda, Collective::kReduceScatter)
 JAX_MSCCLPP_CUDA_HANDLER(AllToAllCuda, Collective::kAllToAll)
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PermuteCuda, permute_cuda,
+                              JAX_MSCCLPP_CUDA_BINDING.Attr<ffi::Span<const int32_t>>("destinations"),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PermuteCudaOutsideGraphs, permute_cuda,
+                              JAX_MSCCLPP_CUDA_BINDING.Attr<ffi::Span<const int32_t>>("destinations"));
 
 // A collective started on this device's side stream, and the done that joins it (side_stream.h;
 // docs/architecture.md, "Overlap"). The done takes the start's operand too, so that XLA keeps it alive until the
@@ -266,7 +295,8 @@ const HandlerList& cuda_handlers() {
     const std::string outside = kOutsideGraphsSuffix;
     const std::string all_reduce = target_name(Collective::kAllReduce), all_gather = target_name(Collective::kAllGather),
                       reduce_scatter = target_name(Collective::kReduceScatter),
-                      all_to_all = target_name(Collective::kAllToAll), residual = kAllReduceResidualTarget,
+                      all_to_all = target_name(Collective::kAllToAll), permute = target_name(Collective::kPermute),
+                      residual = kAllReduceResidualTarget,
                       rmsnorm = kAllReduceRMSNormTarget;
     return HandlerList{
         {all_reduce, reinterpret_cast<void*>(AllReduceCuda)},
@@ -277,6 +307,8 @@ const HandlerList& cuda_handlers() {
         {reduce_scatter + outside, reinterpret_cast<void*>(ReduceScatterCudaOutsideGraphs)},
         {all_to_all, reinterpret_cast<void*>(AllToAllCuda)},
         {all_to_all + outside, reinterpret_cast<void*>(AllToAllCudaOutsideGraphs)},
+        {permute, reinterpret_cast<void*>(PermuteCuda)},
+        {permute + outside, reinterpret_cast<void*>(PermuteCudaOutsideGraphs)},
         {residual, reinterpret_cast<void*>(AllReduceResidualCuda)},
         {residual + outside, reinterpret_cast<void*>(AllReduceResidualCudaOutsideGraphs)},
         {rmsnorm, reinterpret_cast<void*>(AllReduceRMSNormCuda)},

@@ -14,7 +14,8 @@ from .._types import Collective
 
 BUFFERS = ("input", "output", "scratch")
 
-COLLECTIVES = tuple(c.name.lower() for c in Collective)
+# The collectives a plan may implement: not the permutation, whose peers a plan cannot carry.
+COLLECTIVES = tuple(c.name.lower() for c in Collective if c != Collective.PERMUTE)
 
 
 def buffer_blocks(collective: str, world_size: int) -> tuple[int, int]:

@@ -18,7 +18,7 @@ import numpy as np
 from .. import plans, selection
 from .._types import COMPOSED_ALGORITHMS, Collective, REDUCE_OPS as _REDUCE_OPS
 
-OPS = tuple(c.name.lower() for c in Collective)
+OPS = tuple(c.name.lower() for c in Collective if c != Collective.PERMUTE)  # the collectives the soak builds
 REDUCE_OPS = tuple(_REDUCE_OPS)
 AUTO = "auto"
 # Chained configs only up to this many bytes per rank: a chain of large messages on CPU devices costs seconds.

@@ -17,6 +17,7 @@
 //                         all_reduce; kAllPairsHB: the others       a signal and a credit per chunk
 //   all_reduce_ring.cu    kTwoPhaseRing: all_reduce                  PortChannel DMA, one ring per block
 //   all_reduce_switch.cu  kTwoPhaseNvls: all_reduce                  SwitchChannel reduce/broadcast + barriers
+//   permute.cu            kPointToPoint(LL, HB): permute             LL16 packets, or streaming HB to one peer
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,6 +51,8 @@ struct LaunchArgs {
   int32_t dtype;
   int32_t op;          // ignored by all_gather and all_to_all
   int32_t max_blocks;  // > 0: caps the streaming kernels' grid below ctx.stream_blocks (collective.h)
+  int32_t send_to = -1;    // kPermute: the rank this one sends to (-1: none)
+  int32_t recv_from = -1;  // kPermute: the rank this one receives from (-1: none, zeros)
 };
 
 struct Launcher {

@@ -127,6 +127,8 @@ __global__ void __launch_bounds__(kHBThreads)
   finish_launch(c, e);
 }
 
+}  // namespace
+
 // The streaming launches' tuning (docs/benchmarking.md, "Streaming geometry"): defaults from measurements on two
 // H200s over NVLink; JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} override them (read once per process).
 const StreamTuning& stream_tuning() {
@@ -146,6 +148,8 @@ const StreamTuning& stream_tuning() {
   }();
   return tuning;
 }
+
+namespace {
 
 // The segment and geometry of a streaming call of `bytes` per block. 2PA-HB streams shards (a 1/n of the message
 // each) and gives each of its two phases half of the HB half's slots; the others stream whole blocks through all

@@ -52,15 +52,19 @@ uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t
   return cap == 0 ? 0 : ceil_div(bytes, cap);
 }
 
-cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
-                              void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
-                              int32_t max_blocks) {
+namespace {
+
+// launch_collective and launch_permute: `peers` carries the permutation's send_to / recv_from.
+cudaError_t launch_pieces(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
+                          void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                          int32_t max_blocks, int32_t send_to, int32_t recv_from) {
   const uint64_t esize = dtype_bytes(dtype);
   if (esize == 0 || !collective_supported(collective, algorithm, dtype, op)) return cudaErrorInvalidValue;
   if (ctx.nranks < 1 || ctx.rank < 0 || ctx.rank >= ctx.nranks) return cudaErrorInvalidValue;
   const uint64_t bytes = block_count * esize;
   if (bytes == 0) return cudaSuccess;
-  if (ctx.nranks == 1) {  // every collective of one rank is a copy of its one block
+  if (ctx.nranks == 1) {  // every collective of one rank is a copy of its one block (a permutation's: or zeros)
+    if (collective == codes::kPermute && recv_from < 0) return cudaMemsetAsync(out, 0, bytes, stream);
     if (in == out) return cudaSuccess;
     return cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
   }
@@ -79,7 +83,7 @@ cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, 
   p.out = static_cast<char*>(out);
   p.in_stride = input_per_rank(collective) ? bytes : 0;
   p.out_stride = output_per_rank(collective) ? bytes : 0;
-  const LaunchArgs args{collective, dtype, op, max_blocks};
+  const LaunchArgs args{collective, dtype, op, max_blocks, send_to, recv_from};
   CollectiveContext c = ctx;
   c.call = call_words(collective, op, algorithm, dtype, block_count);
   for (uint64_t lo = 0; lo < bytes; lo += cap) {
@@ -89,6 +93,23 @@ cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, 
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
+                              void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                              int32_t max_blocks) {
+  if (collective == codes::kPermute) return cudaErrorInvalidValue;  // its peers: launch_permute
+  return launch_pieces(ctx, collective, algorithm, in, out, block_count, dtype, op, stream, max_blocks, -1, -1);
+}
+
+cudaError_t launch_permute(const CollectiveContext& ctx, int32_t algorithm, const void* in, void* out,
+                           uint64_t block_count, int32_t dtype, int32_t send_to, int32_t recv_from,
+                           cudaStream_t stream, int32_t max_blocks) {
+  if (send_to < -1 || send_to >= ctx.nranks || recv_from < -1 || recv_from >= ctx.nranks) return cudaErrorInvalidValue;
+  return launch_pieces(ctx, codes::kPermute, algorithm, in, out, block_count, dtype, codes::kSum, stream, max_blocks,
+                       send_to, recv_from);
 }
 
 }  // namespace jax_mscclpp

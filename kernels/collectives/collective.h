@@ -4,7 +4,7 @@
 //
 // Buffers hold blocks of block_count elements as the collective's block layout says (jax_mscclpp/block_layout.h):
 //   all_reduce in[n] -> out[n]; all_gather in[n] -> out[world][n]; reduce_scatter in[world][n] -> out[n];
-//   all_to_all in[world][n] -> out[world][n].
+//   all_to_all in[world][n] -> out[world][n]; permute in[n] -> out[n] (launch_permute).
 // Every launch reads this call's epoch from ctx.epoch (device memory), uses epoch + 1 as its flag and scratch
 // half, and its blocks store the new count at their end (jax_mscclpp/epoch.cuh): a launch sequence can be captured once and replayed (CUDA graphs,
 // XLA command buffers). Messages larger than one round of scratch are pipelined: launch_collective issues as
@@ -79,5 +79,15 @@ uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t
 cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
                               void* out, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
                               int32_t max_blocks = 0);
+
+// Launches one call of the permutation (codes.def, kPermute; `algorithm` one of its algorithms) on `stream`: this
+// rank sends its block (`in`, block_count elements of dtype) to rank `send_to` and receives into `out` the block of
+// rank `recv_from` (-1: none, and `out` is zeroed; the rank itself: a local copy). Every rank of the context makes
+// the call, the same algorithm, dtype and block_count (the permutation may be any; each rank passes its own
+// peers, which must agree across ranks: a rank sends to r exactly when r receives from it). Errors as
+// launch_collective's; cudaErrorInvalidValue for a peer outside [-1, nranks).
+cudaError_t launch_permute(const CollectiveContext& ctx, int32_t algorithm, const void* in, void* out,
+                           uint64_t block_count, int32_t dtype, int32_t send_to, int32_t recv_from,
+                           cudaStream_t stream, int32_t max_blocks = 0);
 
 }  // namespace jax_mscclpp

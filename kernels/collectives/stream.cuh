@@ -198,6 +198,10 @@ struct StreamTuning {
   uint32_t min_chunks;    // aim for at least this many chunks per block (pipelining)
 };
 
+// The process's streaming tuning: the defaults, or JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} (read once;
+// all_pairs_stream.cu).
+const StreamTuning& stream_tuning();
+
 inline StreamGeometry stream_geometry(uint64_t seg, int nranks, uint64_t hb_half, int max_blocks,
                                       const StreamTuning& t) {
   StreamGeometry g{0, t.slots < 1 ? 1 : t.slots, 0, 0};

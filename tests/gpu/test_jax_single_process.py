@@ -45,6 +45,20 @@ SCRIPT = textwrap.dedent(r"""
         ]:
             assert_same(sharded(ours_fn, mesh, P("x"), P("x"))(x), sharded(ref_fn, mesh, P("x"), P("x"))(x))
             checks += 1
+    # The permutation (LL and streaming HB by size; auto is lax above 16 KiB), full and partial; a dtype moved as
+    # bytes.
+    for algorithm in ["p2p", None]:
+        for perm in [[(i, (i + 1) % n) for i in range(n)], [(0, n - 1)], []]:
+            for count, dtype in [(1, "float32"), (4099, "bfloat16"), (1 << 18, "int8")]:
+                x = random_array(rng, (n * count,), dtype)
+                ours = sharded(lambda v: jm.ppermute(v, "x", perm, algorithm=algorithm), mesh, P("x"), P("x"))(x)
+                assert_same(ours, sharded(lambda v: lax.ppermute(v, "x", perm), mesh, P("x"), P("x"))(x))
+                checks += 1
+    z = (random_array(rng, (n * 1000,), "float32") * (1 + 2j)).astype(jnp.complex64)
+    shift = [(i, (i + 1) % n) for i in range(n)]
+    assert_same(sharded(lambda v: jm.ppermute(v, "x", shift), mesh, P("x"), P("x"))(z),
+                sharded(lambda v: lax.ppermute(v, "x", shift), mesh, P("x"), P("x"))(z))
+    checks += 1
     # Fused layer boundary against the lax composition: the fused kernel runs (its target is in the program).
     def boundary_lax(a, r, w):
         s = r + lax.psum(a, "x")

@@ -43,6 +43,9 @@ enum class HarnessOp : int32_t {
   kAllReduceEpilogue = 16,  // collectives/epilogue.h on RankArgs::collective: input = [x | residual | weight
                             // (`bytes` elements)], output = [new_residual | normed], `count` elements, rows of
                             // `bytes`; mode 0 residual, 1 residual + RMSNorm (eps 1e-6)
+  kPermute = 17,  // launch_permute (kernels/collectives/collective.h) on RankArgs::collective: `algorithm`, dtype,
+                  // count on input + src_off -> output + dst_off, iters calls in a row; the permutation in
+                  // destinations_lo / _hi
 };
 
 constexpr int kHarnessCounters = 8;
@@ -88,7 +91,10 @@ struct HarnessParams {
   uint64_t dst_off = 0;
   uint64_t slot_stride = 0;
   int32_t collective = 0;  // kCollective: Collective code (jax_mscclpp/codes.def)
-  int32_t algorithm = 0;   // kCollective: Algorithm code
+  int32_t algorithm = 0;   // kCollective, kPermute: Algorithm code
+  // kPermute: byte r (r < 8 of destinations_lo, r - 8 of destinations_hi) is the rank rank r sends to, 0xff none.
+  uint64_t destinations_lo = ~0ull;
+  uint64_t destinations_hi = ~0ull;
 };
 
 // Launches `p.op` for one rank on `stream` (asynchronous). Returns the launch error, or

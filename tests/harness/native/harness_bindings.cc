@@ -30,6 +30,7 @@ void register_harness(nb::module_& m) {
   ops["all_reduce_1pa_ll"] = static_cast<int>(HarnessOp::kAllReduce1paLL);
   ops["collective"] = static_cast<int>(HarnessOp::kCollective);
   ops["all_reduce_epilogue"] = static_cast<int>(HarnessOp::kAllReduceEpilogue);
+  ops["permute"] = static_cast<int>(HarnessOp::kPermute);
   m.attr("HARNESS_OPS") = ops;
 
   nb::class_<HarnessParams>(m, "HarnessParams")
@@ -50,7 +51,9 @@ void register_harness(nb::module_& m) {
       .def_rw("dst_off", &HarnessParams::dst_off)
       .def_rw("slot_stride", &HarnessParams::slot_stride)
       .def_rw("collective", &HarnessParams::collective)
-      .def_rw("algorithm", &HarnessParams::algorithm);
+      .def_rw("algorithm", &HarnessParams::algorithm)
+      .def_rw("destinations_lo", &HarnessParams::destinations_lo)
+      .def_rw("destinations_hi", &HarnessParams::destinations_hi);
 
   nb::class_<HarnessRank, VirtualRank> harness_rank(m, "HarnessRank",
                                                    "A virtual rank running the harness kernels (harness_rank.h).");

@@ -389,6 +389,7 @@ cudaError_t launch_harness(const RankArgs& a, const HarnessParams& p, cudaStream
     case HarnessOp::kReduceLocal:
     case HarnessOp::kAllReduce1paLL:
     case HarnessOp::kCollective:
+    case HarnessOp::kPermute:
     case HarnessOp::kAllReduceEpilogue: return launch_harness_typed(a, p, stream);
     default: return cudaErrorInvalidValue;
   }

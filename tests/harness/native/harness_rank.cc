@@ -78,7 +78,7 @@ void HarnessRank::check_launch(const HarnessParams& p) const {
   if (op == HarnessOp::kSwitchAllReduce && sw.members == nullptr && sw.multicast == nullptr)
     throw std::invalid_argument("jax_mscclpp: the rank lacks a SwitchChannel (a world of more than " +
                                 std::to_string(kMaxSwitchMembers) + " ranks has none)");
-  if (op == HarnessOp::kCollective) {
+  if (op == HarnessOp::kCollective || op == HarnessOp::kPermute) {
     check_collective(p);
   } else {
     // The collective launchers pick their own grid: blocks and threads 0.
@@ -100,7 +100,8 @@ void HarnessRank::check_collective(const HarnessParams& p) const {
   const size_t esize = dtype_size(static_cast<DType>(p.dtype));
   if (esize == 0) throw std::invalid_argument("jax_mscclpp: unknown dtype code");
   const size_t block = p.count * esize, n = static_cast<size_t>(nranks());
-  const auto c = static_cast<Collective>(p.collective);
+  const auto c = static_cast<HarnessOp>(p.op) == HarnessOp::kPermute ? Collective::kPermute
+                                                                     : static_cast<Collective>(p.collective);
   const size_t in_bytes = block * (c == Collective::kReduceScatter || c == Collective::kAllToAll ? n : 1);
   const size_t out_bytes = block * (c == Collective::kAllGather || c == Collective::kAllToAll ? n : 1);
   if (p.src_off + in_bytes > input_bytes() || p.dst_off + out_bytes > output_bytes())
@@ -116,7 +117,8 @@ void HarnessRank::raise_launch_error(cudaError_t e) const {
 }
 
 void HarnessRank::capture(const HarnessParams& p) {
-  if (static_cast<HarnessOp>(p.op) != HarnessOp::kCollective)
+  const auto op = static_cast<HarnessOp>(p.op);
+  if (op != HarnessOp::kCollective && op != HarnessOp::kPermute)
     throw std::invalid_argument("jax_mscclpp: only collective launches are captured");
   check_launch(p);
   DeviceGuard g(device());

@@ -101,6 +101,22 @@ cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cuda
     return launch_all_reduce_epilogue(c, p.mode == 0 ? Epilogue::kResidual : Epilogue::kResidualRMSNorm, call,
                                       p.dtype, stream);
   }
+  if (op == HarnessOp::kPermute) {
+    auto destination = [&](int r) -> int32_t {
+      const uint64_t word = r < 8 ? p.destinations_lo : p.destinations_hi;
+      const uint32_t d = static_cast<uint32_t>(word >> (8 * (r % 8)) & 0xff);
+      return r >= 16 || d == 0xff ? -1 : static_cast<int32_t>(d);
+    };
+    int32_t recv_from = -1;
+    for (int q = 0; q < a.nranks; ++q)
+      if (destination(q) == a.rank) recv_from = q;
+    for (int i = 0; i < (p.iters > 1 ? p.iters : 1); ++i) {
+      const cudaError_t e = launch_permute(c, p.algorithm, a.input + p.src_off, a.output + p.dst_off, p.count,
+                                           p.dtype, destination(a.rank), recv_from, stream);
+      if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+  }
   if (op == HarnessOp::kCollective) {
     for (int i = 0; i < (p.iters > 1 ? p.iters : 1); ++i) {
       const cudaError_t e = launch_collective(c, p.collective, p.algorithm, a.input + p.src_off, a.output + p.dst_off,
