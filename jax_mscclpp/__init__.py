@@ -19,6 +19,7 @@ from .collectives import (
 from . import fused
 from .communicator import Communicator
 from .info import info
+from .nccl_backend import enable_nccl_backend
 from .overlap import psum_done, psum_start, value_and_psum_grad
 from .plans import register_algorithm, unregister_algorithm
 from .rewrite import rewrite
@@ -30,6 +31,7 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_to_all",
+    "enable_nccl_backend",
     "info",
     "pmax",
     "register_algorithm",
