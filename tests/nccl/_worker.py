@@ -40,6 +40,7 @@ def load(path: str) -> ctypes.CDLL:
         getattr(library, name).argtypes = [ctypes.c_void_p] + ([ctypes.c_void_p] if name != "ncclCommDestroy" else [])
     library.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                       ctypes.c_void_p, ctypes.c_void_p]
+    library.ncclCommAbort.argtypes = [ctypes.c_void_p]
     library.ncclCommSplit.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
     library.ncclCommQueryProperties.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     return library
@@ -143,6 +144,15 @@ def pass_through() -> dict:
     # Our text lasts until the next forwarded call; then ncclGetLastError is the real library's again.
     out["our_error_after_next_call"] = (ours.ncclCommCount(comm, ctypes.byref(count)), last_error(ours, comm))
 
+    # InitAll: every communicator of the array is ours; abort ends one.
+    many = (ctypes.c_void_p * 3)()
+    out["init_all"] = ours.ncclCommInitAll(many, 3, None)
+    out["init_all_ours"] = [ours.jax_mscclpp_nccl_is_ours(c) for c in many]
+    out["init_all_ranks"] = [(ours.ncclCommUserRank(c, ctypes.byref(rank)), rank.value)[1] for c in many]
+    real_first = ours.jax_mscclpp_nccl_real_communicator(many[0])
+    out["abort"] = ours.ncclCommAbort(ctypes.c_void_p(many[0]))
+    out["abort_saw_real"] = view.stand_in_last_comm() == real_first
+
     # Destroy: the real one is destroyed; a failed destroy keeps ours valid.
     view.stand_in_set_next_result(NCCL_INVALID_USAGE)
     out["destroy_failed"] = (ours.ncclCommDestroy(comm), ours.jax_mscclpp_nccl_is_ours(comm))
@@ -150,6 +160,27 @@ def pass_through() -> dict:
     out["destroy_saw_real"] = view.stand_in_last_comm() == real_comm
     out["calls"] = view.stand_in_calls().decode().split(";")
     return out
+
+
+def concurrent_first_calls() -> dict:
+    """Threads whose first calls race: the real library opens once and every call is answered."""
+    ours = load(os.environ["OUR_NCCL"])
+    barrier = threading.Barrier(8)
+    results: list = []
+
+    def first_call():
+        uid = UniqueId()
+        barrier.wait()
+        results.append(ours.ncclGetUniqueId(ctypes.byref(uid)))
+
+    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    view = stand_in_view(os.environ["JAX_MSCCLPP_REAL_NCCL"])
+    return {"results": results, "calls": view.stand_in_calls().decode().count("ncclGetUniqueId"),
+            "real_library": ours.jax_mscclpp_nccl_real_library().decode()}
 
 
 def no_real_nccl() -> dict:
@@ -225,7 +256,7 @@ def startup_without_variable() -> dict:
             "mapped": sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnccl.so" in line})}
 
 
-SCENARIOS = {f.__name__: f for f in (pass_through, no_real_nccl, enable_after_devices, enable_beside_other_nccl,
+SCENARIOS = {f.__name__: f for f in (pass_through, concurrent_first_calls, no_real_nccl, enable_after_devices, enable_beside_other_nccl,
                                      enable_before_devices, startup_variable, startup_without_variable)}
 
 if __name__ == "__main__":

@@ -92,6 +92,21 @@ def test_function_missing_in_the_real_library(through_stand_in, stand_in):
     assert count_result == NCCL_SUCCESS and "jax_mscclpp" not in text
 
 
+def test_init_all_and_abort(through_stand_in):
+    r = through_stand_in
+    assert r["init_all"] == NCCL_SUCCESS
+    assert r["init_all_ours"] == [1, 1, 1]
+    assert r["init_all_ranks"] == [0, 1, 2]
+    assert r["abort"] == NCCL_SUCCESS and r["abort_saw_real"]
+
+
+def test_concurrent_first_calls(our_library, stand_in):
+    r = run_worker("concurrent_first_calls", stand_in, extra_env={"OUR_NCCL": our_library})
+    assert r["results"] == [NCCL_SUCCESS] * 8
+    assert r["calls"] == 8
+    assert r["real_library"] == stand_in
+
+
 def test_destroy(through_stand_in):
     r = through_stand_in
     assert r["destroy_failed"] == [NCCL_INVALID_USAGE, 1], "a failed destroy must leave the handle valid"
