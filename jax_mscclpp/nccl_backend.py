@@ -20,7 +20,6 @@ import ctypes
 import importlib.util
 import os
 import sys
-import warnings
 
 ENABLE_VARIABLE = "JAX_MSCCLPP_NCCL"
 REAL_NCCL_VARIABLE = "JAX_MSCCLPP_REAL_NCCL"
@@ -107,8 +106,8 @@ def enable_nccl_backend() -> None:
 
     Raises ``RuntimeError`` when JAX's backends are already started or another ``libnccl.so.2`` is already in the
     process (either way XLA would keep that one): call it before the first ``jax.devices()`` / ``jit``, or set
-    ``JAX_MSCCLPP_NCCL=1``. Warns when no real NCCL is found to forward to (every NCCL call then fails with
-    ncclSystemError, ``ncclGetLastError`` saying why).
+    ``JAX_MSCCLPP_NCCL=1``; raises ``RuntimeError`` too when the real NCCL cannot be opened (our library is loaded
+    by then, and every NCCL call fails with ncclSystemError, ``ncclGetLastError`` saying why).
     """
     global _library
     ours = library_path()
@@ -130,16 +129,19 @@ def enable_nccl_backend() -> None:
             f"jit or device_put), which load NCCL; call it earlier, or set {ENABLE_VARIABLE}=1 in the environment"
         )
     real = real_nccl_path()
-    if real is None:
-        warnings.warn(
-            f"jax_mscclpp.enable_nccl_backend(): no real NCCL to forward to (set {REAL_NCCL_VARIABLE} or install "
-            "nvidia-nccl-cu12 / -cu13); NCCL calls will fail with ncclSystemError",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-    elif REAL_NCCL_VARIABLE not in os.environ:
-        os.environ[REAL_NCCL_VARIABLE] = real  # read by the library at its first call
+    if real is not None and REAL_NCCL_VARIABLE not in os.environ:
+        os.environ[REAL_NCCL_VARIABLE] = real  # where the library looks first
     _library = ctypes.CDLL(ours, mode=os.RTLD_GLOBAL)
+    # The real NCCL is opened now, before JAX's CUDA plugin loads it by the same path: the process then keeps it as
+    # our library opened it (RTLD_DEEPBIND: its calls to its own functions stay inside it).
+    _library.ncclGetLastError.restype = ctypes.c_char_p
+    _library.ncclGetLastError.argtypes = [ctypes.c_void_p]
+    if _library.jax_mscclpp_nccl_open_real_library() != 0:
+        reason = (_library.ncclGetLastError(None) or b"").decode()
+        raise RuntimeError(
+            f"jax_mscclpp.enable_nccl_backend(): our libnccl.so.2 is loaded but has no real NCCL to forward to, so "
+            f"every NCCL call will fail: {reason}"
+        )
 
 
 def status() -> dict:

@@ -17,3 +17,5 @@ JAX_MSCCLPP_NCCL_EXPORT ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t
 }
 
 JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_real_library(void) { return real_library_path(); }
+
+JAX_MSCCLPP_NCCL_EXPORT ncclResult_t jax_mscclpp_nccl_open_real_library(void) { return open_real_library(); }

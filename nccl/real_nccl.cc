@@ -101,15 +101,19 @@ const char* api_function_name(ApiFunction function) { return kFunctionNames[stat
 
 namespace {
 
+bool library_open() {
+  std::call_once(open_once, [] {
+    open_library();
+    library_opened.store(library.handle != nullptr, std::memory_order_release);
+  });
+  return library.handle != nullptr;
+}
+
 void* look_up(ApiFunction function, bool report) {
   std::atomic<std::uintptr_t>& slot = function_slots[static_cast<int>(function)];
   std::uintptr_t address = slot.load(std::memory_order_acquire);
   if (address == 0) {
-    std::call_once(open_once, [] {
-      open_library();
-      library_opened.store(library.handle != nullptr, std::memory_order_release);
-    });
-    if (library.handle == nullptr) {
+    if (!library_open()) {
       if (report) fail(ncclSystemError, std::string(api_function_name(function)) + ": " + library.failure);
       return nullptr;
     }
@@ -128,6 +132,11 @@ void* look_up(ApiFunction function, bool report) {
 }  // namespace
 
 void* real_function(ApiFunction function) { return look_up(function, true); }
+
+ncclResult_t open_real_library() {
+  if (library_open()) return ncclSuccess;
+  return fail(ncclSystemError, library.failure);
+}
 
 void* real_function_if_present(ApiFunction function) { return look_up(function, false); }
 

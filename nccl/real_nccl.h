@@ -33,6 +33,10 @@ Function real_if_present(ApiFunction function) {
   return reinterpret_cast<Function>(real_function_if_present(function));
 }
 
+// Opens the real library now (once per process, as the first call needing it would); ncclSystemError, with this
+// thread's last error saying why, when it cannot be opened.
+ncclResult_t open_real_library();
+
 // The path the real library was opened from; "" while it has not been opened or could not be.
 const char* real_library_path();
 

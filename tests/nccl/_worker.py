@@ -233,13 +233,28 @@ def enable_before_devices() -> dict:
     before = jax_mscclpp.info()["nccl_backend"]["active"]
     jax_mscclpp.enable_nccl_backend()
     jax_mscclpp.enable_nccl_backend()  # a second call is a no-op
+    # JAX's CUDA plugin loads NVIDIA's library by absolute path at the first backend use: the same object ours
+    # opened, not a second copy.
+    view = stand_in_view(os.environ["JAX_MSCCLPP_REAL_NCCL"])
+    real_opened_before_devices = jax_mscclpp.info()["nccl_backend"]["real_nccl_opened"]
     devices = len(jax.devices())
     # What XLA's dlopen("libnccl.so.2") gets: the loaded library with that SONAME, ours.
     by_soname = ctypes.CDLL("libnccl.so.2")
     version = ctypes.c_int()
     by_soname.ncclGetVersion(ctypes.byref(version))
-    return {"before": before, "devices": devices, "status": jax_mscclpp.info()["nccl_backend"],
+    return {"before": before, "devices": devices, "real_opened_before_devices": real_opened_before_devices,
+            "version_reached_the_loaded_stand_in": "ncclGetVersion" in view.stand_in_calls().decode(), "status": jax_mscclpp.info()["nccl_backend"],
             "soname_is_ours": hasattr(by_soname, "jax_mscclpp_nccl_group_depth"), "version": version.value}
+
+
+def enable_without_real_nccl() -> dict:
+    import jax_mscclpp
+
+    try:
+        jax_mscclpp.enable_nccl_backend()
+    except RuntimeError as error:
+        return {"raised": str(error)}
+    return {"raised": None}
 
 
 def startup_variable() -> dict:
@@ -257,7 +272,7 @@ def startup_without_variable() -> dict:
 
 
 SCENARIOS = {f.__name__: f for f in (pass_through, concurrent_first_calls, no_real_nccl, enable_after_devices, enable_beside_other_nccl,
-                                     enable_before_devices, startup_variable, startup_without_variable)}
+                                     enable_before_devices, enable_without_real_nccl, startup_variable, startup_without_variable)}
 
 if __name__ == "__main__":
     print(json.dumps(SCENARIOS[sys.argv[1]]()))

@@ -26,9 +26,18 @@ def test_enable_before_devices(stand_in, our_library):
     assert r["devices"] >= 1
     assert r["soname_is_ours"], "dlopen('libnccl.so.2') did not answer with our library"
     assert r["version"] == 22809
+    assert r["real_opened_before_devices"] == stand_in
+    assert r["version_reached_the_loaded_stand_in"]
     status = r["status"]
     assert status["active"] is True and status["library"] == our_library
     assert status["real_nccl"] == stand_in and status["real_nccl_opened"] == stand_in
+
+
+def test_enable_without_a_real_nccl_raises():
+    r = run_worker("enable_without_real_nccl", "/nonexistent/libnccl.so.2")
+    assert r["raised"] is not None
+    assert "no real NCCL to forward to" in r["raised"]
+    assert "cannot open the real NCCL named by JAX_MSCCLPP_REAL_NCCL: /nonexistent/libnccl.so.2" in r["raised"]
 
 
 def test_environment_variable_enables_at_interpreter_start(stand_in, our_library):

@@ -1,5 +1,6 @@
 // What this library exports besides the NCCL API, for jax_mscclpp's Python side and its tests: the state of the
-// calling thread and process as this library sees it. None of these functions opens the real NCCL.
+// calling thread and process as this library sees it, and the real NCCL's opening. Only
+// jax_mscclpp_nccl_open_real_library opens the real NCCL.
 #pragma once
 
 #include "jax_mscclpp_nccl/nccl_api.h"
@@ -16,6 +17,12 @@ int jax_mscclpp_nccl_is_ours(ncclComm_t comm);
 ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t comm);
 // The path the real NCCL was opened from; "" before the first call that needed it, or when it could not be opened.
 const char* jax_mscclpp_nccl_real_library(void);
+
+// Opens the real NCCL now rather than at the first call needing it. enable_nccl_backend() calls it before JAX's
+// CUDA plugin loads NVIDIA's library by the same path: the process then holds that library as opened here, with
+// RTLD_DEEPBIND, so its calls to its own exports stay inside it (loaded first without it, they would bind to ours).
+// ncclSystemError, with ncclGetLastError's text saying why, when it cannot be opened.
+ncclResult_t jax_mscclpp_nccl_open_real_library(void);
 
 #ifdef __cplusplus
 }
