@@ -122,7 +122,8 @@ void* look_up(ApiFunction function, bool report) {
     slot.store(address, std::memory_order_release);
   }
   if (address == kAbsent) {
-    if (report) fail(ncclSystemError, std::string("the real NCCL at ") + library.path + " has no " + api_function_name(function) +
+    if (report)
+      fail(ncclSystemError, std::string("the real NCCL at ") + library.path + " has no " + api_function_name(function) +
                               " (it is older than the NCCL API this library exports)");
     return nullptr;
   }

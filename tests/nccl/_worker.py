@@ -243,7 +243,8 @@ def enable_before_devices() -> dict:
     version = ctypes.c_int()
     by_soname.ncclGetVersion(ctypes.byref(version))
     return {"before": before, "devices": devices, "real_opened_before_devices": real_opened_before_devices,
-            "version_reached_the_loaded_stand_in": "ncclGetVersion" in view.stand_in_calls().decode(), "status": jax_mscclpp.info()["nccl_backend"],
+            "version_reached_the_loaded_stand_in": "ncclGetVersion" in view.stand_in_calls().decode(),
+            "status": jax_mscclpp.info()["nccl_backend"],
             "soname_is_ours": hasattr(by_soname, "jax_mscclpp_nccl_group_depth"), "version": version.value}
 
 
@@ -271,8 +272,9 @@ def startup_without_variable() -> dict:
             "mapped": sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnccl.so" in line})}
 
 
-SCENARIOS = {f.__name__: f for f in (pass_through, concurrent_first_calls, no_real_nccl, enable_after_devices, enable_beside_other_nccl,
-                                     enable_before_devices, enable_without_real_nccl, startup_variable, startup_without_variable)}
+SCENARIOS = {f.__name__: f for f in (pass_through, concurrent_first_calls, no_real_nccl, enable_after_devices,
+                                     enable_beside_other_nccl, enable_before_devices, enable_without_real_nccl,
+                                     startup_variable, startup_without_variable)}
 
 if __name__ == "__main__":
     print(json.dumps(SCENARIOS[sys.argv[1]]()))
