@@ -26,6 +26,7 @@ from . import fused
 from .communicator import Communicator
 from .explain import explain
 from .info import info
+from .nccl_backend import enable_nccl_backend
 from .overlap import psum_done, psum_start, value_and_psum_grad
 from .plans import register_algorithm, unregister_algorithm
 from .recovery import reset
@@ -38,6 +39,7 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "all_to_all",
+    "enable_nccl_backend",
     "explain",
     "info",
     "pbroadcast",

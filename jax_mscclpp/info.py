@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from . import _native, selection
+from . import _native, nccl_backend, selection
 from .communicator import Communicator
 
 
 def info() -> dict:
-    """Backend and platforms built, live communicators, timeout, and the algorithm selection table."""
+    """Backend and platforms built, live communicators, timeout, the algorithm selection table, and whether our
+    libnccl.so.2 is loaded (``enable_nccl_backend``)."""
     return {
         "platforms": sorted(_native.REGISTERED_TARGETS),
         "targets": {p: list(t) for p, t in _native.REGISTERED_TARGETS.items()},
@@ -16,4 +17,5 @@ def info() -> dict:
         "communicators": [repr(c) for c in Communicator.live()],
         "algorithms": selection.table(),
         "fallback": "outside every rule's range (and for algorithm='lax') the lax collective is emitted",
+        "nccl_backend": nccl_backend.status(),
     }

@@ -1,0 +1,44 @@
+// How a call goes to the real NCCL: every communicator argument is replaced by what the real library knows it as
+// (our_communicator.h), every other argument passes unchanged, and this thread's last error is cleared first.
+// When the real library or the function is missing, ncclResult_t functions return ncclSystemError (the last error
+// says why), functions returning nothing return, and others return a value-initialized result.
+#pragma once
+
+#include <type_traits>
+
+#include "api_function.h"
+#include "last_error.h"
+#include "our_communicator.h"
+#include "real_nccl.h"
+
+namespace jax_mscclpp::nccl {
+
+template <typename Value>
+Value pass_to_real(Value value) {
+  return value;
+}
+inline ncclComm_t pass_to_real(ncclComm_t comm) { return real_communicator(comm); }
+
+template <typename Function, typename... Arguments>
+auto forward_to_real(ApiFunction function, Arguments... arguments) {
+  using Result = std::invoke_result_t<Function, Arguments...>;
+  Function real_one = real<Function>(function);
+  if (real_one == nullptr) {
+    if constexpr (std::is_void_v<Result>) {
+      return;
+    } else if constexpr (std::is_same_v<Result, ncclResult_t>) {
+      return ncclSystemError;
+    } else {
+      return Result{};
+    }
+  }
+  clear_last_error();
+  return real_one(pass_to_real(arguments)...);
+}
+
+}  // namespace jax_mscclpp::nccl
+
+
+// The profiling alias p<name> of an entry point defined in the same translation unit.
+#define JAX_MSCCLPP_NCCL_ALIAS(return_type, name, parameters) \
+  extern "C" __attribute__((visibility("default"), alias(#name))) return_type p##name parameters;

@@ -1,0 +1,29 @@
+// What this library exports besides the NCCL API, for jax_mscclpp's Python side and its tests: the state of the
+// calling thread and process as this library sees it, and the real NCCL's opening. Only
+// jax_mscclpp_nccl_open_real_library opens the real NCCL.
+#pragma once
+
+#include "jax_mscclpp_nccl/nccl_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The calling thread's group depth (ncclGroupStart minus ncclGroupEnd, never below 0).
+int jax_mscclpp_nccl_group_depth(void);
+// 1 when `comm` is a communicator this library made (it wraps the real library's), 0 otherwise.
+int jax_mscclpp_nccl_is_ours(ncclComm_t comm);
+// The real library's communicator behind `comm` (`comm` itself when it is not ours).
+ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t comm);
+// The path the real NCCL was opened from; "" before the first call that needed it, or when it could not be opened.
+const char* jax_mscclpp_nccl_real_library(void);
+
+// Opens the real NCCL now rather than at the first call needing it. enable_nccl_backend() calls it before JAX's
+// CUDA plugin loads NVIDIA's library by the same path: the process then holds that library as opened here, with
+// RTLD_DEEPBIND, so its calls to its own exports stay inside it (loaded first without it, they would bind to ours).
+// ncclSystemError, with ncclGetLastError's text saying why, when it cannot be opened.
+ncclResult_t jax_mscclpp_nccl_open_real_library(void);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,21 @@
+#include "jax_mscclpp_nccl/introspection.h"
+
+#include "group_depth.h"
+#include "our_communicator.h"
+#include "real_nccl.h"
+
+using namespace jax_mscclpp::nccl;
+
+#define JAX_MSCCLPP_NCCL_EXPORT extern "C" __attribute__((visibility("default")))
+
+JAX_MSCCLPP_NCCL_EXPORT int jax_mscclpp_nccl_group_depth(void) { return group_depth(); }
+
+JAX_MSCCLPP_NCCL_EXPORT int jax_mscclpp_nccl_is_ours(ncclComm_t comm) { return our_communicator(comm) != nullptr; }
+
+JAX_MSCCLPP_NCCL_EXPORT ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t comm) {
+  return real_communicator(comm);
+}
+
+JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_real_library(void) { return real_library_path(); }
+
+JAX_MSCCLPP_NCCL_EXPORT ncclResult_t jax_mscclpp_nccl_open_real_library(void) { return open_real_library(); }
