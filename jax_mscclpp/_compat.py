@@ -129,6 +129,12 @@ def kv_set_bytes(key: str, value: bytes, replace: bool = False) -> None:
     client.key_value_set_bytes(key, value)
 
 
+def barrier(name: str, timeout_s: float) -> None:
+    """Waits until every process of a multi-process run reached ``barrier(name)``: JAX's coordination service, not
+    a collective (which processes sharing a GPU could not run through NVIDIA's NCCL)."""
+    coordination_client().wait_at_barrier(name, int(timeout_s * 1000))
+
+
 def kv_get_bytes(key: str, timeout_s: float) -> bytes:
     return coordination_client().blocking_key_value_get_bytes(key, int(timeout_s * 1000))
 

@@ -228,10 +228,10 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
     import jax
     import jax.numpy as jnp
     from jax import lax
-    from jax.experimental import multihost_utils
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     import jax_mscclpp as jm
+    from .. import _compat
     from ..communicator import Communicator
     from ..testing import faults
 
@@ -253,7 +253,7 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
     healthy = chain(jm.psum)
     x = operand(block)
     jax.block_until_ready(healthy(x))  # everyone compiles and runs once
-    multihost_utils.sync_global_devices("faults: ready")
+    _compat.barrier(f"jax_mscclpp_faults_ready_{scenario}", heartbeat_s)
     result = {"process": process, "faulty": faulty, "scenario": scenario}
     program, data = healthy, x
     if faulty and scenario == "mismatched_size":
