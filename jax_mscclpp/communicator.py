@@ -354,10 +354,6 @@ class Communicator:
         """The rank of ``device`` in its group."""
         return self.rank_of_partition[self._partition(device)]
 
-    def group(self, device) -> int:
-        """The index of ``device``'s group (its row-major position over the mesh axes not reduced)."""
-        return self.group_of_partition[self._partition(device)]
-
     def _partition(self, device) -> int:
         if self.devices is None:
             raise ValueError("this communicator was made for an abstract mesh: it knows no devices")

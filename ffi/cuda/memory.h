@@ -73,7 +73,6 @@ class MappedMemory {
 
   char* get() const { return static_cast<char*>(ptr_); }
   size_t bytes() const { return bytes_; }
-  bool via_ipc() const { return ipc_; }
 
  private:
   void reset();

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import re
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from .metrics import below_noise
 from .units import format_size
@@ -105,13 +105,6 @@ def preamble(meta: dict) -> list[str]:
         "# below noise: some chained run took no longer than the trivial program, so the time (and its speedup and "
         "busbw) cannot be told from zero",
     ] + ([f"# caveat: {warning}"] if warning else [])
-
-
-def format_table(records: Iterable, meta: dict | None = None) -> str:
-    lines = preamble(meta) if meta else []
-    lines.append(table_header())
-    lines.extend(table_row(r) for r in records)
-    return "\n".join(lines)
 
 
 def _finite(value):

@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kHBThreads)
 
 }  // namespace
 
-// The streaming launches' tuning (docs/benchmarking.md, "Streaming geometry"): defaults from measurements on two
+// The streaming launches' tuning (docs/architecture.md, "Protocols", Streaming HB): defaults from measurements on two
 // H200s over NVLink; JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} override them (read once per process).
 const StreamTuning& stream_tuning() {
   static const StreamTuning tuning = [] {

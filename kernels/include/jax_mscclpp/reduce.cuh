@@ -133,15 +133,6 @@ struct VecAccumulator {
   }
 };
 
-// Element-wise a (op) b of two 16-byte vectors of T.
-template <class T, class Op>
-JAX_MSCCLPP_DEVICE_INLINE uint4 reduce_vec16(const uint4& a, const uint4& b) {
-  VecAccumulator<T, Op> acc;
-  acc.init(a);
-  acc.add(b);
-  return acc.result();
-}
-
 template <class T, class Op>
 JAX_MSCCLPP_DEVICE_INLINE T reduce_scalar(T a, T b) {
   using Tr = ReduceTraits<T>;

@@ -50,11 +50,6 @@ namespace detail {
 #define JAX_MSCCLPP_MM_S64(OP, TY, OUT, ADDR) \
   asm volatile("multimem.ld_reduce.relaxed.sys.global." OP "." TY " %0, [%1];" : "=l"(OUT) : "l"(ADDR) : "memory")
 
-template <class Op>
-constexpr const char* mm_op() {
-  return std::is_same_v<Op, SumOp> ? "add" : std::is_same_v<Op, MaxOp> ? "max" : "min";
-}
-
 // 16 bytes reduced by the switch across the group at multicast address `addr`.
 template <class T, class Op>
 JAX_MSCCLPP_DEVICE_INLINE uint4 multimem_ld_reduce16(const void* addr) {
