@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The device measurements, one recipe each: bench/device/recipes.sh RECIPE... (outputs under $OUT, else /tmp/out).
+# Run from anywhere on a GPU machine; `build` first on a fresh one. Every environment built here keeps NVLink
+# multicast off (NCCL_NVLS_ENABLE=0, JAX_MSCCLPP_NVLS unset). `recipes.sh list` prints the recipes.
+#
+#   build            the package and the GPU tests' harness, for the visible GPUs (about 100 s on an H200)
+#   gpu_suite        the GPU tests, every part (bench/device/gpu_suite.py; a part fits ten minutes)
+#   bench_auto       every collective, 1 KiB to 1 GiB, the runtime's choice against lax (cmdbuf mode)
+#   bench_all        the same for every algorithm
+#   model            a psum between matmuls, 64 blocks (jax_mscclpp.bench.model), profiled
+#   decode           the Llama-8B-shaped decode example, ours and lax, profiled
+#   train            the data-parallel training example, 128 MiB and 1 GiB of gradients, profiled
+#   soak             10,000 random calls against lax: one process on every GPU, then one process per GPU
+#   soak_shared      the soak with 2 and 4 processes sharing GPU 0, checked against CPU devices
+#   churn            communicators made, used and destroyed, with port channels and without
+#   faults           a killed peer, a stalled peer and mismatched calls between two processes
+#   copy_engine      the copy engines' peer-to-peer rate (bench/device/copy_engine_rate.py)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+unset JAX_MSCCLPP_NVLS
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+
+build() {
+  python3 -m pip install -q --no-build-isolation --no-deps -e . -C cmake.define.JAX_MSCCLPP_TESTING=ON 2>&1 | tail -3
+  python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
+}
+gpu_suite() { python3 bench/device/gpu_suite.py kernels processes sixteen --out "$OUT"; }
+bench_auto() {
+  python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
+    --dtype bfloat16 --algorithm auto --mode cmdbuf --no-progress --quiet --out "$OUT" --name bench-auto
+}
+bench_all() {
+  python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
+    --dtype bfloat16 --algorithm all --mode cmdbuf --no-progress --quiet --out "$OUT" --name bench-all
+}
+model() { python3 -m jax_mscclpp.bench.model --rows 8 --layers 64 --iters 10 --profile "$OUT/prof" --out "$OUT"; }
+decode() {
+  python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 --profile "$OUT/prof" \
+    --profile-steps 8 --profile-batches 8 --out "$OUT/decode.json"
+}
+train() {
+  python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 --profile "$OUT/prof" --profile-steps 3 \
+    --out "$OUT/train.json"
+}
+soak() {
+  python3 -m jax_mscclpp.soak --calls 10000 --programs 100 --duration 400 --quiet --out "$OUT/soak.json"
+  [ "$gpus" -ge 2 ] && python3 -m jax_mscclpp.soak --calls 10000 --programs 100 --duration 400 --launch "$gpus" \
+    --quiet --out "$OUT/soak-launch.json"
+}
+soak_shared() {
+  python3 -m jax_mscclpp.soak --launch 2 --reference cpu --calls 10000 --programs 120 --duration 470 --quiet \
+    --out "$OUT/soak-shared-2proc.json"
+  python3 -m jax_mscclpp.soak --launch 4 --reference cpu --calls 1000 --programs 80 --max-bytes 16M --duration 420 \
+    --quiet --out "$OUT/soak-shared-4proc.json"
+}
+churn() { python3 -m jax_mscclpp.soak.churn --cycles 500 --port-channels both --out "$OUT/churn.json"; }
+faults() {
+  XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 \
+    --heartbeat 15 --out "$OUT/faults-2proc.json"
+}
+copy_engine() { python3 bench/device/copy_engine_rate.py --out "$OUT/copy-engine.json"; }
+
+RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults copy_engine"
+[ $# -eq 0 ] && set -- list
+for recipe in "$@"; do
+  if [ "$recipe" = list ]; then
+    sed -n '/^#   /s/^#   //p' "$0"
+  elif [[ " $RECIPES " == *" $recipe "* ]]; then
+    echo "== $(date +%T) $recipe"
+    "$recipe"
+  else
+    echo "unknown recipe '$recipe'; recipes: $RECIPES" >&2
+    exit 2
+  fi
+done
