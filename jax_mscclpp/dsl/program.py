@@ -224,7 +224,10 @@ class Program:
 
 
 def verify(plan_or_program) -> dict:
-    """Raise VerificationError unless the plan (or the plan a Program lowers to) is correct; return the plan."""
+    """Raise VerificationError unless the plan (or the plan a Program lowers to) is correct; return the plan.
+
+    The package's ``verify``. It lives beside Program because it takes one; the checks, which take plans only, are
+    ``verify.verify_plan``."""
     if isinstance(plan_or_program, Program):
         plan = plan_or_program.lower(verify=False)
     else:
