@@ -37,7 +37,7 @@ def _codes_def_text() -> str:
     raise FileNotFoundError(f"codes.def not found at any of {[str(p) for p in _CODES_DEF_PATHS]}")
 
 
-def _column(table: str, column: str, text: str, constants: dict[str, int]):
+def _column(column: str, text: str, constants: dict[str, int]):
     """One column's value as the native module gives it (ffi/module.cc, code_tables)."""
     if column in ("input_per_rank", "output_per_rank"):
         return int(text) != 0
@@ -67,7 +67,7 @@ def read_code_tables(text: str) -> dict[str, list[dict]]:
         if len(rest) != len(columns):
             raise ValueError(f"codes.def: {line!r} has {len(rest)} columns after the name, not {len(columns)}")
         entry = {"enumerator": enumerator, "code": int(code), "name": name.strip('"')}
-        entry.update((column, _column(table, column, value, constants)) for column, value in zip(columns, rest))
+        entry.update((column, _column(column, value, constants)) for column, value in zip(columns, rest))
         tables[table].append(entry)
     return tables
 
