@@ -1,6 +1,6 @@
 // Execution plans (jax_mscclpp/dsl/PLAN.md) on the host reference backend.
 //
-// Python lowers a DSL program to a plan and encodes it (jax_mscclpp/plans.py) as plain integers: per rank, a
+// Python lowers a DSL program to a plan and encodes it (jax_mscclpp/plan_encoding.py) as plain integers: per rank, a
 // list of channel endpoints and, per thread block, a stream of operations. HostPlan decodes and checks that
 // encoding once; HostPlanInstance adds the per-(group, rank) channel semaphores of one communicator; and
 // run_plan() interprets one rank's part of a call with the semantics of PLAN.md.

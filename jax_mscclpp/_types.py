@@ -1,42 +1,16 @@
 """The vocabulary shared with the native side: collectives, ops, algorithms and dtypes.
 
-Every integer code comes from the native module, which exports the tables of
-``kernels/include/jax_mscclpp/codes.def`` (the one definition, docs/architecture.md "Codes"); the enums here are
-built from them, with the member names of the C++ enumerators (``kTwoPhaseRing`` -> ``TWO_PHASE_RING``).
+Every integer code comes from ``kernels/include/jax_mscclpp/codes.def`` (the one definition, docs/architecture.md
+"Codes"), read by ``_codes`` (pure: no jax, no native module), which also builds the enums; this module adds what
+needs JAX (the dtypes the collectives run on).
 """
 
 from __future__ import annotations
 
-import enum
-import re
-
 import numpy as np
 import jax.numpy as jnp
 
-from . import _jax_mscclpp
-
-CODE_TABLES = _jax_mscclpp.codes()
-
-
-def _member(enumerator: str) -> str:
-    """``kOnePhaseAllPairsLL`` -> ``ONE_PHASE_ALL_PAIRS_LL``."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", enumerator[1:]).upper()
-
-
-def _members(table: str) -> list[tuple[str, int]]:
-    return [(_member(row["enumerator"]), row["code"]) for row in CODE_TABLES[table]]
-
-
-class _CollectiveBase(enum.IntEnum):
-    @property
-    def target(self) -> str:
-        """The FFI target name of this collective (the same on every platform)."""
-        return "jax_mscclpp_" + self.name.lower()
-
-
-Collective = _CollectiveBase("Collective", _members("collective"), module=__name__)
-ReduceOp = enum.IntEnum("ReduceOp", _members("reduce_op"), module=__name__)
-Algorithm = enum.IntEnum("Algorithm", _members("algorithm"), module=__name__)
+from ._codes import CODE_TABLES, Algorithm, Collective, ReduceOp
 
 REDUCE_OPS = {row["name"]: ReduceOp(row["code"]) for row in CODE_TABLES["reduce_op"]}
 

@@ -334,7 +334,7 @@ class Communicator:
         host backend (CPU), or on the plan executor of every rank this process holds (GPU). Raises ValueError when
         the plan cannot run here (a GPU communicator that falls back to lax, too few channels per peer, port
         channels on a communicator made without them)."""
-        from .plans import encode_plan
+        from .plan_encoding import encode_plan
 
         if self.fallback_reason is not None:
             raise ValueError(f"jax_mscclpp: collectives over {self.axis_names} use lax here "

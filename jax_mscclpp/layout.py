@@ -15,7 +15,7 @@ tests/test_codes.py compares the two)::
 
 from __future__ import annotations
 
-from ._types import CODE_TABLES, Collective
+from ._codes import CODE_TABLES, Collective
 
 # Collective -> (input holds one block per rank, output holds one block per rank).
 _PER_RANK = {Collective(row["code"]): (row["input_per_rank"], row["output_per_rank"])

@@ -27,6 +27,7 @@ import os
 
 from . import settings
 from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
+from .rule import Rule
 
 ENV_ALGORITHM = settings.ENV_ALGORITHM
 
@@ -34,20 +35,6 @@ ENV_ALGORITHM = settings.ENV_ALGORITHM
 # more than GRAPH_MIN_BYTES per rank only (docs/architecture.md, "Command buffers", has the measurements).
 ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
 GRAPH_MIN_BYTES = 1 << 20
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    collective: Collective
-    platform: str
-    max_bytes: int | None  # per-rank input bytes, inclusive; None = no limit
-    algorithm: str
-    world: int | None = None  # the world size the rule was measured at; None = any
-
-    def matches(self, collective: Collective, platform: str, nbytes: int, world: int | None) -> bool:
-        return (self.collective == collective and self.platform == platform
-                and (self.world is None or world is None or self.world == world)
-                and (self.max_bytes is None or nbytes <= self.max_bytes))
 
 
 _AR, _AG, _RS, _A2A, _PERM = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,

@@ -107,8 +107,8 @@ def _warn_once(key, message: str) -> None:
 
 
 def _to_rules(doc: dict, path: str) -> tuple:
-    from ._types import ALGORITHMS_OF, Collective
-    from .selection import PLATFORM_ALGORITHMS, Rule
+    from ._types import ALGORITHMS_OF, PLATFORM_ALGORITHMS, Collective
+    from .rule import Rule
 
     if doc.get("format") != FORMAT:
         raise ValueError(f"not a {FORMAT} file (format={doc.get('format')!r})")
@@ -175,7 +175,7 @@ def rules_for(platform: str | None) -> tuple:
 def listed_rules() -> list:
     """(rule, file) for every tuned rule in force, for ``selection.table()``: the JAX_MSCCLPP_TUNING_FILE's, or
     (once JAX has started) each platform's default file's."""
-    from .selection import PLATFORM_ALGORITHMS
+    from ._types import PLATFORM_ALGORITHMS
 
     env = os.environ.get(ENV_FILE)
     if env is not None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jax_mscclpp import _jax_mscclpp as native
-from jax_mscclpp import layout, plans, selection
+from jax_mscclpp import layout, plan_encoding, selection
 from jax_mscclpp._types import (ALGORITHMS, ALGORITHMS_OF, COMPOSED_ALGORITHMS, CODE_TABLES, DTYPE_CODES,
                                 PLATFORM_ALGORITHMS, REDUCE_OPS, Algorithm, Collective, ReduceOp)
 
@@ -45,7 +45,7 @@ def test_names_python_uses_are_the_native_names():
             assert np.dtype(name).itemsize == row["bytes"]
     assert all(rows("algorithm")[name]["code"] == int(code) for name, code in ALGORITHMS.items())
     assert {c.name.lower() for c in Collective} == set(rows("collective"))
-    assert plans.OPCODES == {n: r["code"] for n, r in rows("plan_op").items()}
+    assert plan_encoding.OPCODES == {n: r["code"] for n, r in rows("plan_op").items()}
 
 
 def test_every_algorithm_name_in_use_is_known():

@@ -68,7 +68,7 @@ void register_communicator_bindings(nb::module_& m) {
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("plan_id"), nb::arg("name"), nb::arg("collective"),
       nb::arg("world_size"), nb::arg("geometry"), nb::arg("channels"), nb::arg("threadblocks"),
-      "Binds an encoded execution plan (jax_mscclpp.plans.encode_plan) to the communicator's rank on `device`, "
+      "Binds an encoded execution plan (jax_mscclpp.plan_encoding.encode_plan) to the communicator's rank on `device`, "
       "for the GPU executor (once per plan id).");
   m.def("comm_destroy", &destroy_gpu_communicator, nb::arg("comm_id"));
   m.def(

@@ -13,8 +13,7 @@ from . import library
 from .channels import MemoryChannel, PortChannel, SwitchChannel, all_pairs
 from .errors import OpLocation, VerificationError
 from .plan_format import PLAN_VERSION, plan_from_json, plan_to_json, validate_plan
-from .program import Buffer, Chunk, Program, Rank, ThreadBlockGroup
-from .verify import verify
+from .program import Buffer, Chunk, Program, Rank, ThreadBlockGroup, verify
 
 
 def __getattr__(name: str):

@@ -10,7 +10,7 @@ Scratch chunks always hold ``ce`` elements.
 from __future__ import annotations
 
 from .. import layout
-from .._types import Collective
+from .._codes import Collective
 
 BUFFERS = ("input", "output", "scratch")
 

@@ -20,7 +20,10 @@ from . import barriers, fusion
 from .errors import VerificationError
 from .ops import OPS, RECV, SEND, spec_of
 from .plan_format import PLAN_VERSION, iter_ops, validate_plan
-from .program import Chunk, Operation, Program, members
+from .verify import verify_plan
+
+# Program, Operation and Chunk (program.py) appear only in annotations, which are never evaluated: program.py
+# imports this module (Program.lower), so this one does not import it back.
 
 
 def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bool = True) -> dict:
@@ -46,8 +49,6 @@ def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bo
         fusion.fuse_plan(plan)
     barriers.place_barriers(plan)
     if verify:
-        from .verify import verify as verify_plan
-
         verify_plan(plan)
     return plan
 
@@ -61,7 +62,7 @@ class _Layout:
         self.tb_count = [0] * program.world_size
         copies: dict[int, int] = {}
         for operation in program.operations:
-            group = members(operation.tb)
+            group = operation.thread_blocks
             self.tb_count[operation.rank] = max(self.tb_count[operation.rank], max(group) + 1)
             if operation.channel is not None:
                 key = id(operation.channel)
@@ -104,7 +105,7 @@ class _Layout:
         if operation.name not in OPS:
             raise VerificationError("program", f"unknown operation {operation.name!r}", src_line=operation.src_line)
         spec = OPS[operation.name]
-        group = members(operation.tb)
+        group = operation.thread_blocks
         base_tb = instance * self.tb_count[operation.rank]
         for member, tb in enumerate(group):
             op = {"op": operation.name}

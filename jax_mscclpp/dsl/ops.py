@@ -2,10 +2,10 @@
 
 Every pass reads this table and refuses an operation it does not list (``spec_of``): plan validation and JSON
 output (plan_format.py), chunk accesses (access.py), fusion, barrier placement, verification, simulation, lowering, and
-the integer encoding of the native executors (``jax_mscclpp/plans.py``). A row says:
+the integer encoding of the native executors (``jax_mscclpp/plan_encoding.py``). A row says:
 
 * the name: the operation's code in the integer encoding is the row of that name in
-  ``kernels/include/jax_mscclpp/codes.def`` (``jax_mscclpp/plans.py``, ``OPCODES``; a test checks that both
+  ``kernels/include/jax_mscclpp/codes.def`` (``jax_mscclpp/plan_encoding.py``, ``OPCODES``; a test checks that both
   tables list the same operations).
 * ``channel``: whether the operation names a channel of its own (plan field ``"channel"``);
   ``channel_kinds``: the (type, protocol) pairs every channel it names may have, its own and those of its
@@ -47,7 +47,7 @@ How to add an operation
    the description above, with fields the integer encoding carries (``channel``, ``dst``, ``src``, ``srcs``,
    ``packet_srcs``, ``remotes``), needs nothing else from the passes; a new kind of semantics (a new role,
    say) needs its handling in ``simulate.py`` and ``verify.py`` as well, a new field its words in
-   ``jax_mscclpp/plans.py``.
+   ``jax_mscclpp/plan_encoding.py``.
 2. ``dsl/program.py`` (a local operation) or ``dsl/channels.py`` (a channel operation): the DSL call, which
    ``Program.record``s it with the plan fields of its operands as argument names.
 3. ``dsl/PLAN.md``: its row in "Operations" (a test checks that the table lists exactly the operations here).

@@ -15,6 +15,8 @@ import os
 
 from . import geometry, ops
 from .errors import VerificationError
+from .lowering import lower
+from .verify import verify_plan
 
 PROTOCOLS = ("LL", "HB")
 
@@ -129,6 +131,11 @@ class Operation:
     channel: object = None
     src_line: str | None = None
 
+    @property
+    def thread_blocks(self) -> tuple[int, ...]:
+        """The thread blocks this operation runs on, in group order (``members`` of its ``tb``)."""
+        return members(self.tb)
+
 
 class Rank:
     """One rank's buffers and its local operations (copy, reduce, barrier)."""
@@ -213,6 +220,16 @@ class Program:
 
     def lower(self, *, instances: int = 1, fuse: bool = True, verify: bool = True) -> dict:
         """The execution plan (a dict, PLAN.md); verified unless ``verify`` is False."""
-        from .lowering import lower
-
         return lower(self, instances=instances, fuse=fuse, verify=verify)
+
+
+def verify(plan_or_program) -> dict:
+    """Raise VerificationError unless the plan (or the plan a Program lowers to) is correct; return the plan.
+
+    The package's ``verify``. It lives beside Program because it takes one; the checks, which take plans only, are
+    ``verify.verify_plan``."""
+    if isinstance(plan_or_program, Program):
+        plan = plan_or_program.lower(verify=False)
+    else:
+        plan = plan_or_program
+    return verify_plan(plan)

@@ -30,15 +30,11 @@ from .access import add_pending, chunk_keys, conflicts, is_barrier_point, op_acc
 from .errors import OpLocation, VerificationError
 from .ops import FLUSH, LOCAL, READ, SIGNAL, VIA, WAIT, WRITE, spec_of
 from .plan_format import describe_ref, iter_ops, locate, validate_plan
-from .program import Program
 
 
-def verify(plan_or_program) -> dict:
-    """Raise VerificationError unless the plan (or the plan a Program lowers to) is correct; return the plan."""
-    if isinstance(plan_or_program, Program):
-        plan = plan_or_program.lower(verify=False)
-    else:
-        plan = plan_or_program
+def verify_plan(plan: dict) -> dict:
+    """Raise VerificationError unless the plan is correct; return the plan. (``program.verify`` takes a Program
+    too, lowering it first.)"""
     validate_plan(plan)
     _check_channel_use(plan)
     _check_barriers(plan)

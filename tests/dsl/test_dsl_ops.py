@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from jax_mscclpp import plans
+from jax_mscclpp import plan_encoding
 from jax_mscclpp.dsl import (
     MemoryChannel,
     Program,
@@ -32,7 +32,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def test_names_are_unique_and_the_encoding_codes_them_densely():
     assert all(name == spec.name for name, spec in ops.OPS.items())
-    assert sorted(plans.OPCODES.values()) == list(range(len(ops.OPS)))
+    assert sorted(plan_encoding.OPCODES.values()) == list(range(len(ops.OPS)))
 
 
 @pytest.mark.parametrize("name", list(ops.OPS))
@@ -118,7 +118,7 @@ PASSES = {
     "verify_symbolic_run": run_symbolically,
     "simulate": lambda plan: simulate.run_plan(plan, [np.ones(4, np.float32)] * plan["world_size"]),
     "simulate_unchecked": simulate_unchecked,
-    "encode_plan": plans.encode_plan,
+    "encode_plan": plan_encoding.encode_plan,
 }
 
 
@@ -215,10 +215,10 @@ def test_an_operation_added_to_the_table_runs_through_every_pass(monkeypatch):
 
 def test_the_op_table_and_the_encoding_list_the_same_operations():
     """Meanings live in the op table, codes in codes.def (the native executors' enums are generated from it)."""
-    assert set(plans.OPCODES) == set(ops.OPS)
+    assert set(plan_encoding.OPCODES) == set(ops.OPS)
 
 
-# The fields the integer encoding carries (plans.py's docstring), read back by decode_op.
+# The fields the integer encoding carries (plan_encoding.py's docstring), read back by decode_op.
 ENCODED_FIELDS = {"channel", "dst", "src", "srcs", "packet_srcs", "remotes"}
 BUFFER_CODES = ["input", "output", "scratch"]
 
@@ -230,7 +230,7 @@ def decode_op(words: list) -> tuple[dict, int]:
         code, index, count = words[at:at + 3]
         return None if code == -1 else {"buffer": BUFFER_CODES[code], "index": index, "count": count}
 
-    name = next(name for name, code in plans.OPCODES.items() if code == words[0])
+    name = next(name for name, code in plan_encoding.OPCODES.items() if code == words[0])
     n_srcs, n_packet_srcs, n_remotes = words[2:5]
     op = {"op": name, "channel": words[1], "dst": chunk(5), "src": chunk(8)}
     at = 11
@@ -245,7 +245,7 @@ def decode_op(words: list) -> tuple[dict, int]:
 @pytest.mark.parametrize("name", list(library.PROGRAMS))
 def test_encoding_carries_every_field_of_every_operation(name):
     plan = library.PROGRAMS[name](4).lower(instances=2)
-    encoded = plans.encode_plan(plan)["threadblocks"]
+    encoded = plan_encoding.encode_plan(plan)["threadblocks"]
     for rank, rank_plan in enumerate(plan["ranks"]):
         for tb, block in enumerate(rank_plan["threadblocks"]):
             words, decoded = encoded[rank][tb], []
@@ -262,7 +262,7 @@ def test_encoding_refuses_unknown_operations():
     unknown = copy.deepcopy(plan["ranks"][1]["threadblocks"][0]["ops"][0])
     unknown["op"] = "get"
     with pytest.raises(VerificationError, match="unknown operation 'get'"):
-        plans.encode_op(unknown)
+        plan_encoding.encode_op(unknown)
 
 
 def test_plan_md_lists_the_tables_operations():

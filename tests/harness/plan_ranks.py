@@ -35,7 +35,7 @@ class PlanRanksError(RuntimeError):
 
 def plan_spec(cuda, plan: dict):
     """The native decoded plan (``ExecutorPlanSpec``) of a plan dict (PLAN.md)."""
-    from jax_mscclpp.plans import encode_plan
+    from jax_mscclpp.plan_encoding import encode_plan
 
     e = encode_plan(plan)
     return cuda.ExecutorPlanSpec(e["name"], e["collective"], e["world_size"], e["geometry"], e["channels"],

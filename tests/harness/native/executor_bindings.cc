@@ -16,7 +16,7 @@ namespace nb = nanobind;
 namespace jax_mscclpp::cuda {
 namespace {
 
-// A decoded plan (jax_mscclpp.plans.encode_plan), shared by every rank it is bound to.
+// A decoded plan (jax_mscclpp.plan_encoding.encode_plan), shared by every rank it is bound to.
 struct ExecutorPlanSpec {
   std::shared_ptr<const host::HostPlan> plan;
 };
@@ -36,7 +36,7 @@ void register_executor(nb::module_& m) {
             plan_channel_indices(*self->plan);  // endpoints pair up, or a clear error now
           },
           nb::arg("name"), nb::arg("collective"), nb::arg("world_size"), nb::arg("geometry"), nb::arg("channels"),
-          nb::arg("threadblocks"), "Decodes an encoded plan (jax_mscclpp.plans.encode_plan) for the GPU executor.")
+          nb::arg("threadblocks"), "Decodes an encoded plan (jax_mscclpp.plan_encoding.encode_plan) for the GPU executor.")
       .def_prop_ro("name", [](const ExecutorPlanSpec& s) { return s.plan->name; })
       .def_prop_ro("world_size", [](const ExecutorPlanSpec& s) { return s.plan->world_size; })
       .def_prop_ro("channels_per_peer", [](const ExecutorPlanSpec& s) { return ExecutorPlan::channels_per_peer(*s.plan); })
