@@ -12,9 +12,19 @@ import enum
 import pathlib
 import re
 
-# A wheel ships codes.def next to this file; a source tree (an editable install) has it under kernels/include.
+# A wheel ships the .def tables (codes.def, selection.def) next to this file; a source tree (an editable install)
+# has them under kernels/include.
 _HERE = pathlib.Path(__file__).resolve().parent
-_CODES_DEF_PATHS = (_HERE / "codes.def", _HERE.parent / "kernels" / "include" / "jax_mscclpp" / "codes.def")
+
+
+def def_file_text(name: str) -> str:
+    """The text of one of the tables shared with C++ (``kernels/include/jax_mscclpp/<name>``)."""
+    paths = (_HERE / name, _HERE.parent / "kernels" / "include" / "jax_mscclpp" / name)
+    for path in paths:
+        if path.is_file():
+            return path.read_text()
+    raise FileNotFoundError(f"{name} not found at any of {[str(p) for p in paths]}")
+
 
 # Row macro -> (table, the names of its columns after enumerator, code, name).
 _ROW_MACROS = {
@@ -28,13 +38,6 @@ _ROW_MACROS = {
 }
 _ROW = re.compile(r"^(JAX_MSCCLPP_[A-Z_]+)\((.*)\)\s*(?://.*)?$")
 _DEFINE = re.compile(r"^#define (JAX_MSCCLPP_[A-Z0-9_]+) (\d+)\s*$")
-
-
-def _codes_def_text() -> str:
-    for path in _CODES_DEF_PATHS:
-        if path.is_file():
-            return path.read_text()
-    raise FileNotFoundError(f"codes.def not found at any of {[str(p) for p in _CODES_DEF_PATHS]}")
 
 
 def _column(column: str, text: str, constants: dict[str, int]):
@@ -72,7 +75,7 @@ def read_code_tables(text: str) -> dict[str, list[dict]]:
     return tables
 
 
-CODE_TABLES = read_code_tables(_codes_def_text())
+CODE_TABLES = read_code_tables(def_file_text("codes.def"))
 
 
 def _member(enumerator: str) -> str:

@@ -8,7 +8,8 @@ NCCL call of XLA goes through it. It must be loaded before JAX's first use of a 
 another ``libnccl.so.2`` is in the process, ours would never be asked.
 
 ``JAX_MSCCLPP_NCCL=1`` in the environment does the same at interpreter start (the ``jax_mscclpp_nccl.pth`` file
-installed beside the package), with no code change. The real NCCL, to which our library forwards, is
+installed beside the package), with no code change. Built with the CUDA parts, our library runs the collectives it
+has algorithms for on our runtime (``runs_collectives``) and forwards the rest to the real NCCL:
 ``JAX_MSCCLPP_REAL_NCCL`` when set, else the nvidia-nccl wheel's ``nvidia/nccl/lib/libnccl.so.2``.
 
 This module imports nothing of JAX (nor of the rest of the package) until it has to look at JAX's backends.
@@ -136,7 +137,7 @@ def enable_nccl_backend() -> None:
     # our library opened it (RTLD_DEEPBIND: its calls to its own functions stay inside it).
     _library.ncclGetLastError.restype = ctypes.c_char_p
     _library.ncclGetLastError.argtypes = [ctypes.c_void_p]
-    if _library.jax_mscclpp_nccl_open_real_library() != 0:
+    if _library.jax_mscclpp_nccl_open_real_library() != 0 and not runs_collectives():
         reason = (_library.ncclGetLastError(None) or b"").decode()
         raise RuntimeError(
             f"jax_mscclpp.enable_nccl_backend(): our libnccl.so.2 is loaded but has no real NCCL to forward to, so "
@@ -144,25 +145,66 @@ def enable_nccl_backend() -> None:
         )
 
 
+def _loaded_library() -> ctypes.CDLL | None:
+    """Our library as loaded in this process, or None when it is not."""
+    try:
+        ours = library_path()
+    except FileNotFoundError:
+        return None
+    if ours not in loaded_nccl_libraries():
+        return None
+    return _library if _library is not None else ctypes.CDLL(ours, mode=os.RTLD_GLOBAL)
+
+
+def runs_collectives() -> bool:
+    """Whether our loaded library runs collectives on our runtime (built with the CUDA parts, and
+    ``JAX_MSCCLPP_NCCL_RUNTIME`` not 0): then XLA's NCCL calls run on our kernels wherever ours have an algorithm,
+    also between processes that share a GPU, where NVIDIA's NCCL refuses to run."""
+    library = _loaded_library()
+    if library is None:
+        return False
+    function = library.jax_mscclpp_nccl_runtime_enabled
+    function.restype = ctypes.c_int
+    return bool(function())
+
+
+def call_counts() -> dict[str, dict[str, int]]:
+    """The calls our library ran on our runtime, {NCCL function: {algorithm: calls}}, with algorithm "nccl" for those
+    on our communicators that it forwarded to NVIDIA's NCCL; empty when it is not loaded."""
+    library = _loaded_library()
+    if library is None:
+        return {}
+    function = library.jax_mscclpp_nccl_call_counts
+    function.restype = ctypes.c_char_p
+    counts: dict[str, dict[str, int]] = {}
+    for line in (function() or b"").decode().splitlines():
+        name, algorithm, calls = line.split()
+        counts.setdefault(name, {})[algorithm] = int(calls)
+    return counts
+
+
 def status() -> dict:
-    """For ``info()``: whether our library is loaded, where it and the real NCCL are."""
+    """For ``info()``: whether our library is loaded, whether it runs collectives on our runtime, where it and the
+    real NCCL are, and the calls it ran (``call_counts``)."""
     try:
         ours: str | None = library_path()
     except FileNotFoundError:
         ours = None
-    active = ours is not None and ours in loaded_nccl_libraries()
+    library = _loaded_library()
     real_opened = None
-    if active:
-        library = _library if _library is not None else ctypes.CDLL(ours, mode=os.RTLD_GLOBAL)
+    if library is not None:
         function = library.jax_mscclpp_nccl_real_library
         function.restype = ctypes.c_char_p
         real_opened = function().decode() or None
     return {
-        "active": active,
+        "active": library is not None,
+        "runs_collectives": runs_collectives(),
         "library": ours,
         "real_nccl": real_nccl_path(),
         "real_nccl_opened": real_opened,
+        "calls": call_counts(),
     }
 
 
-__all__ = ["enable_nccl_backend", "is_active", "library_path", "loaded_nccl_libraries", "real_nccl_path", "status"]
+__all__ = ["call_counts", "enable_nccl_backend", "is_active", "library_path", "loaded_nccl_libraries", "real_nccl_path",
+           "runs_collectives", "status"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from . import settings
+from . import selection_table, settings
 from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
 from .rule import Rule
 
@@ -37,36 +37,10 @@ ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
 GRAPH_MIN_BYTES = 1 << 20
 
 
-_AR, _AG, _RS, _A2A, _PERM = (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
-                              Collective.ALL_TO_ALL, Collective.PERMUTE)
-_KiB, _MiB = 1 << 10, 1 << 20
-
-DEFAULT_TABLE = (
-    Rule(_AR, "cpu", 16 * _KiB, "1pa_ll"),
-    Rule(_AR, "cpu", None, "2pa_hb"),
-    Rule(_AG, "cpu", None, "allpairs"),
-    Rule(_RS, "cpu", None, "allpairs"),
-    Rule(_A2A, "cpu", None, "allpairs"),
-    Rule(_PERM, "cpu", None, "p2p"),
-    # GPU, two ranks (two H200s over NVLink, bench/results/*x2-2026-11-29*): one LL hop up to 1 MiB, lax where
-    # neither of ours wins (the streaming push is 0.8-1.0x of lax at 1-4 MiB), the streaming one-shot push from
-    # 4 MiB and the two-phase streaming kernel for the largest messages; the all-pairs kernels win at every size
-    # but all_to_all's largest.
-    Rule(_AR, "gpu", 1 * _MiB, "1pa_ll", world=2),
-    Rule(_AR, "gpu", 4 * _MiB, "lax", world=2),
-    Rule(_AR, "gpu", 128 * _MiB, "1pa_hb", world=2),
-    Rule(_AR, "gpu", None, "2pa_hb", world=2),
-    Rule(_AG, "gpu", None, "allpairs", world=2),
-    Rule(_RS, "gpu", None, "allpairs", world=2),
-    Rule(_A2A, "gpu", 256 * _MiB, "allpairs", world=2),  # 1.26x at 64 MiB, 0.97-1.01x at 1 GiB
-    Rule(_A2A, "gpu", None, "lax", world=2),
-    # GPU, other world sizes (not measured here): the latency-bound sizes only.
-    Rule(_AR, "gpu", 32 * _KiB, "1pa_ll"),
-    Rule(_AG, "gpu", 16 * _KiB, "allpairs"),
-    Rule(_RS, "gpu", 16 * _KiB, "allpairs"),
-    Rule(_A2A, "gpu", 16 * _KiB, "allpairs"),
-    Rule(_PERM, "gpu", 16 * _KiB, "p2p"),  # not measured yet: the LL sizes only
-)
+# The built-in rules and any-size algorithms: kernels/include/jax_mscclpp/selection.def, shared with the NCCL-API
+# library (selection_table.py reads it).
+DEFAULT_TABLE = selection_table.DEFAULT_TABLE
+ANY_SIZE_ALGORITHM = selection_table.ANY_SIZE_ALGORITHM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +91,11 @@ def tree_sum_algorithm(algorithm: str | None, own_call_bytes: list[int]) -> str 
 
 
 def nccl_api_active() -> bool:
-    """Whether an NCCL-API library of ours is what XLA's collectives call in this process, so that lax's
-    collectives run wherever ours do. None is built yet: the one place to say so once there is."""
-    return False
+    """Whether our NCCL-API library is what XLA's collectives call in this process and runs them on our runtime
+    (``nccl_backend.runs_collectives``), so that lax's collectives run wherever ours do."""
+    from . import nccl_backend
+
+    return nccl_backend.runs_collectives()
 
 
 def lax_runnable(communicator) -> bool:
@@ -129,22 +105,12 @@ def lax_runnable(communicator) -> bool:
     return nccl_api_active() or not getattr(communicator, "shares_gpus", False)
 
 
-# What ``auto`` runs where its rule says lax but lax cannot run (``lax_runnable``): an algorithm of ours that
-# takes any size.
-ANY_SIZE_ALGORITHM = {
-    Collective.ALL_REDUCE: "1pa_hb",
-    Collective.ALL_GATHER: "allpairs",
-    Collective.REDUCE_SCATTER: "allpairs",
-    Collective.ALL_TO_ALL: "allpairs",
-}
-
-
 def _ours_where_lax_cannot_run(collective: Collective, platform: str, nbytes: int, world: int | None) -> str:
     """The first rule for this call that is not lax, else ``ANY_SIZE_ALGORITHM`` if this platform runs it."""
     for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
         if rule.algorithm != "lax" and rule.matches(collective, platform, nbytes, world):
             return rule.algorithm
-    fallback = ANY_SIZE_ALGORITHM[collective]
+    fallback = ANY_SIZE_ALGORITHM.get(collective, "lax")
     return fallback if fallback in PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ()) else "lax"
 
 

@@ -1,6 +1,5 @@
-// The FORWARD and OPERATION rows of api_functions.def, and their p<name> aliases (forwarding.h, route.h).
+// The FORWARD rows of api_functions.def, and their p<name> aliases (forwarding.h).
 #include "forwarding.h"
-#include "route.h"
 
 using namespace jax_mscclpp::nccl;
 
@@ -10,13 +9,7 @@ using namespace jax_mscclpp::nccl;
   }                                                                                                \
   JAX_MSCCLPP_NCCL_ALIAS(return_type, name, parameters)
 
-#define JAX_MSCCLPP_NCCL_DEFINE_OPERATION(return_type, name, parameters, arguments)                \
-  extern "C" __attribute__((visibility("default"))) return_type name parameters {                  \
-    if (route_of(ApiFunction::name, comm) == Route::kOurRuntime) return run_on_our_runtime(ApiFunction::name); \
-    return forward_to_real<decltype(&name)>(ApiFunction::name JAX_MSCCLPP_NCCL_COMMA_ARGS arguments); \
-  }                                                                                                \
-  JAX_MSCCLPP_NCCL_ALIAS(return_type, name, parameters)
-
+#define JAX_MSCCLPP_NCCL_DEFINE_OPERATION(return_type, name, parameters, arguments)
 #define JAX_MSCCLPP_NCCL_DEFINE_CUSTOM(return_type, name, parameters, arguments)
 
 // (a, b) -> , a, b and () -> nothing: the arguments after the function's id.

@@ -1,9 +1,12 @@
 // How a call goes to the real NCCL: every communicator argument is replaced by what the real library knows it as
 // (our_communicator.h), every other argument passes unchanged, and this thread's last error is cleared first.
-// When the real library or the function is missing, ncclResult_t functions return ncclSystemError (the last error
-// says why), functions returning nothing return, and others return a value-initialized result.
+// When the real library or the function is missing, or a communicator argument is one of ours that has no real
+// communicator (our runtime's alone, where NVIDIA's NCCL cannot run), ncclResult_t functions return
+// ncclSystemError (ncclInvalidUsage for the last case; the last error says why), functions returning nothing
+// return, and others return a value-initialized result.
 #pragma once
 
+#include <string>
 #include <type_traits>
 
 #include "api_function.h"
@@ -19,9 +22,29 @@ Value pass_to_real(Value value) {
 }
 inline ncclComm_t pass_to_real(ncclComm_t comm) { return real_communicator(comm); }
 
+template <typename Value>
+bool lacks_real_communicator(Value) {
+  return false;
+}
+inline bool lacks_real_communicator(ncclComm_t comm) {
+  const OurCommunicator* ours = our_communicator(comm);
+  return ours != nullptr && ours->real == nullptr;
+}
+
 template <typename Function, typename... Arguments>
 auto forward_to_real(ApiFunction function, Arguments... arguments) {
   using Result = std::invoke_result_t<Function, Arguments...>;
+  if ((lacks_real_communicator(arguments) || ...)) {
+    if constexpr (std::is_same_v<Result, ncclResult_t>) {
+      return fail(ncclInvalidUsage, std::string(api_function_name(function)) +
+                                        ": the communicator runs on jax_mscclpp's runtime alone (NVIDIA's NCCL "
+                                        "cannot run on its ranks), which does not run this call");
+    } else if constexpr (std::is_void_v<Result>) {
+      return;
+    } else {
+      return Result{};
+    }
+  }
   Function real_one = real<Function>(function);
   if (real_one == nullptr) {
     if constexpr (std::is_void_v<Result>) {

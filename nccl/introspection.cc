@@ -1,7 +1,10 @@
 #include "jax_mscclpp_nccl/introspection.h"
 
 #include "group_depth.h"
+#include <string>
+
 #include "our_communicator.h"
+#include "our_runtime.h"
 #include "real_nccl.h"
 
 using namespace jax_mscclpp::nccl;
@@ -19,3 +22,11 @@ JAX_MSCCLPP_NCCL_EXPORT ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t
 JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_real_library(void) { return real_library_path(); }
 
 JAX_MSCCLPP_NCCL_EXPORT ncclResult_t jax_mscclpp_nccl_open_real_library(void) { return open_real_library(); }
+
+JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_call_counts(void) {
+  thread_local std::string text;
+  text = call_counts();
+  return text.c_str();
+}
+
+JAX_MSCCLPP_NCCL_EXPORT int jax_mscclpp_nccl_runtime_enabled(void) { return our_runtime_enabled() ? 1 : 0; }

@@ -12,6 +12,13 @@ ncclComm_t wrap_real_communicator(ncclComm_t real) {
   return reinterpret_cast<ncclComm_t>(ours);
 }
 
+ncclComm_t wrap_runtime_communicator(RuntimeCommunicator* runtime, ncclComm_t real) {
+  auto* ours = new (std::nothrow) OurCommunicator{kOurCommunicatorMagic, nullptr, real, runtime};
+  if (ours == nullptr) return nullptr;
+  ours->self = ours;
+  return reinterpret_cast<ncclComm_t>(ours);
+}
+
 OurCommunicator* our_communicator(ncclComm_t comm) {
   if (comm == nullptr) return nullptr;
   auto* candidate = reinterpret_cast<OurCommunicator*>(comm);

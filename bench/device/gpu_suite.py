@@ -29,12 +29,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PARTS = {
     "kernels": ("virtual ranks in one process: primitives, collective kernels, the executor, call checks, timeouts "
                 "and the error paths, teardown, one process on every local GPU",
-                ["tests/gpu", "--ignore=tests/gpu/test_jax_multiprocess.py"], 4),
+                ["tests/gpu", "--ignore=tests/gpu/test_jax_multiprocess.py", "--ignore=tests/gpu/test_nccl_library.py"],
+                4),
     "processes": ("the JAX path across 2 and 4 processes sharing the GPUs: every algorithm, plans, command buffers "
                   "on and off, a lost peer",
-                  ["tests/gpu/test_jax_multiprocess.py", "-k", "not sixteen"], 4),
-    "sixteen": ("a communicator of 16 processes",
-                ["tests/gpu/test_jax_multiprocess.py", "-k", "sixteen"], 6),
+                  ["tests/gpu/test_jax_multiprocess.py", "-k", "not large_world"], 4),
+    "large_world": ("a communicator of 10 processes, more ranks than an emulated SwitchChannel holds",
+                    ["tests/gpu/test_jax_multiprocess.py", "-k", "large_world"], 6),
+    "nccl": ("XLA's own collectives (lax's and the partitioner's) through our libnccl.so.2, 2 and 4 processes "
+             "sharing the GPU, command buffers on and off", ["tests/gpu/test_nccl_library.py"], 5),
 }
 
 # A lost signal fails within this many seconds rather than the default 300.

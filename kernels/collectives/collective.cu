@@ -64,7 +64,8 @@ cudaError_t launch_pieces(const CollectiveContext& ctx, int32_t collective, int3
   const uint64_t bytes = block_count * esize;
   if (bytes == 0) return cudaSuccess;
   if (ctx.nranks == 1) {  // every collective of one rank is a copy of its one block (a permutation's: or zeros)
-    if (collective == codes::kPermute && recv_from < 0) return cudaMemsetAsync(out, 0, bytes, stream);
+    if (collective == codes::kPermute && recv_from < 0)
+      return out == nullptr ? cudaSuccess : cudaMemsetAsync(out, 0, bytes, stream);
     if (in == out) return cudaSuccess;
     return cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
   }

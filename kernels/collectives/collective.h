@@ -82,7 +82,7 @@ cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, 
 
 // Launches one call of the permutation (codes.def, kPermute; `algorithm` one of its algorithms) on `stream`: this
 // rank sends its block (`in`, block_count elements of dtype) to rank `send_to` and receives into `out` the block of
-// rank `recv_from` (-1: none, and `out` is zeroed; the rank itself: a local copy). Every rank of the context makes
+// rank `recv_from` (-1: none, and `out` is zeroed, or left alone when null; the rank itself: a local copy). Every rank of the context makes
 // the call, the same algorithm, dtype and block_count (the permutation may be any; each rank passes its own
 // peers, which must agree across ranks: a rank sends to r exactly when r receives from it). Errors as
 // launch_collective's; cudaErrorInvalidValue for a peer outside [-1, nranks).

@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kLLThreads) permute_ll_kernel(CollectiveContex
       mem_channel(c, a.send_to, 0).put_packets<LL16Packet>(base + 2 * s.lo, src, s.size(), flag, tid, nt);
     __syncthreads();  // in place: the input is read before the output is written
     if (a.recv_from < 0) {
-      zero_bytes(dst, s.size(), tid, nt);
+      if (a.out != nullptr) zero_bytes(dst, s.size(), tid, nt);
     } else if (a.recv_from == c.rank) {
       if (src != dst) copy_bytes(dst, src, s.size(), tid, nt);
     } else {
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kHBThreads) permute_stream_kernel(CollectiveCo
         if (g.tid() == 0) ps.semaphore(a.recv_from, kStreamCredit).signal();
       } else if (a.recv_from == c.rank) {
         if (!alias) copy_bytes(dst, a.in + a.lo + s.lo, s.size(), g.tid(), g.count);
-      } else {
+      } else if (a.out != nullptr) {
         zero_bytes(dst, s.size(), g.tid(), g.count);
       }
     }

@@ -61,13 +61,14 @@ def main() -> int:
         return result
 
     failures = 0
+    started = time.monotonic()
 
     def check(name, got, want, tol):
         nonlocal failures
         got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
         ok = got.shape == want.shape and np.allclose(got64, want64, rtol=0, atol=tol * max(1.0, np.abs(want64).max(initial=0)))
         failures += not ok
-        print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'}", flush=True)
+        print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
 
     if scenario == "lost_peer":
         x = inputs(1, 64, np.float32)
@@ -152,16 +153,20 @@ def check_large_world(jm, n, mine, run, inputs, check, reducers):
     from jax.sharding import PartitionSpec as P
 
     assert n > 8, n
-    for algorithm in [None, "1pa_ll", "2pa_ll", "2pa_hb", "2pr"]:
-        for dtype, op, count in [(np.float32, "sum", 1023), (ml_dtypes.bfloat16, "max", 4099), (np.int32, "min", 5)]:
-            per_rank = inputs(count + len(str(algorithm)), count, dtype)
-            got = run(lambda v: jm.all_reduce(v, "x", op=op, algorithm=algorithm), per_rank, P())
-            want = per_rank[0].copy()
-            for r in range(1, n):
-                want = reducers[op](want, per_rank[r]).astype(dtype)
-            check(f"all_reduce {algorithm or 'auto'} {np.dtype(dtype).name} {op} n={count}", got, want,
-                  1e-5 if dtype is np.float32 else 0)
-    check_data_movement(jm, n, mine, run, inputs, check, [1, 7])
+    # One case per algorithm (each is one compile in every process, and 16 processes time-slice one GPU): the
+    # dtypes, ops and sizes rotate over the algorithms.
+    cases = [(None, np.float32, "sum", 1023), ("1pa_ll", ml_dtypes.bfloat16, "max", 4099),
+             ("2pa_ll", np.int32, "min", 5), ("2pa_hb", np.float32, "sum", 4099),
+             ("2pr", ml_dtypes.bfloat16, "max", 1023)]
+    for algorithm, dtype, op, count in cases:
+        per_rank = inputs(count + len(str(algorithm)), count, dtype)
+        got = run(lambda v: jm.all_reduce(v, "x", op=op, algorithm=algorithm), per_rank, P())
+        want = per_rank[0].copy()
+        for r in range(1, n):
+            want = reducers[op](want, per_rank[r]).astype(dtype)
+        check(f"all_reduce {algorithm or 'auto'} {np.dtype(dtype).name} {op} n={count}", got, want,
+              1e-5 if dtype is np.float32 else 0)
+    check_data_movement(jm, n, mine, run, inputs, check, [7])
     per_rank = inputs(3, 64, np.float32)
     try:
         run(lambda v: jm.psum(v, "x", algorithm="2pa_nvls"), per_rank, P())

@@ -8,8 +8,7 @@ from tests.nccl import elf_symbols
 
 HERE = Path(__file__).resolve().parent
 DEFINITIONS = HERE.parents[1] / "nccl" / "include" / "jax_mscclpp_nccl" / "api_functions.def"
-INTROSPECTION = {"jax_mscclpp_nccl_group_depth", "jax_mscclpp_nccl_is_ours", "jax_mscclpp_nccl_real_communicator",
-                 "jax_mscclpp_nccl_real_library", "jax_mscclpp_nccl_open_real_library"}
+INTROSPECTION = set(re.findall(r"\b(jax_mscclpp_nccl_\w+)\(", (DEFINITIONS.parent / "introspection.h").read_text()))
 
 
 def header_functions() -> set[str]:

@@ -18,6 +18,14 @@ ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t comm);
 // The path the real NCCL was opened from; "" before the first call that needed it, or when it could not be opened.
 const char* jax_mscclpp_nccl_real_library(void);
 
+// 1 when ids made here are our runtime's, so that communicators made from them run on it (built with the CUDA
+// parts, and JAX_MSCCLPP_NCCL_RUNTIME is not 0), else 0.
+int jax_mscclpp_nccl_runtime_enabled(void);
+// The calls our runtime ran, one "function algorithm count" line each, and those on communicators of ours that went
+// to the real NCCL (algorithm "nccl"); "" when there are none or the runtime is not built. Valid until the calling
+// thread's next call of this function.
+const char* jax_mscclpp_nccl_call_counts(void);
+
 // Opens the real NCCL now rather than at the first call needing it. enable_nccl_backend() calls it before JAX's
 // CUDA plugin loads NVIDIA's library by the same path: the process then holds that library as opened here, with
 // RTLD_DEEPBIND, so its calls to its own exports stay inside it (loaded first without it, they would bind to ours).

@@ -27,6 +27,8 @@ extern "C" {
 typedef struct CUstream_st* cudaStream_t;
 
 typedef struct ncclComm* ncclComm_t;
+// ncclCommSplit's color of a rank that joins no new communicator.
+#define NCCL_SPLIT_NOCOLOR -1
 typedef struct ncclWindow_vidmem* ncclWindow_t;
 typedef struct ncclParamHandle* ncclParamHandle_t;
 typedef struct ncclDevComm ncclDevComm_t;

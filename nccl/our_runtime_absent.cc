@@ -1,0 +1,32 @@
+// our_runtime.h where the CUDA parts are not built: no runtime, so no id, communicator or operation is ours and
+// every call goes to the real NCCL.
+#include "last_error.h"
+#include "our_runtime.h"
+
+namespace jax_mscclpp::nccl {
+namespace {
+
+ncclResult_t not_built(const char* function) {
+  return fail(ncclInternalError, std::string(function) + ": jax_mscclpp was built without its CUDA runtime");
+}
+
+}  // namespace
+
+bool our_runtime_enabled() { return false; }
+ncclResult_t make_our_unique_id(ncclUniqueId*) { return not_built("ncclGetUniqueId"); }
+bool is_our_unique_id(const ncclUniqueId&) { return false; }
+ncclResult_t init_our_communicator(ncclComm_t*, int, const ncclUniqueId&, int, ncclConfig_t*) {
+  return not_built("ncclCommInitRank");
+}
+ncclResult_t split_our_communicator(OurCommunicator*, int, int, ncclComm_t*, ncclConfig_t*) {
+  return not_built("ncclCommSplit");
+}
+bool submit(ncclComm_t, const Operation&, ncclResult_t*) { return false; }
+ncclResult_t end_group() { return ncclSuccess; }
+void release_runtime(OurCommunicator*, bool) {}
+int runtime_rank(const OurCommunicator*) { return 0; }
+int runtime_nranks(const OurCommunicator*) { return 0; }
+int runtime_device(const OurCommunicator*) { return 0; }
+std::string call_counts() { return ""; }
+
+}  // namespace jax_mscclpp::nccl

@@ -1,0 +1,238 @@
+#include "bootstrap.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "runtime_settings.h"
+
+namespace jax_mscclpp::nccl {
+namespace {
+
+constexpr uint32_t kHelloMagic = 0x4A4D4E42;  // "JMNB"
+
+struct Hello {
+  uint32_t magic;
+  int32_t rank;
+  int32_t nranks;
+  int32_t reserved;
+  uint64_t nonce;
+};
+
+using Clock = std::chrono::steady_clock;
+
+int milliseconds_left(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left <= 0 ? 0 : (left > 1 << 30 ? 1 << 30 : static_cast<int>(left));
+}
+
+Clock::time_point deadline_from_now() {
+  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds() * 1000.0));
+}
+
+// Waits for `events` on `fd` until `deadline`: true when ready, false on timeout or error.
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, milliseconds_left(deadline));
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+bool send_all(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    if (!wait_for(fd, POLLOUT, deadline)) return false;
+    const ssize_t sent = ::send(fd, p, bytes, MSG_NOSIGNAL);
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) return false;
+    p += sent;
+    bytes -= static_cast<size_t>(sent);
+  }
+  return true;
+}
+
+bool receive_all(int fd, void* data, size_t bytes, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    if (!wait_for(fd, POLLIN, deadline)) return false;
+    const ssize_t got = ::recv(fd, p, bytes, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    bytes -= static_cast<size_t>(got);
+  }
+  return true;
+}
+
+bool send_frame(int fd, const std::string& bytes, Clock::time_point deadline) {
+  const uint64_t size = bytes.size();
+  return send_all(fd, &size, sizeof(size), deadline) && send_all(fd, bytes.data(), bytes.size(), deadline);
+}
+
+// A frame's bytes (at most 64 MiB), or false.
+bool receive_frame(int fd, std::string& bytes, Clock::time_point deadline) {
+  uint64_t size = 0;
+  if (!receive_all(fd, &size, sizeof(size), deadline) || size > (64ull << 20)) return false;
+  bytes.resize(size);
+  return receive_all(fd, bytes.data(), size, deadline);
+}
+
+uint32_t host_address() {
+  if (const char* forced = std::getenv("JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS"); forced != nullptr && forced[0]) {
+    in_addr a{};
+    if (inet_pton(AF_INET, forced, &a) != 1) {
+      throw std::runtime_error(std::string("JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS=") + forced +
+                               " is not an IPv4 address");
+    }
+    return a.s_addr;
+  }
+  uint32_t found = htonl(INADDR_LOOPBACK);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+      const uint32_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+      if ((ntohl(a) >> 24) == 127) continue;
+      found = a;
+      break;
+    }
+    freeifaddrs(list);
+  }
+  return found;
+}
+
+// The root's thread: accepts the ranks, then serves all-gather rounds until one of them leaves.
+void serve(int listener, uint64_t nonce) {
+  std::vector<int> ranks;  // socket per rank, -1 while not connected
+  int nranks = -1, connected = 0;
+  const auto deadline = deadline_from_now();
+  while (nranks < 0 || connected < nranks) {
+    if (!wait_for(listener, POLLIN, deadline)) break;
+    const int fd = ::accept(listener, nullptr, nullptr);
+    if (fd < 0) continue;
+    Hello hello{};
+    if (!receive_all(fd, &hello, sizeof(hello), deadline) || hello.magic != kHelloMagic || hello.nonce != nonce ||
+        hello.nranks <= 0 || hello.rank < 0 || hello.rank >= hello.nranks ||
+        (nranks >= 0 && hello.nranks != nranks) || (nranks >= 0 && ranks[hello.rank] >= 0)) {
+      ::close(fd);
+      continue;
+    }
+    if (nranks < 0) {
+      nranks = hello.nranks;
+      ranks.assign(nranks, -1);
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ranks[hello.rank] = fd;
+    ++connected;
+  }
+  ::close(listener);
+  bool serving = nranks > 0 && connected == nranks;
+  std::vector<std::string> frames(serving ? nranks : 0);
+  while (serving) {
+    // A round: every rank's frame (without a deadline for the first, which may come much later), then all to all.
+    bool received = true;
+    for (int r = 0; r < nranks && received; ++r) {
+      const auto round_deadline = r == 0 ? Clock::now() + std::chrono::hours(24 * 365) : deadline_from_now();
+      received = receive_frame(ranks[r], frames[r], round_deadline);
+    }
+    if (!received) break;
+    for (int r = 0; r < nranks && serving; ++r) {
+      const auto send_deadline = deadline_from_now();
+      for (int q = 0; q < nranks && serving; ++q) serving = send_frame(ranks[r], frames[q], send_deadline);
+    }
+  }
+  for (int fd : ranks)
+    if (fd >= 0) ::close(fd);
+}
+
+}  // namespace
+
+BootstrapAddress start_bootstrap_root() {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  any.sin_port = 0;
+  socklen_t length = sizeof(any);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 || ::listen(listener, 1024) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &length) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(listener);
+    throw std::runtime_error("cannot listen for the communicator's ranks: " + why);
+  }
+  BootstrapAddress address{};
+  address.ipv4 = host_address();
+  address.port = any.sin_port;
+  std::random_device entropy;
+  address.nonce = (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
+                  static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  std::thread(serve, listener, address.nonce).detach();
+  return address;
+}
+
+BootstrapClient::BootstrapClient(const BootstrapAddress& address, int rank, int nranks)
+    : rank_(rank), nranks_(nranks) {
+  char text[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &address.ipv4, text, sizeof(text));
+  const std::string root = std::string(text) + ":" + std::to_string(ntohs(address.port));
+  const auto deadline = deadline_from_now();
+  while (true) {
+    socket_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = address.ipv4;
+    to.sin_port = address.port;
+    if (socket_ >= 0 && ::connect(socket_, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) break;
+    if (socket_ >= 0) ::close(socket_);
+    socket_ = -1;
+    if (Clock::now() >= deadline) {
+      throw std::runtime_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                               " could not reach the communicator's root at " + root + " (JAX_MSCCLPP_TIMEOUT_S)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int one = 1;
+  ::setsockopt(socket_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const Hello hello{kHelloMagic, rank, nranks, 0, address.nonce};
+  if (!send_all(socket_, &hello, sizeof(hello), deadline)) {
+    ::close(socket_);
+    throw std::runtime_error("rank " + std::to_string(rank) + " lost the communicator's root at " + root);
+  }
+}
+
+BootstrapClient::~BootstrapClient() {
+  if (socket_ >= 0) ::close(socket_);
+}
+
+std::vector<std::string> BootstrapClient::all_gather(const std::string& mine, const char* what) {
+  const auto deadline = deadline_from_now();
+  std::vector<std::string> frames(nranks_);
+  bool ok = send_frame(socket_, mine, deadline);
+  for (int q = 0; ok && q < nranks_; ++q) ok = receive_frame(socket_, frames[q], deadline);
+  if (!ok) {
+    throw std::runtime_error(std::string(what) + ": rank " + std::to_string(rank_) + " of " +
+                             std::to_string(nranks_) + " did not hear from every rank within " +
+                             std::to_string(static_cast<int>(timeout_seconds())) +
+                             " s (a rank is missing or gone; JAX_MSCCLPP_TIMEOUT_S)");
+  }
+  return frames;
+}
+
+}  // namespace jax_mscclpp::nccl

@@ -1,0 +1,50 @@
+// The rendezvous of one communicator's ranks, over TCP: what our unique id (unique_id.h) points at.
+//
+// The process that makes an id (ncclGetUniqueId) starts a root: a listening socket and one thread serving it. Every
+// rank of the communicator connects to the root (BootstrapClient), says which rank it is, and then takes part in
+// rounds of all-gather: in round k every rank sends one frame of bytes, and once all have, the root sends every rank
+// all frames in rank order. Every rank must make the same sequence of all_gather calls (setup, splits, the barrier
+// before destruction); a rank that sends none within the process's timeout (runtime_settings.h) fails every rank's
+// pending all_gather with an error naming the ranks missing. The root's thread ends when any rank disconnects or a
+// round times out; it holds no state another communicator shares.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace jax_mscclpp::nccl {
+
+struct BootstrapAddress {
+  uint32_t ipv4;   // network byte order
+  uint16_t port;   // network byte order
+  uint64_t nonce;  // random, per root: a connection carrying another is refused
+};
+
+// Starts a root for a communicator of ranks yet unknown (each rank says the world size when it connects; they must
+// agree). The address is JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS (an IPv4 address) if set, else this host's first IPv4
+// address that is not loopback, else 127.0.0.1. Throws std::runtime_error when no socket can be opened.
+BootstrapAddress start_bootstrap_root();
+
+class BootstrapClient {
+ public:
+  // Connects to the root at `address` as `rank` of `nranks`; throws std::runtime_error (naming the root and rank)
+  // when the root cannot be reached within the timeout.
+  BootstrapClient(const BootstrapAddress& address, int rank, int nranks);
+  ~BootstrapClient();
+  BootstrapClient(const BootstrapClient&) = delete;
+  BootstrapClient& operator=(const BootstrapClient&) = delete;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  // One round: every rank's frame, in rank order (this rank's own included). Throws std::runtime_error when the
+  // root or a rank does not answer within the timeout, naming `what`.
+  std::vector<std::string> all_gather(const std::string& mine, const char* what);
+
+ private:
+  int socket_ = -1;
+  int rank_;
+  int nranks_;
+};
+
+}  // namespace jax_mscclpp::nccl

@@ -1,0 +1,140 @@
+"""One process of tests/gpu/test_nccl_library.py: XLA's own collectives (lax's inside shard_map, and those XLA's
+partitioner inserts under jit with shardings) through jax_mscclpp's libnccl.so.2, in N processes sharing GPU 0,
+where NVIDIA's NCCL refuses to run. Each process checks its own results: the lax collectives against numpy over
+every rank's data (each process rebuilds all ranks' inputs from their seeds), the GSPMD programs against the same
+program on this process's CPU device over the whole arrays. Prints one line per check, the calls our library ran,
+and "N failures"; exit status 1 on any mismatch.
+
+    python tests/gpu/_nccl_worker.py PROCESS_ID NUM_PROCESSES PORT
+"""
+
+import json
+import os
+import sys
+import time
+
+os.environ["NCCL_NVLS_ENABLE"] = "0"
+os.environ.pop("JAX_MSCCLPP_NVLS", None)
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import numpy as np  # noqa: E402
+
+
+def main() -> int:
+    pid, nproc, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    from jax_mscclpp import nccl_backend
+
+    nccl_backend.enable_nccl_backend()  # before JAX starts its backends
+    import jax
+
+    jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=nproc, process_id=pid,
+                               local_device_ids=[0])
+    import jax.numpy as jnp
+    import ml_dtypes
+    from jax import lax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    devices = jax.devices("cuda")
+    n = len(devices)
+    mesh = Mesh(np.array(devices), ("x",))
+    mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()][0]
+    started = time.monotonic()
+    failures = 0
+
+    def check(name, got, want, tol):
+        nonlocal failures
+        got64, want64 = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        ok = got64.shape == want64.shape and np.allclose(
+            got64, want64, rtol=0, atol=tol * max(1.0, np.abs(want64).max(initial=0)))
+        failures += not ok
+        print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
+
+    def inputs(seed, count, dtype):
+        out = []
+        for r in range(n):
+            rng = np.random.default_rng(seed * 1000 + r)
+            if np.issubdtype(np.dtype(dtype), np.integer):
+                out.append(rng.integers(-100, 100, size=count).astype(dtype))
+            else:
+                out.append(rng.standard_normal(count).astype(np.float32).astype(dtype))
+        return out
+
+    def run(fn, per_rank):
+        """fn under shard_map over "x"; this rank's block of the result."""
+        shard = jax.device_put(per_rank[mine], devices[mine])
+        x = jax.make_array_from_single_device_arrays((n * per_rank[mine].shape[0],), NamedSharding(mesh, P("x")),
+                                                     [shard])
+        f = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+        return np.asarray(f(x).addressable_data(0))
+
+    reducers = {"psum": (lax.psum, np.add), "pmax": (lax.pmax, np.maximum), "pmin": (lax.pmin, np.minimum)}
+    tolerance = {np.float32: 1e-5, ml_dtypes.bfloat16: 3e-2, np.int32: 0}
+    for dtype in (np.float32, ml_dtypes.bfloat16, np.int32):
+        for count in (1, 1023, 8 * 4096 + 5):
+            name = f"{np.dtype(dtype).name} n={count}"
+            for reduce_name, (reduce, combine) in reducers.items():
+                per_rank = inputs(count + len(reduce_name), count, dtype)
+                want = per_rank[0].copy()
+                for r in range(1, n):
+                    want = combine(want, per_rank[r]).astype(dtype)
+                check(f"{reduce_name} {name}", run(lambda v: reduce(v, "x"), per_rank), want, tolerance[dtype])
+            per_rank = inputs(count, n * count, dtype)
+            blocks = [p.reshape(n, count) for p in per_rank]
+            check(f"all_gather {name}", run(lambda v: lax.all_gather(v, "x", tiled=True), per_rank),
+                  np.concatenate(per_rank), 0)
+            check(f"psum_scatter {name}", run(lambda v: lax.psum_scatter(v, "x", tiled=True), per_rank),
+                  np.sum([b[mine].astype(np.float64) for b in blocks], axis=0), tolerance[dtype] or 0)
+            check(f"all_to_all {name}", run(lambda v: lax.all_to_all(v, "x", 0, 0, tiled=True), per_rank),
+                  np.concatenate([b[mine] for b in blocks]), 0)
+            shift = [(r, (r + 1) % n) for r in range(n)]
+            per_rank = inputs(count + 5, count, dtype)
+            check(f"ppermute {name}", run(lambda v: lax.ppermute(v, "x", shift), per_rank),
+                  per_rank[(mine - 1) % n], 0)
+
+    # GSPMD: no shard_map; XLA's partitioner inserts the collectives. A two-layer MLP, tensor parallel (weights
+    # sharded, activations replicated) and data parallel (batch sharded, weights replicated), loss and gradients.
+    cpu = jax.devices("cpu")[0]
+    rng = np.random.default_rng(7)
+    d, h, b = 64, 32 * n, 8 * n
+    params = {"w1": rng.standard_normal((d, h)).astype(np.float32) / 8,
+              "w2": rng.standard_normal((h, d)).astype(np.float32) / 8}
+    batch = rng.standard_normal((b, d)).astype(np.float32)
+
+    def loss(p, x):
+        y = jax.nn.relu(x @ p["w1"]) @ p["w2"]
+        return jnp.mean((y - x) ** 2)
+
+    step = jax.value_and_grad(loss)
+    want_loss, want_grads = jax.jit(step, device=cpu)(params, batch)
+    layouts = {
+        "tensor parallel": ({"w1": P(None, "x"), "w2": P("x", None)}, P()),
+        "data parallel": ({"w1": P(), "w2": P()}, P("x", None)),
+    }
+    for label, (param_specs, batch_spec) in layouts.items():
+        placed = {k: jax.make_array_from_callback(v.shape, NamedSharding(mesh, param_specs[k]), lambda i, v=v: v[i])
+                  for k, v in params.items()}
+        x = jax.make_array_from_callback(batch.shape, NamedSharding(mesh, batch_spec), lambda i: batch[i])
+        compiled = jax.jit(step).lower(placed, x).compile()
+        inserted = sum(compiled.as_text().count(op) for op in ("all-reduce(", "all-gather(", "reduce-scatter(",
+                                                                "all-reduce-start(", "all-gather-start("))
+        for attempt in range(2):
+            got_loss, got_grads = compiled(placed, x)
+            check(f"gspmd {label} loss (XLA inserted {inserted} collectives, run {attempt})",
+                  np.asarray(got_loss.addressable_data(0)), np.asarray(want_loss), 1e-4)
+            for k, g in got_grads.items():
+                for shard in g.addressable_shards:
+                    check(f"gspmd {label} grad {k} {shard.index} run {attempt}", np.asarray(shard.data),
+                          np.asarray(want_grads[k])[shard.index], 1e-4)
+
+    calls = nccl_backend.call_counts()
+    print(f"rank {mine}: calls {json.dumps(calls, sort_keys=True)}", flush=True)
+    ours = sum(c for per in calls.values() for a, c in per.items() if a != "nccl")
+    forwarded = sum(per.get("nccl", 0) for per in calls.values())
+    check("calls ran on ours, none on NVIDIA's NCCL", np.array([ours > 0 and forwarded == 0]), np.array([True]), 0)
+    jax.distributed.shutdown()
+    print(f"rank {mine}: {failures} failures", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""jax_mscclpp's libnccl.so.2 on GPUs: XLA's own collectives (lax's in shard_map, and those the partitioner inserts
+under jit + shardings) in 2 and 4 processes sharing GPU 0 under jax.distributed, where NVIDIA's NCCL refuses to run
+("Duplicate GPU detected"): every call must run on our runtime and match numpy or the CPU backend
+(tests/gpu/_nccl_worker.py). With and without XLA's command buffers holding the collectives."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.gpu.processes import launch_processes
+
+WORKER = Path(__file__).with_name("_nccl_worker.py")
+
+pytestmark = pytest.mark.gpu
+
+
+def launch(nproc: int, xla_flags: str, timeout: int = 400):
+    env = dict(os.environ, JAX_PLATFORMS="cuda,cpu", NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false",
+               XLA_FLAGS=xla_flags)
+    env.pop("JAX_MSCCLPP_NVLS", None)
+    env.pop("JAX_MSCCLPP_NCCL", None)  # the worker enables the library itself
+    return launch_processes(WORKER, nproc, [], env, timeout, "XLA's collectives through our libnccl.so.2")
+
+
+@pytest.mark.parametrize("nproc,command_buffers", [(2, "default"), (4, "default"), (2, "collectives")])
+def test_xla_collectives_run_on_ours(gpus, nproc, command_buffers):
+    flags = {"default": "", "collectives": "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUSTOM_CALL,COLLECTIVES"}
+    for code, out in launch(nproc, flags[command_buffers]):
+        assert code == 0, out[-6000:]
+        assert "MISMATCH" not in out
+        assert "0 failures" in out
