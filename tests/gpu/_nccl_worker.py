@@ -61,6 +61,8 @@ def main() -> int:
 
     def run(fn, per_rank):
         """fn under shard_map over "x"; this rank's block of the result."""
+        if os.environ.get("JAX_MSCCLPP_TEST_TRACE"):
+            print(f"rank {mine}: running {fn} on {per_rank[mine].dtype}[{per_rank[mine].size}]", flush=True)
         shard = jax.device_put(per_rank[mine], devices[mine])
         x = jax.make_array_from_single_device_arrays((n * per_rank[mine].shape[0],), NamedSharding(mesh, P("x")),
                                                      [shard])

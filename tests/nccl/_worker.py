@@ -272,7 +272,26 @@ def startup_without_variable() -> dict:
             "mapped": sorted({line.split()[-1] for line in open("/proc/self/maps") if "libnccl.so" in line})}
 
 
-SCENARIOS = {f.__name__: f for f in (pass_through, concurrent_first_calls, no_real_nccl, enable_after_devices,
+def our_runtime() -> dict:
+    """Ids, inits and groups with our runtime on and no real library (JAX_MSCCLPP_REAL_NCCL unset, none beside)."""
+    ours = load(os.environ["OUR_NCCL"])
+    ours.jax_mscclpp_nccl_call_counts.restype = ctypes.c_char_p
+    out: dict = {"runtime_enabled": ours.jax_mscclpp_nccl_runtime_enabled()}
+    ids = [UniqueId(), UniqueId()]
+    out["get_unique_id"] = [ours.ncclGetUniqueId(ctypes.byref(uid)) for uid in ids]
+    out["ids"] = [bytes(uid)[:8].decode(errors="replace") for uid in ids]
+    out["ids_differ"] = bytes(ids[0]) != bytes(ids[1])
+    comm = ctypes.c_void_p()
+    out["init_rank"] = ours.ncclCommInitRank(ctypes.byref(comm), 1, ids[0], 0)
+    out["init_error"] = last_error(ours)
+    out["group"] = [ours.ncclGroupStart(), ours.jax_mscclpp_nccl_group_depth(), ours.ncclGroupEnd(),
+                    ours.jax_mscclpp_nccl_group_depth()]
+    out["real_library"] = ours.jax_mscclpp_nccl_real_library().decode()
+    out["calls"] = ours.jax_mscclpp_nccl_call_counts().decode()
+    return out
+
+
+SCENARIOS = {f.__name__: f for f in (pass_through, our_runtime, concurrent_first_calls, no_real_nccl, enable_after_devices,
                                      enable_beside_other_nccl, enable_before_devices, enable_without_real_nccl,
                                      startup_variable, startup_without_variable)}
 

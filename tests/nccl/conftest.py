@@ -34,8 +34,9 @@ def stand_in(tmp_path_factory) -> str:
 
 
 def run_worker(scenario: str, real_nccl: str | None, *, extra_env: dict | None = None) -> dict:
-    """Runs _worker.py's `scenario` with JAX_MSCCLPP_REAL_NCCL = `real_nccl` (unset for None); its JSON result."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    """Runs _worker.py's `scenario` with JAX_MSCCLPP_REAL_NCCL = `real_nccl` (unset for None); its JSON result. Our
+    runtime is off (JAX_MSCCLPP_NCCL_RUNTIME=0: every call goes to the real library) unless `extra_env` says."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_MSCCLPP_NCCL_RUNTIME="0")
     env.pop("JAX_MSCCLPP_NCCL", None)
     env.pop("JAX_MSCCLPP_REAL_NCCL", None)
     if real_nccl is not None:
