@@ -11,7 +11,7 @@ from ..bench.units import parse_size
 
 USAGE = ("python -m jax_mscclpp.soak [--calls N] [--seed S] [--max-bytes 64M] [--programs K] [--devices N] "
          "[--launch N] [--duration SECONDS] [--dtypes float32,int8,...] [--out FILE] "
-         "[--reference lax|cpu] [--config JSON --data SEED:CALL]")
+         "[--reference lax|cpu] [--algorithms auto,lax,...] [--config JSON --data SEED:CALL]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what ours is compared with: the lax collective on the same devices (default), or the lax "
                    "collective on this process's CPU devices over every rank's data, rebuilt here (for processes "
                    "that share a GPU, where XLA's NCCL collectives cannot run)")
+    p.add_argument("--algorithms", default=None,
+                   help="comma list of the algorithms drawn (default: auto, every built-in one and the registered "
+                   "plans); 'lax' soaks lax's own collectives, which with JAX_MSCCLPP_NCCL=1 run through our "
+                   "libnccl.so.2")
     p.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                    help="stop after this long even if fewer than --calls calls ran")
     p.add_argument("--dtypes", default=None, help="comma list of dtypes (default: every supported one)")
@@ -73,11 +77,12 @@ def _settings(parser: argparse.ArgumentParser, args):
             parser.error("--data takes SEED:CALL, e.g. 0:1234")
         data = (seed, call)
     dtypes = tuple(t.strip() for t in args.dtypes.split(",") if t.strip()) if args.dtypes else ()
+    algorithms = tuple(a.strip() for a in args.algorithms.split(",") if a.strip()) if args.algorithms else ()
     calls = args.calls if args.calls is not None else (1 if config is not None else 1000)
     launched = int(os.environ.get(launcher.ENV_NUM_PROCESSES, 0)) or None  # inside a --launch run
     return Settings(calls=calls, seed=args.seed, max_bytes=max_bytes, programs=args.programs,
                     duration_s=args.duration, dtypes=dtypes, config=config, data=data, max_errors=args.max_errors,
-                    launch=args.launch or launched, reference=args.reference)
+                    launch=args.launch or launched, reference=args.reference, algorithms=algorithms)
 
 
 def main(argv: list[str] | None = None) -> int:

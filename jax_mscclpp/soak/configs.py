@@ -105,8 +105,9 @@ class Drawer:
     """Draws random configs that can run on ``devices`` (platform ``platform``) up to ``max_bytes`` per rank."""
 
     def __init__(self, num_devices: int, platform: str, dtypes: list[str], max_bytes: int,
-                 plan_names: dict[str, list[str]]):
+                 plan_names: dict[str, list[str]], algorithms: tuple = ()):
         self.num_devices = num_devices
+        self.algorithms = algorithms  # drawn from these alone, where they run the op ("lax" runs every op)
         self.platform = platform
         self.dtypes = dtypes
         self.max_bytes = max_bytes
@@ -164,6 +165,9 @@ class Drawer:
         builtin = [a for a in selection.PLATFORM_ALGORITHMS[self.platform][collective]
                    if (a not in COMPOSED_ALGORITHMS or len(axes) == 2) and a not in NOT_DRAWN.get(self.platform, ())]
         named = builtin + list(self.plan_names.get(op, ()))
+        if self.algorithms:
+            chosen = [a for a in self.algorithms if a in ("lax", AUTO) or a in named]
+            return chosen[int(rng.integers(len(chosen)))] if chosen else AUTO
         return AUTO if rng.random() < 0.3 or not named else named[int(rng.integers(len(named)))]
 
     def _plan_runs(self, config: Config, scratch_bytes) -> bool:

@@ -58,6 +58,7 @@ class Settings:
     max_errors: int = 10
     launch: int | None = None  # the process count of a --launch run (for the reproduction command)
     reference: str = "lax"  # "lax": lax on the same devices; "cpu": lax on this process's CPU devices
+    algorithms: tuple = ()  # the algorithms drawn (default: "auto", every built-in one and the registered plans)
 
     def as_dict(self) -> dict:
         out = dataclasses.asdict(self)
@@ -180,7 +181,8 @@ class Soak:
             if s.config.world > 1:
                 self.communicator(s.config)
             return [s.config]
-        drawer = Drawer(len(self.devices), self.platform, list(s.dtypes or default_dtypes()), s.max_bytes, plan_names)
+        drawer = Drawer(len(self.devices), self.platform, list(s.dtypes or default_dtypes()), s.max_bytes, plan_names,
+                        s.algorithms)
         rng = np.random.default_rng([s.seed, 0])
         pool = [drawer.draw(rng, self.scratch_bytes) for _ in range(s.programs)]
         for config in pool:

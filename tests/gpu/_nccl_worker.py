@@ -40,6 +40,7 @@ def main() -> int:
     mine = [r for r, d in enumerate(devices) if d.process_index == jax.process_index()][0]
     started = time.monotonic()
     failures = 0
+    checks = []
 
     def check(name, got, want, tol):
         nonlocal failures
@@ -47,6 +48,7 @@ def main() -> int:
         ok = got64.shape == want64.shape and np.allclose(
             got64, want64, rtol=0, atol=tol * max(1.0, np.abs(want64).max(initial=0)))
         failures += not ok
+        checks.append({"check": name, "ok": bool(ok)})
         print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
 
     def inputs(seed, count, dtype):
@@ -95,7 +97,7 @@ def main() -> int:
 
     # GSPMD: no shard_map; XLA's partitioner inserts the collectives. A two-layer MLP, tensor parallel (weights
     # sharded, activations replicated) and data parallel (batch sharded, weights replicated), loss and gradients.
-    cpu = jax.devices("cpu")[0]
+    cpu = jax.local_devices(backend="cpu")[0]
     rng = np.random.default_rng(7)
     d, h, b = 64, 32 * n, 8 * n
     params = {"w1": rng.standard_normal((d, h)).astype(np.float32) / 8,
@@ -133,6 +135,15 @@ def main() -> int:
     ours = sum(c for per in calls.values() for a, c in per.items() if a != "nccl")
     forwarded = sum(per.get("nccl", 0) for per in calls.values())
     check("calls ran on ours, none on NVIDIA's NCCL", np.array([ours > 0 and forwarded == 0]), np.array([True]), 0)
+    record_dir = os.environ.get("JAX_MSCCLPP_TEST_RECORD_DIR")
+    if record_dir:  # what a device run keeps: this process's checks and the calls our library ran
+        os.makedirs(record_dir, exist_ok=True)
+        flags = os.environ.get("XLA_FLAGS", "")
+        with open(os.path.join(record_dir, f"nccl-{n}proc-{'cmdbuf' if 'COLLECTIVES' in flags else 'default'}-"
+                               f"rank{mine}.json"), "w") as f:
+            json.dump({"rank": mine, "processes": n, "xla_flags": flags, "checks": len(checks),
+                       "mismatches": failures, "calls": calls, "seconds": round(time.monotonic() - started, 1),
+                       "failed": [c["check"] for c in checks if not c["ok"]]}, f, indent=1)
     jax.distributed.shutdown()
     print(f"rank {mine}: {failures} failures", flush=True)
     return 1 if failures else 0
