@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-from _devices import DEFAULT_CPU_DEVICES, gpu_expected  # examples/_devices.py
+from _devices import DEFAULT_CPU_DEVICES, add_common_arguments, gpu_expected  # examples/_devices.py
 
 LIBRARIES = ("ours", "real")
 
@@ -43,8 +43,7 @@ def parse(argv):
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--batch", type=int, default=64, help="global batch")
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--tp", type=int, default=None, help="devices on the 'tp' axis (default: all)")
-    p.add_argument("--seed", type=int, default=0)
+    add_common_arguments(p, dtype="float32")
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # "ours" | "real" | "cpu": one training run
     p.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
@@ -79,10 +78,10 @@ def train(args) -> None:
     tp = args.tp or len(devices)
     mesh = Mesh(np.array(devices).reshape(len(devices) // tp, tp), ("dp", "tp"))
     rng = np.random.default_rng(args.seed)
-    params = [{"w1": (rng.standard_normal((args.width, 4 * args.width)) / np.sqrt(args.width)).astype(np.float32),
-               "w2": (rng.standard_normal((4 * args.width, args.width)) / np.sqrt(4 * args.width)).astype(np.float32)}
+    params = [{"w1": (rng.standard_normal((args.width, 4 * args.width)) / np.sqrt(args.width)).astype(jnp.dtype(args.dtype)),
+               "w2": (rng.standard_normal((4 * args.width, args.width)) / np.sqrt(4 * args.width)).astype(jnp.dtype(args.dtype))}
               for _ in range(args.layers)]
-    x = rng.standard_normal((args.batch, args.width)).astype(np.float32)
+    x = rng.standard_normal((args.batch, args.width)).astype(jnp.dtype(args.dtype))
     y = np.roll(x, 1, axis=1)
     specs = {"w1": P(None, "tp"), "w2": P("tp", None)}
 
@@ -114,7 +113,7 @@ def train(args) -> None:
         jax.block_until_ready(params)
         times.append(time.perf_counter() - start)
         losses.append(float(np.asarray(value.addressable_data(0))))
-    weights = {f"{i}.{k}": [(tuple((s.start or 0) for s in shard.index), np.asarray(shard.data).tolist())
+    weights = {f"{i}.{k}": [(tuple((s.start or 0) for s in shard.index), np.asarray(shard.data, np.float32).tolist())
                             for shard in v.addressable_shards]
                for i, block in enumerate(params) for k, v in block.items()}
     result = {"library": args.worker, "platform": devices[0].platform, "devices": len(devices),
@@ -136,6 +135,16 @@ def local_gpus() -> int:
     return max(1, len(glob.glob("/dev/nvidia[0-9]*")))
 
 
+def cpu_device_count(args) -> int:
+    """--cpu-devices, else the CPU device count XLA_FLAGS asks for, else the examples' default."""
+    import re
+
+    if args.cpu_devices:
+        return args.cpu_devices
+    found = re.findall(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(found[-1]) if found else DEFAULT_CPU_DEVICES
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -152,7 +161,7 @@ def run(args, worker: str, folder: str) -> list[dict]:
     paths = [os.path.join(folder, f"{worker}-{i}.json") for i in range(processes)]
     base = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--processes", str(processes),
             "--port", str(port), "--layers", str(args.layers), "--width", str(args.width), "--batch",
-            str(args.batch), "--steps", str(args.steps), "--seed", str(args.seed)]
+            str(args.batch), "--steps", str(args.steps), "--seed", str(args.seed), "--dtype", args.dtype]
     if args.tp:
         base += ["--tp", str(args.tp)]
     if worker == "cpu":
@@ -205,7 +214,7 @@ def main(argv=None) -> int:
         print(f"{args.processes} processes share {local_gpus()} GPU(s): NVIDIA's NCCL refuses to run there; ours is "
               "checked against the same training on the CPU")
     # A CPU run has as many devices as the GPU runs (the same mesh, so the same shards to compare).
-    args.devices = args.processes if args.processes > 1 else (None if on_gpu else DEFAULT_CPU_DEVICES)
+    args.devices = args.processes if args.processes > 1 else (None if on_gpu else cpu_device_count(args))
     with tempfile.TemporaryDirectory() as folder:
         runs = {w: run(args, w, folder) for w in wanted}
         if on_gpu and (shared_gpu or len(wanted) == 1):

@@ -194,6 +194,26 @@ def _is_traced_argument(leaf) -> bool:
     return isinstance(leaf, (np.ndarray, np.generic)) and leaf.dtype.kind in "biufc"
 
 
+# Lax collectives met by _replace_collective on this thread (replaced or kept): a rewritten function whose trace
+# meets none is told where its collectives are (_warn_no_collective), once per function.
+_collectives_seen = threading.local()
+_warned_no_collective: set = set()
+
+
+def _warn_no_collective(fun: Callable) -> None:
+    name = getattr(fun, "__qualname__", getattr(fun, "__name__", repr(fun)))
+    if name in _warned_no_collective:
+        return
+    _warned_no_collective.add(name)
+    import warnings
+
+    warnings.warn(
+        f"jax_mscclpp.rewrite({name}): the function holds no lax collective, so nothing was replaced. If it is "
+        "sharded with jit and shardings (no shard_map), its collectives are inserted by XLA's partitioner and run "
+        "through NCCL: jax_mscclpp.enable_nccl_backend() (or JAX_MSCCLPP_NCCL=1) runs them on jax_mscclpp's "
+        "kernels (README, \"Every XLA collective, no code change\")", UserWarning, stacklevel=4)
+
+
 def _rewritten(fun: Callable, config: _Config) -> Callable:
     """``fun`` traced at its array arguments and evaluated with the collectives replaced."""
 
@@ -214,10 +234,13 @@ def _rewritten(fun: Callable, config: _Config) -> Callable:
             return [leaf for leaf, t in zip(out_leaves, out_traced) if t]
 
         in_values = [leaf for leaf, t in zip(leaves, traced) if t]
+        seen_before = getattr(_collectives_seen, "count", 0)
         closed = _compat.trace_to_closed_jaxpr(flat_fun, [_compat.typeof(v) for v in in_values],
                                                _compat.function_debug_info(fun, args, kwargs))
         jaxpr, consts = _compat.jaxpr_and_consts(closed)
         results = iter(_evaluate(jaxpr, consts, in_values, config))
+        if getattr(_collectives_seen, "count", 0) == seen_before:
+            _warn_no_collective(fun)
         out = [next(results) if t else leaf for leaf, t in zip(outputs["leaves"], outputs["traced"])]
         return jax.tree_util.tree_unflatten(outputs["tree"], out)
 
@@ -307,6 +330,7 @@ def _nbytes(aval) -> int:
 
 def _replace_collective(name: str, eqn, x, config: _Config):
     """Our collective in place of ``eqn`` (a lax collective), typed as its result; None when it must stay lax."""
+    _collectives_seen.count = getattr(_collectives_seen, "count", 0) + 1
     aval, out_aval = eqn.invars[0].aval, eqn.outvars[0].aval
     axes = _compat.collective_axes(eqn.params)
     reason = _why_not(name, aval, axes, config, eqn.params.get("axis_index_groups"))

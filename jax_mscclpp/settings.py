@@ -17,6 +17,9 @@ ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
 ENV_SCRATCH_BYTES = "JAX_MSCCLPP_SCRATCH_BYTES"
 ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
 ENV_NVLS = "JAX_MSCCLPP_NVLS"
+# Read by our libnccl.so.2 (nccl/README.md); checked here for the same policy.
+ENV_NCCL = "JAX_MSCCLPP_NCCL"
+ENV_NCCL_RUNTIME = "JAX_MSCCLPP_NCCL_RUNTIME"
 ENV_STREAM = ("JAX_MSCCLPP_STREAM_BLOCKS", "JAX_MSCCLPP_STREAM_BLOCK_BYTES", "JAX_MSCCLPP_STREAM_CHUNK",
               "JAX_MSCCLPP_STREAM_SLOTS")
 
@@ -67,6 +70,9 @@ def check_environment() -> None:
     _one_of(ENV_COMMAND_BUFFERS, ("0", "1"), "0 (no GPU call in command buffers), 1 (every call), unset (calls "
             "above 1 MiB per rank)")
     _one_of(ENV_NVLS, ("0", "1"), "1 (opt in to NVLink multicast), 0 or unset (off)")
+    _one_of(ENV_NCCL, ("0", "1"), "1 (load our libnccl.so.2 at interpreter start), 0 or unset (not)")
+    _one_of(ENV_NCCL_RUNTIME, ("0", "1"), "0 (our libnccl.so.2 forwards every call to NVIDIA's), 1 or unset (our "
+            "runtime runs the collectives it has algorithms for)")
     for name in ENV_STREAM:
         _positive_integer(name, "a whole, positive number (unset: the measured default)")
 

@@ -317,6 +317,7 @@ def test_bad_arguments_are_named():
         jm.rewrite(3)
 
 
+@pytest.mark.filterwarnings("ignore:.*holds no lax collective")
 def test_called_outside_jit_with_static_arguments_and_pytrees(mesh8):
     """rewrite of a function around a jitted step, called eagerly: non-array arguments pass through, outputs keep
     their structure, and later calls reuse the compiled step."""
@@ -361,3 +362,26 @@ def test_decorator_form(mesh8):
     x = random_array(np.random.default_rng(11), (16,), "float32")
     f = jax.jit(jax.shard_map(body, mesh=mesh8, in_specs=P("x"), out_specs=P()))
     assert_same(run_ours(f, x, expected=("all_reduce",)), x.reshape(8, 2).sum(0))
+
+
+def test_a_function_without_lax_collectives_is_told_about_the_nccl_path(mesh8):
+    """A GSPMD-style function (jit with shardings, no shard_map) holds no lax collective for rewrite to replace:
+    one warning per function says so and names the path that reaches XLA's own collectives."""
+    def gspmd_loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    sharded = jax.sharding.NamedSharding(mesh8, P(None, "x"))
+    rng = np.random.default_rng(11)
+    w = jax.device_put(random_array(rng, (8, 16), np.float32), sharded)
+    x = random_array(rng, (4, 8), np.float32)
+    with pytest.warns(UserWarning, match=r"holds no lax collective.*enable_nccl_backend") as caught:
+        grads = jax.jit(jm.rewrite(jax.grad(gspmd_loss)))(w, x)
+        jax.jit(jm.rewrite(jax.grad(gspmd_loss)))(w, x[:2])  # the same function again: no second warning
+    assert sum("holds no lax collective" in str(w.message) for w in caught) == 1
+    assert_same(grads, jax.jit(jax.grad(gspmd_loss))(w, x))
+
+
+def test_a_function_with_lax_collectives_is_not_warned(mesh8, recwarn):
+    body = jax.shard_map(jm.rewrite(lambda v: lax.psum(v, "x")), mesh=mesh8, in_specs=P("x"), out_specs=P())
+    jax.jit(body)(random_array(np.random.default_rng(12), (16,), np.float32))
+    assert not [w for w in recwarn if "holds no lax collective" in str(w.message)]

@@ -237,7 +237,8 @@ ncclResult_t end_group() {
       continue;
     }
     const Operation& any = send != nullptr ? *send : *recv;
-    count(any.function, algorithm);
+    if (send != nullptr) count(ApiFunction::ncclSend, algorithm);
+    if (recv != nullptr) count(ApiFunction::ncclRecv, algorithm);
     note(launched(runtime->launch_permute(send, recv, algorithm), any, *runtime));
   }
   if (first_failure == ncclSuccess) clear_last_error();

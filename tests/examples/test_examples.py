@@ -90,6 +90,21 @@ def test_data_parallel_train(tmp_path):
     assert row["same_weights"] and row["speedup"] == row["lax_ms"] / row["ours_ms"]
 
 
+def test_gspmd_train(tmp_path):
+    """Without a GPU the example trains once on CPU devices, XLA's partitioner inserting the all-reduces, and says
+    that no NCCL library is involved; its JSON report holds the run."""
+    out = run_example("gspmd_train.py", ["--steps", "3", "--width", "32", "--batch", "16", "--out",
+                                         str(tmp_path / "gspmd.json")], 8)
+    assert "no NCCL library is involved" in out
+    inserted = json.loads(re.search(r"XLA inserted (\{.*\})", out).group(1).replace("'", '"'))
+    assert inserted["all-reduce"] > 0, out
+    report = json.loads((tmp_path / "gspmd.json").read_text())
+    (run,) = report["runs"]["cpu"]
+    assert run["devices"] == 8 and run["mesh"] == {"dp": 1, "tp": 8} and len(run["losses"]) == 3
+    assert run["losses"][-1] < run["losses"][0]
+    assert out.rstrip().splitlines()[-1] == "PASS"
+
+
 def test_model_bench(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.bench.model", "--rows", "2", "--d-model", "32",
@@ -114,6 +129,7 @@ ONE_DEVICE = {
     "transformer_decode.py": ["--preset", "tiny", "--steps", "2", "--batch", "1"],
     "data_parallel_train.py": ["--steps", "2", "--warmup", "1"],
     "custom_algorithm.py": [],
+    "gspmd_train.py": ["--steps", "2", "--width", "32", "--batch", "8", "--layers", "1"],
     "flax_tensor_parallel.py": ["--batch", "2", "--seq", "8", "--d-model", "32", "--heads", "2", "--d-ff", "64",
                                 "--layers", "1", "--steps", "2"],
 }
