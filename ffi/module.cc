@@ -16,7 +16,7 @@
 
 #ifdef JAX_MSCCLPP_WITH_CUDA
 #include "cuda/bindings.h"
-#include "cuda/communicator.h"
+#include "communicator.h"
 #endif
 
 namespace nb = nanobind;

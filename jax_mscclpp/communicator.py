@@ -30,7 +30,7 @@ _CHANNELS_PER_PEER = 8
 _STREAM_BLOCKS = 128
 
 
-# The host backend needs at least this much scratch per rank of a group, per scratch half (ffi/host_communicator.cc).
+# The host backend needs at least this much scratch per rank of a group, per scratch half (runtime/reference/host_communicator.cc).
 _MIN_SCRATCH_BYTES_PER_RANK = 64
 # Scratch sizes past this are refused before anything is allocated (2 halves per rank must fit a size_t).
 _MAX_SCRATCH_BYTES = 1 << 40

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from . import _native, nccl_backend, selection
+from . import _native, nccl_backend, selection, settings
 from .communicator import Communicator
 
 
 def info() -> dict:
-    """Backend and platforms built, live communicators, timeout, the algorithm selection table, and whether our
-    libnccl.so.2 is loaded (``enable_nccl_backend``)."""
+    """Backend and platforms built, live communicators, timeout, the algorithm selection table, whether our
+    libnccl.so.2 is loaded (``enable_nccl_backend``), and every environment variable's value (settings.def)."""
     return {
         "platforms": sorted(_native.REGISTERED_TARGETS),
         "targets": {p: list(t) for p, t in _native.REGISTERED_TARGETS.items()},
@@ -18,4 +18,5 @@ def info() -> dict:
         "algorithms": selection.table(),
         "fallback": "outside every rule's range (and for algorithm='lax') the lax collective is emitted",
         "nccl_backend": nccl_backend.status(),
+        "settings": settings.current(),
     }

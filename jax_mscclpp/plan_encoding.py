@@ -1,8 +1,8 @@
 """The integer encoding of an execution plan, as the native executors receive it.
 
 The JSON plan (``dsl/PLAN.md``) is the documented interchange format; the executors receive it as plain
-integers, decoded and checked once when a plan is bound to a communicator (``ffi/host_executor.h``; on GPUs once per
-local device, ``ffi/cuda/communicator.h``):
+integers, decoded and checked once when a plan is bound to a communicator (``runtime/reference/host_executor.h``; on GPUs once per
+local device, ``runtime/gpu/communicator.h``):
 
     geometry      [input blocks, output blocks, chunks per block, scratch chunks, scratch packets (0/1)]
     channel       [type, peer, peer_channel] (memory 0, port 1) or [2, -1, -1, member, member, ...] (switch)

@@ -9,19 +9,27 @@ NVLS); the same values are accepted there.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
+
+from ._codes import def_file_text
+
+# Every variable, from kernels/include/jax_mscclpp/settings.def (the one table the native readers and README's
+# "Environment" table follow): {name: {"kind", "default", "what"}} in file order.
+_ROW = re.compile(r'^JAX_MSCCLPP_SETTING\((k\w+),\s*"(\w+)",\s*(k\w+),\s*"([^"]*)",\s*"([^"]*)"\)', re.M)
+SETTINGS = {name: {"kind": kind, "default": default, "what": what}
+            for _, name, kind, default, what in _ROW.findall(re.sub(r"\s*\n\s+(?=\S)", " ", def_file_text("settings.def")))}
 
 ENV_TIMEOUT = "JAX_MSCCLPP_TIMEOUT_S"
 ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"
 ENV_SCRATCH_BYTES = "JAX_MSCCLPP_SCRATCH_BYTES"
 ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
 ENV_NVLS = "JAX_MSCCLPP_NVLS"
-# Read by our libnccl.so.2 (nccl/README.md); checked here for the same policy.
-ENV_NCCL = "JAX_MSCCLPP_NCCL"
-ENV_NCCL_RUNTIME = "JAX_MSCCLPP_NCCL_RUNTIME"
-ENV_STREAM = ("JAX_MSCCLPP_STREAM_BLOCKS", "JAX_MSCCLPP_STREAM_BLOCK_BYTES", "JAX_MSCCLPP_STREAM_CHUNK",
-              "JAX_MSCCLPP_STREAM_SLOTS")
+ENV_REAL_NCCL = "JAX_MSCCLPP_REAL_NCCL"
+ENV_TUNING_FILE = "JAX_MSCCLPP_TUNING_FILE"
+ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
 
 
 def _value(name: str) -> str | None:
@@ -36,7 +44,7 @@ def _refuse(name: str, value: str, accepted: str):
     raise ValueError(f"jax_mscclpp: {name}={value!r} is not understood; accepted: {accepted}")
 
 
-def _positive_number(name: str) -> None:
+def _positive_number(name: str, default: str) -> None:
     value = _value(name)
     if value is None:
         return
@@ -45,7 +53,7 @@ def _positive_number(name: str) -> None:
     except ValueError:
         number = math.nan
     if not (number > 0 and math.isfinite(number)):
-        _refuse(name, value, "a positive number of seconds (unset: 300)")
+        _refuse(name, value, f"a positive number (unset: {default})")
 
 
 def _positive_integer(name: str, accepted: str) -> None:
@@ -62,19 +70,36 @@ def _one_of(name: str, choices: tuple, accepted: str) -> None:
         _refuse(name, value, accepted)
 
 
+def _check(name: str, kind: str, default: str) -> None:
+    """One variable by its kind (settings.def); the algorithm's name is checked where it is read."""
+    value = _value(name)
+    if value is None or kind == "kAlgorithmName":
+        return
+    if kind == "kPositiveNumber":
+        _positive_number(name, default)
+    elif kind == "kPositiveInteger":
+        _positive_integer(name, f"a whole, positive number (unset: {default})")
+    elif kind == "kZeroOrOne":
+        _one_of(name, ("0", "1"), f"0 or 1 (unset: {default})")
+    elif kind == "kAbsolutePath" and not os.path.isabs(value):
+        _refuse(name, value, f"an absolute path (unset: {default})")
+    elif kind == "kIPv4Address":
+        try:
+            ipaddress.IPv4Address(value)
+        except ValueError:
+            _refuse(name, value, f"an IPv4 address such as 10.0.0.1 (unset: {default})")
+
+
 def check_environment() -> None:
-    """Raises ValueError for the first variable whose value is not understood (the algorithm's name excepted: it
-    is checked where it is read)."""
-    _positive_number(ENV_TIMEOUT)
-    _positive_integer(ENV_SCRATCH_BYTES, "a whole, positive number of bytes (unset: 8 MiB on CPU, 64 MiB on GPU)")
-    _one_of(ENV_COMMAND_BUFFERS, ("0", "1"), "0 (no GPU call in command buffers), 1 (every call), unset (calls "
-            "above 1 MiB per rank)")
-    _one_of(ENV_NVLS, ("0", "1"), "1 (opt in to NVLink multicast), 0 or unset (off)")
-    _one_of(ENV_NCCL, ("0", "1"), "1 (load our libnccl.so.2 at interpreter start), 0 or unset (not)")
-    _one_of(ENV_NCCL_RUNTIME, ("0", "1"), "0 (our libnccl.so.2 forwards every call to NVIDIA's), 1 or unset (our "
-            "runtime runs the collectives it has algorithms for)")
-    for name in ENV_STREAM:
-        _positive_integer(name, "a whole, positive number (unset: the measured default)")
+    """Raises ValueError for the first variable of settings.def whose value is not understood (the algorithm's
+    name excepted: it is checked where it is read; paths where they are opened)."""
+    for name, row in SETTINGS.items():
+        _check(name, row["kind"], row["default"])
+
+
+def current() -> dict[str, str | None]:
+    """Every variable's value in this process (None: unset, the default), for ``info()``."""
+    return {name: _value(name) for name in SETTINGS}
 
 
 def forced_algorithm() -> str | None:
@@ -100,4 +125,4 @@ def command_buffers() -> str:
     return _value(ENV_COMMAND_BUFFERS) or ""
 
 
-__all__ = ["check_environment", "command_buffers", "forced_algorithm"]
+__all__ = ["SETTINGS", "check_environment", "command_buffers", "current", "forced_algorithm"]

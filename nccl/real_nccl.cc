@@ -9,12 +9,13 @@
 #include <mutex>
 #include <string>
 
+#include "jax_mscclpp/settings.h"
 #include "last_error.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
 
-constexpr const char* kPathVariable = "JAX_MSCCLPP_REAL_NCCL";
+constexpr const char* kPathVariable = setting_name(Setting::kRealNccl);
 
 const char* const kFunctionNames[] = {
 #define JAX_MSCCLPP_NCCL_FUNCTION(kind, return_type, name, parameters, arguments) #name,
@@ -73,7 +74,7 @@ bool try_open(const std::string& path, const std::string& self, std::string& why
 
 void open_library() {
   const std::string self = this_library_path();
-  const char* from_environment = getenv(kPathVariable);
+  const char* from_environment = setting_value(Setting::kRealNccl);
   std::string why;
   if (from_environment != nullptr && from_environment[0] != '\0') {
     const std::string path(from_environment);

@@ -1,5 +1,5 @@
 """The words a GPU launch posts for its call (kernels/include/jax_mscclpp/call_inbox.cuh) and how error records that
-carry them read (ffi/cuda/runtime_config.cc). Records are made here, so this needs the CUDA build's test module
+carry them read (runtime/gpu/runtime_config.cc). Records are made here, so this needs the CUDA build's test module
 (tests/harness), not a GPU; tests/gpu/test_call_check.py makes the kernels write them."""
 
 import pytest

@@ -1,5 +1,5 @@
 """The timeout every wait is bounded by: one process-wide setting that the host backend reads at every call and
-the GPU ranks copy (ffi/runtime_settings.h), starting from JAX_MSCCLPP_TIMEOUT_S."""
+the GPU ranks copy (runtime/common/runtime_settings.h), starting from JAX_MSCCLPP_TIMEOUT_S."""
 
 import os
 import subprocess

@@ -21,6 +21,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/stream.cuh"
+#include "jax_mscclpp/settings.h"
 
 namespace jax_mscclpp::collectives {
 namespace {
@@ -134,16 +135,16 @@ __global__ void __launch_bounds__(kHBThreads)
 const StreamTuning& stream_tuning() {
   static const StreamTuning tuning = [] {
     StreamTuning t{32 << 10, 128, 2, 256 << 10, 4};
-    auto env = [](const char* name, uint64_t fallback) {
-      const char* v = std::getenv(name);
-      if (v == nullptr || *v == '\0') return fallback;
+    auto env = [](Setting setting, uint64_t fallback) {
+      const char* v = setting_value(setting);
+      if (v == nullptr) return fallback;
       const unsigned long long x = std::strtoull(v, nullptr, 10);
       return x == 0 ? fallback : static_cast<uint64_t>(x);
     };
-    t.max_blocks = static_cast<int32_t>(env("JAX_MSCCLPP_STREAM_BLOCKS", t.max_blocks));
-    t.block_bytes = env("JAX_MSCCLPP_STREAM_BLOCK_BYTES", t.block_bytes);
-    t.max_chunk = round_up(env("JAX_MSCCLPP_STREAM_CHUNK", t.max_chunk), 16);
-    t.slots = static_cast<int32_t>(env("JAX_MSCCLPP_STREAM_SLOTS", t.slots));
+    t.max_blocks = static_cast<int32_t>(env(Setting::kStreamBlocks, t.max_blocks));
+    t.block_bytes = env(Setting::kStreamBlockBytes, t.block_bytes);
+    t.max_chunk = round_up(env(Setting::kStreamChunk, t.max_chunk), 16);
+    t.slots = static_cast<int32_t>(env(Setting::kStreamSlots, t.slots));
     return t;
   }();
   return tuning;

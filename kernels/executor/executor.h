@@ -2,7 +2,7 @@
 // primitive calls inlined. One CUDA block per plan thread block; the block runs its thread block's operations
 // in order, every thread of the block taking part in each data operation.
 //
-// The host (ffi/cuda/executor_plan.h) turns the integer encoding of a plan (jax_mscclpp/plans.py) into a
+// The host (runtime/gpu/executor_plan.h) turns the integer encoding of a plan (jax_mscclpp/plans.py) into a
 // DevicePlan for one rank of one CollectiveContext: per thread block one "program image" (PlanImage below), every
 // reference resolved, the channel handles themselves copied in. At its start a block copies its image into shared
 // memory in one pass (one round of global loads), then runs its operations from there. A plan channel is bound to
@@ -124,7 +124,7 @@ struct alignas(16) PlanImage {
 };
 
 // One rank's plan, as the kernel reads it. Plain data; `images` is device memory owned by the host object that
-// built it (ffi/cuda/executor_plan.h).
+// built it (runtime/gpu/executor_plan.h).
 struct DevicePlan {
   int32_t rank;
   int32_t nranks;

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "jax_mscclpp/settings.h"
 #include "runtime_settings.h"
 
 namespace jax_mscclpp::nccl {
@@ -93,7 +94,7 @@ bool receive_frame(int fd, std::string& bytes, Clock::time_point deadline) {
 }
 
 uint32_t host_address() {
-  if (const char* forced = std::getenv("JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS"); forced != nullptr && forced[0]) {
+  if (const char* forced = setting_value(Setting::kNcclBootstrapAddress)) {
     in_addr a{};
     if (inet_pton(AF_INET, forced, &a) != 1) {
       throw std::runtime_error(std::string("JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS=") + forced +

@@ -13,6 +13,7 @@
 #include "dtype_codes.h"
 #include "group_depth.h"
 #include "jax_mscclpp/codes.h"
+#include "jax_mscclpp/settings.h"
 #include "last_error.h"
 #include "our_runtime.h"
 #include "real_nccl.h"
@@ -94,7 +95,7 @@ ncclResult_t launch_now(RuntimeCommunicator& runtime, const Operation& op, int32
 }  // namespace
 
 bool our_runtime_enabled() {
-  const char* value = std::getenv("JAX_MSCCLPP_NCCL_RUNTIME");
+  const char* value = setting_value(Setting::kNcclRuntime);
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 

@@ -1,4 +1,4 @@
-// Our runtime's side of a communicator made through this library: one GPU rank (ffi/cuda/communicator.h) on the
+// Our runtime's side of a communicator made through this library: one GPU rank (runtime/gpu/communicator.h) on the
 // calling thread's current device, set up by meeting the other ranks through the bootstrap root of our unique id,
 // and the NCCL operations it runs with the collective kernels (kernels/collectives/collective.h).
 //

@@ -21,7 +21,7 @@
 
 namespace jax_mscclpp {
 
-// `call` packs the codes (codes.def) as CallSignature does on the host (ffi/call_signature.h): collective | op << 8
+// `call` packs the codes (codes.def) as CallSignature does on the host (runtime/common/call_signature.h): collective | op << 8
 // | algorithm << 16 | dtype << 24, op 0 where the collective has none. `count` is the low half of the elements per
 // block. `variant` tells apart calls of one algorithm that exchange alike but compute differently: a plan's
 // fingerprint (plan_fingerprint) or a fused epilogue (epilogue_variant); 0 for a plain collective.

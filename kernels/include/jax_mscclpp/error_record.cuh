@@ -6,7 +6,7 @@
 // call check finds a peer in another call, call_check.cuh), the first such thread of that rank fills `error`
 // (rank, peer, op, epoch, ...), publishes it with a system fence and `valid = 1`, and traps. The trap poisons
 // the CUDA context; the host then reads the record through its own pointer and reports it as a readable message
-// (ffi/cuda/runtime_config.h).
+// (runtime/gpu/runtime_config.h).
 #pragma once
 
 #include <cstdint>

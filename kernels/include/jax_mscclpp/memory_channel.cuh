@@ -12,7 +12,7 @@
 //   HB: put (many threads) -> barrier over those threads -> one thread signal(); receiver wait() -> read.
 //   LL: put_packets with this call's flag; receiver read_packets with the same flag. No signal: the flag of
 //       each 8-byte word is its own signal. Callers alternate packet-buffer halves by epoch parity.
-// Offsets are in bytes. A handle is plain data, copied to the GPU by the host (ffi/cuda/rank_context.h).
+// Offsets are in bytes. A handle is plain data, copied to the GPU by the host (runtime/gpu/rank_context.h).
 #pragma once
 
 #include <cstddef>

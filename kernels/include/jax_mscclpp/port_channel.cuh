@@ -2,7 +2,7 @@
 // the proxy FIFO (fifo.cuh). Every method is called by ONE thread; make the data a put reads visible to that
 // thread first (e.g. __syncthreads() after the block wrote it), the push fence does the rest.
 //
-// Ordering the proxy gives (ffi/cuda/proxy.h): triggers of one channel are handled in FIFO order on one
+// Ordering the proxy gives (runtime/gpu/proxy.h): triggers of one channel are handled in FIFO order on one
 // stream, so a signal is written to the peer after the data of every earlier put of that channel has landed;
 // flush returns once every earlier copy of the channel has completed.
 //

@@ -50,7 +50,7 @@ JAX_MSCCLPP_DEVICE_INLINE bool poll_inbound(const uint64_t* inbound, uint64_t* e
 #endif
 
 // Device-to-device semaphore, as seen from one end of a peer pair: it signals the peer's inbound word and
-// waits on its own. Built by the host (ffi/cuda/rank_context.h), copied to the GPU by value.
+// waits on its own. Built by the host (runtime/gpu/rank_context.h), copied to the GPU by value.
 struct D2DSemaphoreDeviceHandle {
   uint64_t* inbound;         // local device memory; the peer increments it
   uint64_t* expected;        // local device memory; touched only by the waiting thread

@@ -1,4 +1,4 @@
-// Wrap-around / backpressure probe of the proxy FIFO (ffi/cuda/proxy.h) with a custom handler (handler id 1)
+// Wrap-around / backpressure probe of the proxy FIFO (runtime/gpu/proxy.h) with a custom handler (handler id 1)
 // that records every trigger and sleeps `sleep_us` after every `sleep_every`-th one; the triggers come from
 // launch_fifo_pushers (harness.h).
 #pragma once

@@ -1,6 +1,6 @@
 // A virtual rank that runs the harness kernels (harness.h): the primitive tests' channel tables (memory channels
 // reading from the input buffer, one PortChannel per peer over it) built by the one table builder
-// (ffi/cuda/channel_tables.h) beside the GpuRank's own, counters, CUDA-graph capture and timing events.
+// (runtime/gpu/channel_tables.h) beside the GpuRank's own, counters, CUDA-graph capture and timing events.
 // Python: tests/harness/virtual_ranks.py.
 #pragma once
 

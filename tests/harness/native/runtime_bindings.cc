@@ -78,7 +78,7 @@ void register_runtime_queries(nb::module_& m) {
   m.def("describe_record", &describe_record, nb::arg("op"), nb::arg("rank"), nb::arg("peer"), nb::arg("epoch"),
         nb::arg("observed"), nb::arg("mine"), nb::arg("mine_epoch"), nb::arg("theirs"), nb::arg("theirs_epoch"),
         nb::arg("plans") = std::map<uint32_t, std::string>{}, nb::arg("interrupted_op") = 0,
-        "The message of an error record with these fields (ffi/cuda/runtime_config.h, describe_error).");
+        "The message of an error record with these fields (runtime/gpu/runtime_config.h, describe_error).");
   m.def("device_count", [] {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -1,4 +1,4 @@
-// One virtual rank of the test harness: a GpuRank (ffi/cuda/communicator.h: the rank of the JAX path's GPU
+// One virtual rank of the test harness: a GpuRank (runtime/gpu/communicator.h: the rank of the JAX path's GPU
 // communicators, with its RankContext and its channel tables, built by the same code), an input and an output
 // buffer, and a stream. Python (tests/harness) creates N of them on one GPU, or one per process, exchanges their
 // endpoints as bytes, as separate processes would, then build()s them. HarnessRank (primitive and collective

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "driver_api.h"
+#include "jax_mscclpp/settings.h"
 #include "jax_mscclpp/reduce.cuh"
 
 namespace jax_mscclpp::cuda {
@@ -19,7 +20,7 @@ NvlsPolicy nvls_policy(const char* nvls, const char* nccl_nvls_enable) {
 }
 
 NvlsPolicy nvls_policy_from_env() {
-  return nvls_policy(std::getenv("JAX_MSCCLPP_NVLS"), std::getenv("NCCL_NVLS_ENABLE"));
+  return nvls_policy(setting_value(Setting::kNvls), std::getenv("NCCL_NVLS_ENABLE"));
 }
 
 bool multimem_supported(int32_t dtype, int32_t op) {

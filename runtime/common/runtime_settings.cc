@@ -1,5 +1,7 @@
 #include "runtime_settings.h"
 
+#include "jax_mscclpp/settings.h"
+
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -11,7 +13,7 @@ namespace jax_mscclpp {
 namespace {
 
 double timeout_from_environment() {
-  const char* env = std::getenv("JAX_MSCCLPP_TIMEOUT_S");
+  const char* env = setting_value(Setting::kTimeout);
   if (env == nullptr) return kDefaultTimeoutSeconds;
   char* end = nullptr;
   const double v = std::strtod(env, &end);

@@ -31,7 +31,7 @@ enum class Algorithm : int32_t {
 enum class DType : int32_t {
 #define JAX_MSCCLPP_DTYPE(enumerator, code, ...) enumerator = code,
 #include "jax_mscclpp/codes.def"
-  kInvalid = 255,  // no dtype (fits the 8 bits a call signature gives it, ffi/call_signature.h)
+  kInvalid = 255,  // no dtype (fits the 8 bits a call signature gives it, runtime/common/call_signature.h)
 };
 
 // How the host reference backend runs an algorithm (codes.def, column `host`).

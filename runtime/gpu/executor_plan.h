@@ -1,4 +1,4 @@
-// Host side of the plan executor (kernels/executor/executor.h): a decoded plan (ffi/host_executor.h) bound to one
+// Host side of the plan executor (kernels/executor/executor.h): a decoded plan (runtime/reference/host_executor.h) bound to one
 // rank of a RankContext, as the program images the kernel reads (one per thread block, handles resolved).
 //
 // Channel binding: both ends of a plan channel must use the same RankContext channel index, because a
