@@ -49,7 +49,10 @@ def test_unknown_forced_algorithm_is_an_error(mesh8, monkeypatch, rng):
 @pytest.mark.parametrize("name,value", [("JAX_MSCCLPP_COMMAND_BUFFERS", "2"), ("JAX_MSCCLPP_NVLS", "yes"),
                                         ("JAX_MSCCLPP_STREAM_SLOTS", "0"), ("JAX_MSCCLPP_SCRATCH_BYTES", "1M"),
                                         ("JAX_MSCCLPP_TIMEOUT_S", "soon"), ("JAX_MSCCLPP_NCCL", "yes"),
-                                        ("JAX_MSCCLPP_NCCL_RUNTIME", "off")])
+                                        ("JAX_MSCCLPP_NCCL_RUNTIME", "off"),
+                                        ("JAX_MSCCLPP_REAL_NCCL", "lib/libnccl.so.2"),
+                                        ("JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS", "host-a"),
+                                        ("JAX_MSCCLPP_STREAM_CHUNK", "-4")])
 def test_values_not_understood_are_errors_at_import(name, value):
     # environment/other_values
     env = dict(os.environ, JAX_PLATFORMS="cpu", **{name: value})

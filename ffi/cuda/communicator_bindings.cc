@@ -31,16 +31,8 @@ void register_communicator_bindings(nb::module_& m) {
       "comm_create_rank",
       [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
          bool port_channels, int stream_blocks) {
-        RankOptions options;
-        options.device = device;
-        options.rank = rank;
-        options.nranks = nranks;
-        options.scratch_bytes = scratch_bytes;
-        options.channels_per_peer = channels_per_peer;
-        // Streaming kernels wait across ranks block by block: every block must be resident at once.
-        int sms = 0;
-        JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        options.stream_blocks = stream_blocks < sms ? stream_blocks : sms;
+        const RankOptions options =
+            gpu_rank_options(device, rank, nranks, scratch_bytes, channels_per_peer, stream_blocks);
         std::string endpoint = create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
         return nb::bytes(endpoint.data(), endpoint.size());
       },

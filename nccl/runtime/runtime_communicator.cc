@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -57,15 +56,8 @@ bool reduces(int32_t collective) {
 RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank, int nranks)
     : bootstrap_(root, rank, nranks) {
   JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
-  cuda::RankOptions options;
-  options.device = device_;
-  options.rank = rank;
-  options.nranks = nranks;
-  options.scratch_bytes = kScratchBytes;
-  options.channels_per_peer = kChannelsPerPeer;
-  int sms = 0;
-  JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-  options.stream_blocks = std::min(kStreamBlocks, sms);
+  const cuda::RankOptions options =
+      cuda::gpu_rank_options(device_, rank, nranks, kScratchBytes, kChannelsPerPeer, kStreamBlocks);
   rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
 
   cudaDeviceProp properties{};

@@ -161,4 +161,18 @@ SwitchChannelDeviceHandle RankContext::switch_channel_emulated() {
   return h;
 }
 
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
+                             int stream_blocks) {
+  RankOptions options;
+  options.device = device;
+  options.rank = rank;
+  options.nranks = nranks;
+  options.scratch_bytes = scratch_bytes;
+  options.channels_per_peer = channels_per_peer;
+  int sms = 0;
+  JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  options.stream_blocks = stream_blocks < sms ? stream_blocks : sms;
+  return options;
+}
+
 }  // namespace jax_mscclpp::cuda

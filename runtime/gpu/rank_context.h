@@ -36,6 +36,12 @@ struct RankOptions {
   double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
 };
 
+// The options of rank `rank` of `nranks` on `device`, its streaming kernels given at most `stream_blocks` blocks and
+// never more than the device's multiprocessors: they wait across ranks block by block, so every block of one must
+// be resident at once.
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
+                             int stream_blocks);
+
 class RankContext {
  public:
   explicit RankContext(const RankOptions& opts);

@@ -19,6 +19,7 @@ os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 
 import numpy as np  # noqa: E402
+from _rank_data import per_rank_inputs  # noqa: E402  (tests/gpu, beside this script)
 
 
 def main() -> int:
@@ -51,14 +52,7 @@ def main() -> int:
         return np.asarray(out.addressable_data(0))
 
     def inputs(seed, count, dtype):
-        result = []
-        for r in range(n):
-            rng = np.random.default_rng(seed * 1000 + r)
-            if np.issubdtype(np.dtype(dtype), np.integer):
-                result.append(rng.integers(-100, 100, size=count).astype(dtype))
-            else:
-                result.append(rng.standard_normal(count).astype(np.float32).astype(dtype))
-        return result
+        return per_rank_inputs(n, seed, count, dtype)
 
     failures = 0
     started = time.monotonic()

@@ -18,6 +18,7 @@ os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import numpy as np  # noqa: E402
+from _rank_data import per_rank_inputs  # noqa: E402  (tests/gpu, beside this script)
 
 
 def main() -> int:
@@ -52,14 +53,7 @@ def main() -> int:
         print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
 
     def inputs(seed, count, dtype):
-        out = []
-        for r in range(n):
-            rng = np.random.default_rng(seed * 1000 + r)
-            if np.issubdtype(np.dtype(dtype), np.integer):
-                out.append(rng.integers(-100, 100, size=count).astype(dtype))
-            else:
-                out.append(rng.standard_normal(count).astype(np.float32).astype(dtype))
-        return out
+        return per_rank_inputs(n, seed, count, dtype)
 
     def run(fn, per_rank):
         """fn under shard_map over "x"; this rank's block of the result."""
