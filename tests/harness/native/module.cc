@@ -37,4 +37,5 @@ NB_MODULE(_jax_mscclpp_testing, m) {
 
   register_harness(m);
   register_executor(m);
+  register_bootstrap(m);
 }

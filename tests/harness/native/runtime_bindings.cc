@@ -110,6 +110,8 @@ void register_runtime_queries(nb::module_& m) {
   });
   m.def("timeout_seconds", &jax_mscclpp::timeout_seconds,
         "This module's timeout setting (runtime_settings.h): what ranks made with timeout_s <= 0 take.");
+  m.def("set_timeout_seconds", &jax_mscclpp::set_timeout_seconds, nb::arg("seconds"),
+        "Sets this module's timeout setting (ranks made afterwards, bootstrap rounds started afterwards).");
   m.def("live_ipc_mappings", &live_ipc_mappings, "CUDA IPC mappings opened by this module and not yet closed.");
   m.def("live_proxy_threads", &ProxyService::live_threads, "Proxy threads of this module running in this process.");
   m.def(
