@@ -78,8 +78,9 @@ def train(args) -> None:
     tp = args.tp or len(devices)
     mesh = Mesh(np.array(devices).reshape(len(devices) // tp, tp), ("dp", "tp"))
     rng = np.random.default_rng(args.seed)
-    params = [{"w1": (rng.standard_normal((args.width, 4 * args.width)) / np.sqrt(args.width)).astype(jnp.dtype(args.dtype)),
-               "w2": (rng.standard_normal((4 * args.width, args.width)) / np.sqrt(4 * args.width)).astype(jnp.dtype(args.dtype))}
+    dtype, width = jnp.dtype(args.dtype), args.width
+    params = [{"w1": (rng.standard_normal((width, 4 * width)) / np.sqrt(width)).astype(dtype),
+               "w2": (rng.standard_normal((4 * width, width)) / np.sqrt(4 * width)).astype(dtype)}
               for _ in range(args.layers)]
     x = rng.standard_normal((args.batch, args.width)).astype(jnp.dtype(args.dtype))
     y = np.roll(x, 1, axis=1)
@@ -225,7 +226,9 @@ def main(argv=None) -> int:
           f"XLA inserted {first['collectives_inserted']}")
     for name, results in runs.items():
         label = {"ours": "jax_mscclpp's NCCL library", "real": "NVIDIA's NCCL", "cpu": "CPU reference"}[name]
-        print(f"  {label:<28} median step {results[0]['median_step_ms']:9.3f} ms   final loss {results[0]['losses'][-1]:.6f}")
+        first_process = results[0]
+        print(f"  {label:<28} median step {first_process['median_step_ms']:9.3f} ms   "
+              f"final loss {first_process['losses'][-1]:.6f}")
         if name == "ours":
             print(f"    calls on our runtime: {results[0]['calls']}")
     report = {"example": "gspmd_train", "args": {k: v for k, v in vars(args).items() if k not in
@@ -240,7 +243,8 @@ def main(argv=None) -> int:
         ok &= same
         report.setdefault("same_weights", {})[f"{names[0]} vs {other}"] = {"max_relative_difference": difference,
                                                                            "same": same}
-        print(f"same weights, {names[0]} vs {other}: {same} (largest difference {difference:.2e} of the largest weight)")
+        print(f"same weights, {names[0]} vs {other}: {same} "
+              f"(largest difference {difference:.2e} of the largest weight)")
     if "ours" in runs and "real" in runs:
         ratio = runs["real"][0]["median_step_ms"] / runs["ours"][0]["median_step_ms"]
         report["speedup"] = ratio

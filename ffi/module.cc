@@ -64,11 +64,12 @@ nb::dict code_tables() {
     row["bytes"] = bytes;                                \
     dtypes.append(row);                                  \
   }
-#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives_mask, host) \
+#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives_mask, host, needs) \
   {                                                                           \
     nb::dict row = code_row(#enumerator, code, name);                         \
     row["collectives"] = int(collectives_mask);                               \
     row["host"] = #host;                                                      \
+    row["needs"] = #needs;                                                    \
     algorithms.append(row);                                                   \
   }
 #define JAX_MSCCLPP_PLAN_OP(enumerator, code, name) plan_ops.append(code_row(#enumerator, code, name));

@@ -26,6 +26,7 @@ import dataclasses
 import os
 
 from . import selection_table, settings
+from ._codes import CODE_TABLES
 from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
 from .rule import Rule
 
@@ -41,6 +42,8 @@ GRAPH_MIN_BYTES = 1 << 20
 # library (selection_table.py reads it).
 DEFAULT_TABLE = selection_table.DEFAULT_TABLE
 ANY_SIZE_ALGORITHM = selection_table.ANY_SIZE_ALGORITHM
+# What each algorithm needs of a GPU communicator beyond memory channels (codes.def, column `needs`).
+ALGORITHM_NEEDS = {row["name"]: row["needs"] for row in CODE_TABLES["algorithm"]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +174,8 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
         return Decision("composed", chosen)
     if chosen == "lax" or communicator().fallback_reason is not None:
         return Decision("lax", "lax")
-    if chosen == "2pr" and platform == "gpu" and not communicator().port_channels:
-        raise ValueError("jax_mscclpp: algorithm '2pr' needs port channels: create the communicator with "
+    if platform == "gpu" and ALGORITHM_NEEDS.get(chosen) == "kNeedsPortChannels" and not communicator().port_channels:
+        raise ValueError(f"jax_mscclpp: algorithm {chosen!r} needs port channels: create the communicator with "
                          "Communicator(mesh, axes, port_channels=True) before the first call")
     return Decision("native", chosen)
 

@@ -19,8 +19,9 @@ from ._codes import def_file_text
 # Every variable, from kernels/include/jax_mscclpp/settings.def (the one table the native readers and README's
 # "Environment" table follow): {name: {"kind", "default", "what"}} in file order.
 _ROW = re.compile(r'^JAX_MSCCLPP_SETTING\((k\w+),\s*"(\w+)",\s*(k\w+),\s*"([^"]*)",\s*"([^"]*)"\)', re.M)
+_ROWS_JOINED = re.sub(r"\s*\n\s+(?=\S)", " ", def_file_text("settings.def"))  # a row's continuation lines joined
 SETTINGS = {name: {"kind": kind, "default": default, "what": what}
-            for _, name, kind, default, what in _ROW.findall(re.sub(r"\s*\n\s+(?=\S)", " ", def_file_text("settings.def")))}
+            for _, name, kind, default, what in _ROW.findall(_ROWS_JOINED)}
 
 ENV_TIMEOUT = "JAX_MSCCLPP_TIMEOUT_S"
 ENV_ALGORITHM = "JAX_MSCCLPP_ALGORITHM"

@@ -39,7 +39,7 @@ enum HostRun : int32_t { kHostNone, kHostOnePhase, kHostTwoPhase, kHostAllPairs,
 
 inline HostRun host_run(Algorithm a) {
   switch (a) {
-#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives, host) \
+#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives, host, needs) \
   case Algorithm::enumerator:                                             \
     return host;
 #include "jax_mscclpp/codes.def"
@@ -51,7 +51,7 @@ inline HostRun host_run(Algorithm a) {
 inline bool algorithm_serves(Algorithm a, Collective c) {
   int mask = 0;
   switch (a) {
-#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives, host) \
+#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives, host, needs) \
   case Algorithm::enumerator:                                             \
     mask = collectives;                                                   \
     break;

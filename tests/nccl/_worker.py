@@ -291,9 +291,9 @@ def our_runtime() -> dict:
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (pass_through, our_runtime, concurrent_first_calls, no_real_nccl, enable_after_devices,
-                                     enable_beside_other_nccl, enable_before_devices, enable_without_real_nccl,
-                                     startup_variable, startup_without_variable)}
+SCENARIOS = {f.__name__: f for f in (pass_through, our_runtime, concurrent_first_calls, no_real_nccl,
+                                     enable_after_devices, enable_beside_other_nccl, enable_before_devices,
+                                     enable_without_real_nccl, startup_variable, startup_without_variable)}
 
 if __name__ == "__main__":
     print(json.dumps(SCENARIOS[sys.argv[1]]()))

@@ -1,7 +1,8 @@
 """Our libnccl.so.2 with our runtime on, without a GPU and without a real NCCL: where the CUDA parts are built, ids
 are ours (the bootstrap root's address, never the real library's), a communicator's setup fails with an error
 naming the call and the CUDA failure, and groups need no real library; where they are not built, the runtime is
-off and ids come from the real library. The runtime's collectives are tested on GPUs (tests/gpu/test_nccl_library.py)."""
+off and ids come from the real library. The runtime's collectives are tested on GPUs
+(tests/gpu/test_nccl_library.py)."""
 
 import pytest
 
