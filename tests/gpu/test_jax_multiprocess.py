@@ -36,9 +36,9 @@ def test_collectives_across_processes(gpus, nproc, command_buffers, scenario):
 
 
 def test_large_world(gpus):
-    """A communicator of 10 ranks, past the 8 members of an emulated SwitchChannel: set up by every process, every
-    algorithm but 2PA-NVLS runs, 2PA-NVLS is an error. (Sixteen processes on one GPU ran it out of memory at context
-    creation on an H200.)"""
+    """A communicator of 10 ranks, past the 8 members of an emulated SwitchChannel (and few enough processes for
+    their CUDA contexts to fit one GPU): set up by every process, every algorithm but 2PA-NVLS runs, 2PA-NVLS is an
+    error."""
     results = launch(10, "large_world", {"XLA_FLAGS": "--xla_gpu_enable_command_buffer="}, timeout=420,
                      gpus=min(10, gpus))
     for code, out in results:
