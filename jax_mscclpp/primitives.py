@@ -22,9 +22,7 @@ from jax._src.lib.mlir.dialects import hlo
 from . import _compat, _native, _ordering, carriers, explain, layout, routing, selection
 from ._types import ALGORITHMS, REDUCE_OPS, Algorithm, Collective
 from .communicator import Communicator
-
-
-_LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
+from .lax_equivalents import LAX_REDUCTIONS, lax_collective
 
 
 def _out_aval(x, *, collective, axes, world, op, algorithm, call_id=None):
@@ -35,14 +33,9 @@ def _out_aval(x, *, collective, axes, world, op, algorithm, call_id=None):
 
 
 def _lax_equivalent(collective, axes, op):
-    """The lax collective computing the same block-layout result (for algorithm "lax")."""
-    if collective == Collective.ALL_REDUCE:
-        return lambda x: _LAX_REDUCE[op](x, axes)
-    if collective == Collective.ALL_GATHER:
-        return lambda x: lax.all_gather(x, axes, axis=0, tiled=False)
-    if collective == Collective.REDUCE_SCATTER:
-        return lambda x: lax.psum_scatter(x, axes, scatter_dimension=0, tiled=False)
-    return lambda x: lax.all_to_all(x, axes, 0, 0, tiled=True)
+    """The lax collective computing the same block-layout result (for algorithm "lax"): blocks stacked on a
+    leading axis, all_to_all's split over it."""
+    return lax_collective(collective, axes, op=op, tiled=collective == Collective.ALL_TO_ALL)
 
 
 def _hierarchical_all_reduce(mesh, axes, op):
@@ -52,7 +45,7 @@ def _hierarchical_all_reduce(mesh, axes, op):
         raise ValueError(f"jax_mscclpp: algorithm '2ph' reduces over two axes (slow, fast), got {axes}")
     slow, fast = axes
     n_fast = dict(zip(mesh.axis_names, mesh.axis_sizes))[fast]
-    slow_reduce = _LAX_REDUCE[op]
+    slow_reduce = LAX_REDUCTIONS[op]
 
     def run(x):
         flat = x.reshape(-1)

@@ -28,6 +28,7 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import jax_mscclpp as jm
+from jax_mscclpp import lax_equivalents
 from jax_mscclpp._types import Collective
 
 AXIS = "x"
@@ -87,15 +88,8 @@ def ours_collective(op: str, algorithm: str | None, redop: str = "sum") -> Calla
 
 
 def lax_collective(op: str, redop: str = "sum") -> Callable:
-    """The lax collective computing the same result."""
-    if op == "all_reduce":
-        reduce = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}[redop]
-        return lambda x: reduce(x, AXIS)
-    if op == "all_gather":
-        return lambda x: lax.all_gather(x, AXIS, axis=0, tiled=True)
-    if op == "reduce_scatter":
-        return lambda x: lax.psum_scatter(x, AXIS, scatter_dimension=0, tiled=True)
-    return lambda x: lax.all_to_all(x, AXIS, 0, 0, tiled=True)
+    """The lax collective computing the same result (lax_equivalents.py)."""
+    return lax_equivalents.lax_collective(Collective[op.upper()], AXIS, op=redop)
 
 
 def trivial_collective(op: str, world: int) -> Callable:

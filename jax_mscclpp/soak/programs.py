@@ -25,9 +25,9 @@ import jax_mscclpp as jm
 
 from .. import _compat, plans
 from .._types import ALGORITHMS, Algorithm, Collective
+from ..lax_equivalents import lax_collective
 from .configs import AUTO, Config
 
-_LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 _ALGORITHM_NAMES = {int(code): name for name, code in ALGORITHMS.items()}
 _CUSTOM_CALL = re.compile(r'@?"?(jax_mscclpp_\w+)"?.*?algorithm = (\d+) : i32.*?plan_id = (-?\d+) : i64')
 
@@ -39,28 +39,19 @@ def make_mesh(devices: list, config: Config) -> Mesh:
 
 
 def collective(config: Config, ours: bool) -> Callable:
-    """One call of the config's collective on a rank's operand: ours (``jax_mscclpp``) or lax's. Ours gets the
-    dimensions as drawn (negative ones too); lax gets them made non-negative, since lax.psum_scatter and
-    lax.all_to_all refuse negative ones."""
+    """One call of the config's collective on a rank's operand: ours (``jax_mscclpp``) or lax's
+    (``lax_equivalents``), each given the dimensions as drawn (negative ones too)."""
     axes, c = config.axes, config
+    if not ours:
+        return lax_collective(Collective[c.op.upper()], axes, op=c.redop, dim=c.dim, concat=c.concat, tiled=c.tiled)
     algorithm = None if c.algorithm == AUTO else c.algorithm
-    ndim = len(c.local_shape)
     if c.op == "all_reduce":
-        if ours:
-            return lambda v: jm.all_reduce(v, axes, op=c.redop, algorithm=algorithm)
-        return lambda v: _LAX_REDUCE[c.redop](v, axes)
+        return lambda v: jm.all_reduce(v, axes, op=c.redop, algorithm=algorithm)
     if c.op == "all_gather":
-        if ours:
-            return lambda v: jm.all_gather(v, axes, axis=c.dim, tiled=c.tiled, algorithm=algorithm)
-        axis = c.dim % (ndim if c.tiled else ndim + 1)
-        return lambda v: lax.all_gather(v, axes, axis=axis, tiled=c.tiled)
+        return lambda v: jm.all_gather(v, axes, axis=c.dim, tiled=c.tiled, algorithm=algorithm)
     if c.op == "reduce_scatter":
-        if ours:
-            return lambda v: jm.psum_scatter(v, axes, scatter_dimension=c.dim, tiled=c.tiled, algorithm=algorithm)
-        return lambda v: lax.psum_scatter(v, axes, scatter_dimension=c.dim % ndim, tiled=c.tiled)
-    if ours:
-        return lambda v: jm.all_to_all(v, axes, c.dim, c.concat, tiled=c.tiled, algorithm=algorithm)
-    return lambda v: lax.all_to_all(v, axes, c.dim % ndim, c.concat % ndim, tiled=c.tiled)
+        return lambda v: jm.psum_scatter(v, axes, scatter_dimension=c.dim, tiled=c.tiled, algorithm=algorithm)
+    return lambda v: jm.all_to_all(v, axes, c.dim, c.concat, tiled=c.tiled, algorithm=algorithm)
 
 
 def _back_to_operand(config: Config, y, i):
