@@ -146,14 +146,19 @@ def enable_nccl_backend() -> None:
 
 
 def _loaded_library() -> ctypes.CDLL | None:
-    """Our library as loaded in this process, or None when it is not."""
+    """Our library as loaded in this process, or None when it is not. Once found (a loaded library stays loaded),
+    kept: later calls neither read the process's maps nor open it again."""
+    global _library
+    if _library is not None:
+        return _library
     try:
         ours = library_path()
     except FileNotFoundError:
         return None
     if ours not in loaded_nccl_libraries():
         return None
-    return _library if _library is not None else ctypes.CDLL(ours, mode=os.RTLD_GLOBAL)
+    _library = ctypes.CDLL(ours, mode=os.RTLD_GLOBAL)
+    return _library
 
 
 def runs_collectives() -> bool:

@@ -105,7 +105,7 @@ def lax_runnable(communicator) -> bool:
     """Whether lax's collectives can run over ``communicator``'s devices, so that ``auto`` may emit them: not where
     several processes drive one physical GPU (``Communicator.shares_gpus``: NCCL refuses two ranks on one device,
     "Duplicate GPU detected"), unless ``nccl_api_active()``."""
-    return nccl_api_active() or not getattr(communicator, "shares_gpus", False)
+    return not getattr(communicator, "shares_gpus", False) or nccl_api_active()
 
 
 def _ours_where_lax_cannot_run(collective: Collective, platform: str, nbytes: int, world: int | None) -> str:

@@ -72,17 +72,15 @@ RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank,
     if (frames[q].size() < sizeof(Identity)) throw std::runtime_error("rank " + std::to_string(q) + " sent no identity");
     std::memcpy(&identities[q], frames[q].data(), sizeof(Identity));
   }
+  // Every rank judges from the same identities, so all agree on shares_gpu_.
   for (int q = 0; q < nranks; ++q) {
-    if (q == rank) continue;
     if (identities[q].host != mine.host) {
       throw std::runtime_error("rank " + std::to_string(q) + " is on another host: jax_mscclpp's NCCL library runs "
                                "communicators within one host");
     }
-    if (std::memcmp(identities[q].gpu_uuid, mine.gpu_uuid, sizeof(mine.gpu_uuid)) == 0) shares_gpu_ = true;
-  }
-  for (int q = 0; q < nranks; ++q)
     for (int p = q + 1; p < nranks; ++p)
       if (std::memcmp(identities[q].gpu_uuid, identities[p].gpu_uuid, sizeof(mine.gpu_uuid)) == 0) shares_gpu_ = true;
+  }
   for (int q = 0; q < nranks; ++q)
     if (q != rank) rank_->connect(q, frames[q].substr(sizeof(Identity)));
   rank_->finalize();

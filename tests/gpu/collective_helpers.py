@@ -5,9 +5,51 @@ Nothing here imports jax_mscclpp at module level, so the tests collect without a
 
 import numpy as np
 
-from .gpu_helpers import INPUT, OUTPUT, is_float, numpy_dtype
+from .gpu_helpers import INPUT, OUTPUT, VirtualRanks, is_float, numpy_dtype
 
 POISON = 0xEE
+# The virtual ranks of the collective and permutation tests: scratch and buffer per rank, channels per peer (HB
+# grids have at most this many blocks: 8 ranks x 8 blocks stay resident).
+SCRATCH = 16 << 20
+BUFFER = 4 << 20
+CPP = 8
+
+
+class Ranks:
+    """A set of virtual ranks and the epoch all of them must have reached."""
+
+    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER, cpp=CPP, port_channels=False):
+        self.cuda = cuda
+        self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp,
+                               port_channels=port_channels)
+        self.epoch = 0
+
+    def launches(self, collective, algorithm, count, dtype):
+        from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
+
+        return self.cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm], count,
+                                                 DTYPE_CODES[dtype], self.vr.nranks, self.vr.scratch_bytes)
+
+    def check_epochs(self):
+        got = [self.vr.epoch(r) for r in range(self.vr.nranks)]
+        assert got == [self.epoch] * self.vr.nranks, f"epochs {got}, expected {self.epoch}"
+
+
+def ranks_by_size(cuda, **options):
+    """For a module fixture: yields get(n), the set of n ranks (made with ``options``) reused by the module's tests,
+    one set alive at a time (which keeps the GPU's memory use small); closes the last at the end."""
+    made = {}
+
+    def get(n):
+        if n not in made:
+            for other in list(made):
+                made.pop(other).vr.close()
+            made[n] = Ranks(cuda, n, **options)
+        return made[n]
+
+    yield get
+    for rk in made.values():
+        rk.vr.close()
 
 ALL_REDUCE_ALGORITHMS = ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls"]
 ALL_PAIRS_ALGORITHMS = ["allpairs", "allpairs_ll", "allpairs_hb"]

@@ -16,15 +16,18 @@ import numpy as np
 import pytest
 
 from .collective_helpers import (
+    BUFFER,
     COMBOS,
     POISON,
     REDUCING,
+    Ranks,
     check_outputs,
     fold,
     download_outputs,
     in_blocks,
     out_blocks,
     random_array,
+    ranks_by_size,
     upload_inputs,
 )
 from .gpu_helpers import INPUT, OUTPUT, VirtualRanks, child_env, numpy_dtype
@@ -50,50 +53,15 @@ REDUCE_CASES = [
 COPY_DTYPES = ["float32", "bfloat16", "int32", "uint8", "float64"]
 ALL_DTYPES = ["float32", "bfloat16", "float16", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
               "int64", "uint64"]
-SCRATCH = 16 << 20
-BUFFER = 4 << 20
-CPP = 8  # channels per peer: HB grids have at most this many blocks (8 ranks x 8 blocks stay resident)
 
 
 def combo_id(c):
     return f"{c[0]}-{c[1]}"
 
 
-class Ranks:
-    """One set of virtual ranks per size, reused by the tests of this module; tracks the epoch all ranks must
-    have reached."""
-
-    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER):
-        self.cuda = cuda
-        self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=CPP,
-                               port_channels=True)
-        self.epoch = 0
-
-    def launches(self, collective, algorithm, count, dtype):
-        from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
-
-        return self.cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm], count,
-                                                 DTYPE_CODES[dtype], self.vr.nranks, self.vr.scratch_bytes)
-
-    def check_epochs(self):
-        got = [self.vr.epoch(r) for r in range(self.vr.nranks)]
-        assert got == [self.epoch] * self.vr.nranks, f"epochs {got}, expected {self.epoch}"
-
-
 @pytest.fixture(scope="module")
 def ranks(cuda):
-    made = {}
-
-    def get(n):
-        if n not in made:
-            for other in list(made):  # one set alive at a time keeps the GPU's memory use small
-                made.pop(other).vr.close()
-            made[n] = Ranks(cuda, n)
-        return made[n]
-
-    yield get
-    for rk in made.values():
-        rk.vr.close()
+    yield from ranks_by_size(cuda, port_channels=True)
 
 
 def run_case(rk, rng, collective, algorithm, dtype, op, count, src_off=0, dst_off=0):
@@ -152,7 +120,7 @@ def test_pipelined_through_small_scratch(cuda, rng, nranks, combo):
     collective, algorithm = combo
     count = 4096 * 8 + 5
     dtype, op = [("float32", "sum"), ("int32", "max"), ("bfloat16", "sum")][nranks % 3]
-    rk = Ranks(cuda, nranks, scratch=64 << 10, buffer=BUFFER)
+    rk = Ranks(cuda, nranks, scratch=64 << 10, buffer=BUFFER, port_channels=True)
     try:
         launches = rk.launches(collective, algorithm, count, dtype)
         if streams(collective, algorithm, count, dtype):
@@ -205,7 +173,7 @@ def test_graph_replay(cuda, rng, combo):
     only, as under XLA command buffers."""
     collective, algorithm = combo
     n, count, dtype, op, replays = 4, 6000, "float32", "max", 70
-    rk = Ranks(cuda, n, scratch=64 << 10, buffer=BUFFER)
+    rk = Ranks(cuda, n, scratch=64 << 10, buffer=BUFFER, port_channels=True)
     try:
         vr = rk.vr
         launches = rk.launches(collective, algorithm, count, dtype)
@@ -233,7 +201,7 @@ def test_graph_replay(cuda, rng, combo):
 
 
 def test_world_of_one_is_a_copy(cuda, rng):
-    rk = Ranks(cuda, 1, scratch=1 << 20, buffer=1 << 20)
+    rk = Ranks(cuda, 1, scratch=1 << 20, buffer=1 << 20, port_channels=True)
     try:
         for collective, algorithm in COMBOS:
             run_case(rk, rng, collective, algorithm, "float32", "sum", 1000)

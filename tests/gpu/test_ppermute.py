@@ -10,7 +10,7 @@ Run on one GPU: ``python3 -m pytest -q tests/gpu/test_ppermute.py``.
 import numpy as np
 import pytest
 
-from .collective_helpers import POISON, random_array
+from .collective_helpers import BUFFER, POISON, Ranks, random_array, ranks_by_size
 from .gpu_helpers import INPUT, OUTPUT, VirtualRanks, numpy_dtype
 
 pytestmark = pytest.mark.gpu
@@ -19,9 +19,6 @@ ALGORITHMS = ["p2p", "p2p_ll", "p2p_hb"]
 NRANKS = [2, 3, 4, 5, 8]
 COUNTS = [1, 3, 1023, 4096 * 8 + 5]
 DTYPES = ["float32", "bfloat16", "int8", "uint16", "float64"]
-SCRATCH = 16 << 20
-BUFFER = 4 << 20
-CPP = 8  # channels per peer: HB grids have at most this many blocks (8 ranks x 8 blocks stay resident)
 
 
 def permutations(n, rng):
@@ -56,37 +53,9 @@ def expected(perm, data, n):
     return out
 
 
-class Ranks:
-    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER, cpp=CPP):
-        self.cuda = cuda
-        self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp)
-        self.epoch = 0
-
-    def launches(self, algorithm, count, dtype):
-        from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, DTYPE_CODES
-
-        return self.cuda.collective_launch_count(COLLECTIVE_CODES["permute"], ALGORITHM_CODES[algorithm], count,
-                                                 DTYPE_CODES[dtype], self.vr.nranks, self.vr.scratch_bytes)
-
-    def check_epochs(self):
-        got = [self.vr.epoch(r) for r in range(self.vr.nranks)]
-        assert got == [self.epoch] * self.vr.nranks, f"epochs {got}, expected {self.epoch}"
-
-
 @pytest.fixture(scope="module")
 def ranks(cuda):
-    made = {}
-
-    def get(n):
-        if n not in made:
-            for other in list(made):
-                made.pop(other).vr.close()
-            made[n] = Ranks(cuda, n)
-        return made[n]
-
-    yield get
-    for rk in made.values():
-        rk.vr.close()
+    yield from ranks_by_size(cuda)
 
 
 def download(vr, nbytes, dtype, dst_off=0, guard=64):
@@ -115,7 +84,7 @@ def run_case(rk, rng, algorithm, perm, dtype, count, src_off=0, dst_off=0):
     lo, hi = destination_words(perm)
     vr.run("permute", algorithm=algorithm, dtype=dtype, count=count, src_off=src_off, dst_off=dst_off,
            destinations_lo=lo, destinations_hi=hi)
-    rk.epoch += rk.launches(algorithm, count, dtype)
+    rk.epoch += rk.launches("permute", algorithm, count, dtype)
     outs = download(vr, count * numpy_dtype(dtype).itemsize, dtype, dst_off)
     check(outs, expected(perm, data, n), f"{algorithm} n={n} {dtype} count={count} perm={perm}")
 
@@ -154,7 +123,7 @@ def test_pipelined_through_small_scratch(cuda, rng, nranks, algorithm):
     count = 4096 * 8 + 5
     rk = Ranks(cuda, nranks, scratch=64 << 10, buffer=BUFFER)
     try:
-        launches = rk.launches(algorithm, count, "float32")
+        launches = rk.launches("permute", algorithm, count, "float32")
         if algorithm == "p2p_ll":
             assert launches >= 3, launches
         else:
@@ -190,7 +159,7 @@ def test_many_calls_in_flight(ranks, rng, nranks, algorithm):
             vr.launch("permute", ranks=[r], algorithm=algorithm, dtype=dtype, count=count, src_off=k * nbytes,
                       dst_off=k * nbytes, destinations_lo=lo, destinations_hi=hi)
     vr.synchronize()
-    rk.epoch += calls * rk.launches(algorithm, count, dtype)
+    rk.epoch += calls * rk.launches("permute", algorithm, count, dtype)
     rk.check_epochs()
     raw = [vr.download(r, OUTPUT, calls * nbytes) for r in range(n)]
     for k in range(calls):
@@ -221,7 +190,7 @@ def test_graph_replay(cuda, rng, algorithm):
             for r in range(n):
                 vr.ranks[r].replay(1)
         vr.synchronize()
-        rk.epoch = replays * rk.launches(algorithm, count, dtype)
+        rk.epoch = replays * rk.launches("permute", algorithm, count, dtype)
         rk.check_epochs()
         check(download(vr, count * 4, dtype), expected(perm, data, n), "graph replay")
     finally:
