@@ -23,12 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 
 from _devices import DEFAULT_CPU_DEVICES, add_common_arguments, gpu_expected  # examples/_devices.py
+from _processes import initialize, launch, local_gpus  # examples/_processes.py
 
 LIBRARIES = ("ours", "real")
 
@@ -72,8 +71,7 @@ def train(args) -> None:
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     if args.processes > 1 and args.worker != "cpu":
-        jax.distributed.initialize(coordinator_address=f"localhost:{args.port}", num_processes=args.processes,
-                                   process_id=args.process_id, local_device_ids=[args.process_id % local_gpus()])
+        initialize(args.port, args.processes, args.process_id)
     devices = jax.devices()
     tp = args.tp or len(devices)
     mesh = Mesh(np.array(devices).reshape(len(devices) // tp, tp), ("dp", "tp"))
@@ -130,12 +128,6 @@ def train(args) -> None:
         json.dump(result, f)
 
 
-def local_gpus() -> int:
-    import glob
-
-    return max(1, len(glob.glob("/dev/nvidia[0-9]*")))
-
-
 def cpu_device_count(args) -> int:
     """--cpu-devices, else the CPU device count XLA_FLAGS asks for, else the examples' default."""
     import re
@@ -146,32 +138,19 @@ def cpu_device_count(args) -> int:
     return int(found[-1]) if found else DEFAULT_CPU_DEVICES
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
 def run(args, worker: str, folder: str) -> list[dict]:
     """One training run as ``args.processes`` processes (one on CPU); each one's result."""
     processes = 1 if worker == "cpu" else args.processes
-    port = free_port()
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
-    env.pop("JAX_MSCCLPP_NVLS", None)
-    env.pop("JAX_MSCCLPP_NCCL", None)
     paths = [os.path.join(folder, f"{worker}-{i}.json") for i in range(processes)]
     base = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--processes", str(processes),
-            "--port", str(port), "--layers", str(args.layers), "--width", str(args.width), "--batch",
+            "--layers", str(args.layers), "--width", str(args.width), "--batch",
             str(args.batch), "--steps", str(args.steps), "--seed", str(args.seed), "--dtype", args.dtype]
     if args.tp:
         base += ["--tp", str(args.tp)]
     if worker == "cpu":
         base += ["--devices", str(args.devices)]
-    procs = [subprocess.Popen(base + ["--process-id", str(i), "--result", paths[i]], env=env)
-             for i in range(processes)]
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise SystemExit(f"the {worker} run failed (exit status {codes})")
+    launch(lambda i, port: base + ["--port", str(port), "--process-id", str(i), "--result", paths[i]], processes,
+           f"{worker} run")
     results = []
     for path in paths:
         with open(path) as f:

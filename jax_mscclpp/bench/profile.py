@@ -4,7 +4,7 @@
 create_perfetto_trace=True)`` and returns the trace file; ``summarize(path, steps)`` reads its kernel events and
 reports, per step and for GPU 0: GPU busy time (the union of kernel intervals over every stream), idle time, the
 collective kernels' time (ours: names with ``jax_mscclpp``; lax: NCCL kernels and XLA's collective fusions such as
-``psum_*``/``all-reduce``), the time collective kernels ran beside compute kernels (overlap), and the top kernels
+``psum_*``/``all-reduce``/``collective-permute``), the time collective kernels ran beside compute kernels (overlap), and the top kernels
 and host events by total time, and the runtime's host events by calls per step (thunks, kernel and graph launches,
 stream captures: what the host does per step).
 """
@@ -21,7 +21,7 @@ from typing import Callable
 
 _OURS = re.compile(r"jax_mscclpp")
 _LAX_COLLECTIVE = re.compile(r"nccl|psum|all[-_]reduce|all[-_]gather|reduce[-_]scatter|all[-_]to[-_]all|"
-                             r"collective", re.IGNORECASE)
+                             r"collective|permute", re.IGNORECASE)
 
 
 def classify(name: str) -> str:

@@ -105,6 +105,23 @@ def test_gspmd_train(tmp_path):
     assert out.rstrip().splitlines()[-1] == "PASS"
 
 
+def test_ring_matmul(tmp_path):
+    """Both variants of the ring on 4 CPU devices equal the unsharded model; the report holds both and the
+    speedup of their step times."""
+    report_file = tmp_path / "ring.json"
+    out = run_example("ring_matmul.py", ["--steps", "2", "--layers", "2", "--rows", "3", "--d-model", "16",
+                                         "--dtype", "float32", "--out", str(report_file)], 4)
+    assert "4 cpu devices on 'sp'" in out and "12 ring steps of 192 bytes per rank" in out, out
+    for name in ("mscclpp", "lax"):
+        assert re.search(rf"^\[{name}\] median step +[0-9.]+ ms; largest error .* PASS$", out, re.M), out
+    report = json.loads(report_file.read_text())
+    assert [r["collectives"] for r in report["results"]] == ["mscclpp", "lax"]
+    assert all(r["max_relative_error"] < 1e-5 for r in report["results"])
+    lax_ms, ours_ms = (r["median_step_ms"] for r in report["results"][::-1])
+    assert report["speedup"] == lax_ms / ours_ms
+    assert out.rstrip().splitlines()[-1] == "PASS"
+
+
 def test_model_bench(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.bench.model", "--rows", "2", "--d-model", "32",
@@ -130,6 +147,7 @@ ONE_DEVICE = {
     "data_parallel_train.py": ["--steps", "2", "--warmup", "1"],
     "custom_algorithm.py": [],
     "gspmd_train.py": ["--steps", "2", "--width", "32", "--batch", "8", "--layers", "1"],
+    "ring_matmul.py": ["--steps", "2", "--layers", "1", "--rows", "2", "--d-model", "16"],
     "flax_tensor_parallel.py": ["--batch", "2", "--seq", "8", "--d-model", "32", "--heads", "2", "--d-ff", "64",
                                 "--layers", "1", "--steps", "2"],
 }

@@ -1,0 +1,52 @@
+"""Running an example as several processes under ``jax.distributed``, one device each (``--processes N``).
+
+``launch(argv_of, processes)`` starts ``processes`` copies of a worker command line (``argv_of(process_id, port)``)
+in an environment with NVLink multicast off, waits for them and raises ``SystemExit`` naming the exit statuses when
+one fails. ``initialize(port, processes, process_id)`` is what each worker calls before its first JAX
+computation: the coordinator on this host, and GPU ``process_id % local_gpus()`` as its device, so that more
+processes than GPUs share them (then only an NCCL library of ours can run XLA's collectives: NVIDIA's refuses a
+shared GPU).
+"""
+
+import glob
+import os
+import socket
+import subprocess
+from typing import Callable
+
+
+def local_gpus() -> int:
+    """The GPUs of this host (at least 1: processes on a machine without one run on its CPU)."""
+    return max(1, len(glob.glob("/dev/nvidia[0-9]*")))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def environment() -> dict:
+    """This process's environment with NVLink multicast off and no NCCL library of ours asked for (a worker
+    loads ours itself when it wants it)."""
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env.pop("JAX_MSCCLPP_NVLS", None)
+    env.pop("JAX_MSCCLPP_NCCL", None)
+    return env
+
+
+def launch(argv_of: Callable[[int, int], list], processes: int, what: str) -> None:
+    """Runs ``processes`` workers, ``argv_of(process_id, port)`` each, to their end."""
+    port = free_port()
+    env = environment()
+    procs = [subprocess.Popen(argv_of(i, port), env=env) for i in range(processes)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise SystemExit(f"the {what} failed (exit status {codes})")
+
+
+def initialize(port: int, processes: int, process_id: int) -> None:
+    import jax
+
+    jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=processes,
+                               process_id=process_id, local_device_ids=[process_id % local_gpus()])
