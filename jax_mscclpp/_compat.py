@@ -157,24 +157,12 @@ from jax._src.interpreters import partial_eval as _pe
 from jax._src.lax import lax as _lax_internal
 from jax._src.lax import parallel as _parallel
 
-# The lax collectives rewrite.py replaces, by primitive, with the public jax_mscclpp function each one maps to.
-# psum_invariant is psum under check_vma=True; psum_p is psum under check_vma=False and in transposes there.
-LAX_COLLECTIVES = {
-    _parallel.psum_p: "psum",
-    _parallel.psum_invariant_p: "psum",
-    _parallel.pmax_p: "pmax",
-    _parallel.pmin_p: "pmin",
-    _parallel.all_gather_p: "all_gather",
-    _parallel.reduce_scatter_p: "psum_scatter",
-    _parallel.all_to_all_p: "all_to_all",
-}
-# And those a release may lack (each is looked up by name): lax.all_gather(..., to="invarying"), lax.ppermute
-# (and lax.pshuffle, which binds it), lax.pbroadcast.
-LAX_COLLECTIVES.update({prim: name for prim, name in (
-    (getattr(_parallel, "all_gather_invariant_p", None), "all_gather"),
-    (getattr(_parallel, "ppermute_p", None), "ppermute"),
-    (getattr(_parallel, "pbroadcast_p", None), "pbroadcast"),
-) if prim is not None})
+from .collective_specs import LAX_PRIMITIVE_NAMES
+
+# The lax collectives rewrite.py replaces, by primitive, with the public jax_mscclpp function each one maps to
+# (collective_specs.py); each looked up by name, as a release may lack some (all_gather_invariant, pbroadcast).
+LAX_COLLECTIVES = {getattr(_parallel, prim): name for prim, name in LAX_PRIMITIVE_NAMES.items()
+                   if getattr(_parallel, prim, None) is not None}
 # The lax collectives among those whose result is invariant over their axes besides the reductions.
 INVARIANT_RESULT = frozenset(p for p in (getattr(_parallel, "all_gather_invariant_p", None),) if p is not None)
 

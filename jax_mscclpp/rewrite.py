@@ -51,7 +51,8 @@ from jax.extend.core import Literal, Primitive
 from jax.interpreters import ad, batching, mlir
 
 from . import _compat, carriers, collectives, permute, plans, selection
-from ._types import ALGORITHMS_OF, Collective
+from ._types import ALGORITHMS_OF
+from .collective_specs import REDUCTION_OF, REWRITABLE
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
 # The debug messages of one trace of a rewritten function, counted: logged when the trace ends, once each.
@@ -89,19 +90,8 @@ def _logged_once(fn: Callable, name: str) -> Callable:
 
 
 # The collectives ``rewrite`` can replace (the names ``collectives=`` and ``algorithm=`` take), with the Collective
-# whose algorithm names each one knows.
-COLLECTIVES = {
-    "psum": Collective.ALL_REDUCE,
-    "pmax": Collective.ALL_REDUCE,
-    "pmin": Collective.ALL_REDUCE,
-    "all_gather": Collective.ALL_GATHER,
-    "psum_scatter": Collective.REDUCE_SCATTER,
-    "all_to_all": Collective.ALL_TO_ALL,
-    "ppermute": Collective.PERMUTE,
-    "pbroadcast": Collective.ALL_GATHER,
-}
-
-_REDUCTION_OPS = {"psum": "sum", "pmax": "max", "pmin": "min"}
+# whose algorithm names each one knows (collective_specs.py).
+COLLECTIVES = REWRITABLE
 
 
 @dataclass(frozen=True)
@@ -312,7 +302,7 @@ def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=No
     if unreduced:
         return f"the operand is typed unreduced over {sorted(unreduced, key=repr)}"
     try:
-        carriers.carrier(aval.dtype, COLLECTIVES[name], _REDUCTION_OPS.get(name, "sum"))
+        carriers.carrier(aval.dtype, COLLECTIVES[name], REDUCTION_OF.get(name, "sum"))
     except TypeError:
         return f"dtype {np.dtype(aval.dtype).name} is not supported"
     sizes = _compat.bound_axis_sizes()
@@ -337,7 +327,7 @@ def _replace_collective(name: str, eqn, x, config: _Config):
     if reason is None and _compat.check_vma_enabled():
         # Ours: a reduction leaves the operand's varying axes minus the reduced ones, the others add them.
         varying = _compat.varying_axes(aval) | frozenset(axes)
-        invariant = name in _REDUCTION_OPS or eqn.primitive in _compat.INVARIANT_RESULT
+        invariant = name in REDUCTION_OF or eqn.primitive in _compat.INVARIANT_RESULT
         ours = varying - frozenset(axes) if invariant else varying
         extra = ours - _compat.varying_axes(out_aval)
         if extra:

@@ -15,16 +15,14 @@ import dataclasses
 import math
 from typing import Sequence
 
+from ..collective_specs import spec_named
+
 
 def bus_factor(op: str, world: int) -> float:
     """nccl-tests' algbw -> busbw factor for ``op`` over ``world`` ranks."""
     if world < 1:
         raise ValueError(f"world size must be positive, got {world}")
-    if op == "all_reduce":
-        return 2.0 * (world - 1) / world
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (world - 1) / world
-    raise ValueError(f"unknown op {op!r}")
+    return spec_named(op).bus_factor(world)  # collective_specs.py
 
 
 def algbw_gbps(size_bytes: int, time_us: float | None) -> float | None:

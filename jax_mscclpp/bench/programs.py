@@ -30,15 +30,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import jax_mscclpp as jm
 from jax_mscclpp import lax_equivalents
 from jax_mscclpp._types import Collective
+from jax_mscclpp.collective_specs import BENCHED, spec_named
 
 AXIS = "x"
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
-COLLECTIVE = {
-    "all_reduce": Collective.ALL_REDUCE,
-    "all_gather": Collective.ALL_GATHER,
-    "reduce_scatter": Collective.REDUCE_SCATTER,
-    "all_to_all": Collective.ALL_TO_ALL,
-}
+OPS = BENCHED  # collective_specs.py
+COLLECTIVE = {op: spec_named(op).collective for op in OPS}
 REDOPS = ("sum", "max", "min")
 
 # Relative to the largest magnitude of the reference: sums in another order round differently.

@@ -17,8 +17,9 @@ import numpy as np
 
 from .. import plans, selection
 from .._types import COMPOSED_ALGORITHMS, Collective, REDUCE_OPS as _REDUCE_OPS
+from ..collective_specs import SOAKED
 
-OPS = tuple(c.name.lower() for c in Collective if c != Collective.PERMUTE)  # the collectives the soak builds
+OPS = SOAKED  # the collectives the soak builds (collective_specs.py)
 REDUCE_OPS = tuple(_REDUCE_OPS)
 AUTO = "auto"
 # Chained configs only up to this many bytes per rank: a chain of large messages on CPU devices costs seconds.

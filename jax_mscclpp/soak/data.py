@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ..bench.programs import FLOAT_TOLERANCE
+from ..collective_specs import spec_named
 from .configs import Config
 
 SPECIAL_VALUE_RATE = 0.05  # share of float calls whose data holds NaN and +-Inf
@@ -80,7 +81,7 @@ def exact(config: Config) -> bool:
     """Whether ours must equal lax bit for bit (up to NaN payloads)."""
     if not jnp.issubdtype(jnp.dtype(config.dtype), jnp.floating):
         return True
-    return config.op in ("all_gather", "all_to_all") or (config.op == "all_reduce" and config.redop != "sum")
+    return not spec_named(config.op).reduces or (config.op == "all_reduce" and config.redop != "sum")
 
 
 def _span(shard) -> tuple:

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..collective_specs import OPERATION_NAMES, REDUCTION_OF
+
 AXIS = "x"
-OP_ALIASES = {
-    "all_reduce": "all_reduce", "psum": "all_reduce", "pmax": "all_reduce", "pmin": "all_reduce",
-    "all_gather": "all_gather",
-    "reduce_scatter": "reduce_scatter", "psum_scatter": "reduce_scatter",
-    "all_to_all": "all_to_all",
-}
-_REDOP_OF = {"pmax": "max", "pmin": "min"}
+OP_ALIASES = OPERATION_NAMES  # every name CollectiveBenchmark takes -> the collective's (collective_specs.py)
 
 
 def default_mesh(devices=None):
@@ -102,7 +98,7 @@ class CollectiveBenchmark:
         if op not in OP_ALIASES:
             raise ValueError(f"unknown op {op!r}; known: {', '.join(OP_ALIASES)}")
         canonical = OP_ALIASES[op]
-        redop = redop or _REDOP_OF.get(op, "sum")
+        redop = redop or REDUCTION_OF.get(op, "sum")
         size = parse_size(nbytes) if isinstance(nbytes, str) else int(nbytes)
         algorithm = "auto" if algorithm is None else algorithm
         devices = list(np.asarray(self.mesh.devices).flat)
