@@ -94,43 +94,48 @@ ffi::Error permute_cpu(ffi::AnyBuffer x, ffi::AnyBuffer partition, ffi::Remainin
   return run_cpu(Collective::kPermute, x, partition, y, comm_id, op, algorithm, plan_id, &destinations);
 }
 
-#define JAX_MSCCLPP_CPU_HANDLER(symbol, collective)                     \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cpu<collective>,     \
-                                ffi::Ffi::Bind()                        \
-                                    .Arg<ffi::AnyBuffer>()              \
-                                    .Arg<ffi::AnyBuffer>()              \
-                                    .RemainingArgs()                    \
-                                    .Ret<ffi::AnyBuffer>()              \
-                                    .Attr<int64_t>("comm_id")           \
-                                    .Attr<int32_t>("op")                \
-                                    .Attr<int32_t>("algorithm")         \
-                                    .Attr<int64_t>("plan_id"));
+// What every collective's handler takes (call_decoding.h); the permutation adds its destination table.
+auto common_cpu_binding() {
+  return ffi::Ffi::Bind()
+      .Arg<ffi::AnyBuffer>()
+      .Arg<ffi::AnyBuffer>()
+      .RemainingArgs()
+      .Ret<ffi::AnyBuffer>()
+      .Attr<int64_t>("comm_id")
+      .Attr<int32_t>("op")
+      .Attr<int32_t>("algorithm")
+      .Attr<int64_t>("plan_id");
+}
 
-JAX_MSCCLPP_CPU_HANDLER(AllReduceCpu, Collective::kAllReduce)
-JAX_MSCCLPP_CPU_HANDLER(AllGatherCpu, Collective::kAllGather)
-JAX_MSCCLPP_CPU_HANDLER(ReduceScatterCpu, Collective::kReduceScatter)
-JAX_MSCCLPP_CPU_HANDLER(AllToAllCpu, Collective::kAllToAll)
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PermuteCpu, permute_cpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .RemainingArgs()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<int64_t>("comm_id")
-                                  .Attr<int32_t>("op")
-                                  .Attr<int32_t>("algorithm")
-                                  .Attr<int64_t>("plan_id")
-                                  .Attr<ffi::Span<const int32_t>>("destinations"));
+template <Collective kCollective>
+auto cpu_binding() {
+  if constexpr (kCollective == Collective::kPermute)
+    return common_cpu_binding().Attr<ffi::Span<const int32_t>>("destinations");
+  else
+    return common_cpu_binding();
+}
+
+template <Collective kCollective>
+constexpr auto cpu_implementation() {
+  if constexpr (kCollective == Collective::kPermute)
+    return permute_cpu;
+  else
+    return collective_cpu<kCollective>;
+}
+
+// One handler per collective row of codes.def, named after its enumerator (kAllReduce -> kAllReduceCpu).
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cpu, cpu_implementation<Collective::enumerator>(), \
+                                cpu_binding<Collective::enumerator>());
+#include "jax_mscclpp/codes.def"
 
 }  // namespace
 
 const HandlerList& cpu_handlers() {
   static const HandlerList handlers = {
-      {target_name(Collective::kAllReduce), reinterpret_cast<void*>(AllReduceCpu)},
-      {target_name(Collective::kAllGather), reinterpret_cast<void*>(AllGatherCpu)},
-      {target_name(Collective::kReduceScatter), reinterpret_cast<void*>(ReduceScatterCpu)},
-      {target_name(Collective::kAllToAll), reinterpret_cast<void*>(AllToAllCpu)},
-      {target_name(Collective::kPermute), reinterpret_cast<void*>(PermuteCpu)},
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
+  {target_name(Collective::enumerator), reinterpret_cast<void*>(enumerator##Cpu)},
+#include "jax_mscclpp/codes.def"
   };
   return handlers;
 }

@@ -130,35 +130,44 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
   return ffi::Error::Success();
 }
 
-#define JAX_MSCCLPP_CUDA_BINDING                      \
-  ffi::Ffi::Bind()                                       \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()          \
-      .Ctx<ffi::DeviceOrdinal>()                         \
-      .Arg<ffi::AnyBuffer>()                             \
-      .Ret<ffi::AnyBuffer>()                             \
-      .Attr<int64_t>("comm_id")                          \
-      .Attr<int32_t>("op")                               \
-      .Attr<int32_t>("algorithm")                        \
-      .Attr<int64_t>("plan_id")                          \
-      .Attr<int32_t>("max_blocks")
+// What every collective's handler takes (call_decoding.h); the permutation adds its destination table.
+auto common_cuda_binding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>()
+      .Attr<int64_t>("comm_id")
+      .Attr<int32_t>("op")
+      .Attr<int32_t>("algorithm")
+      .Attr<int64_t>("plan_id")
+      .Attr<int32_t>("max_blocks");
+}
 
-// Each handler twice (call_decoding.h, kOutsideGraphsSuffix): `symbol` may be recorded into command buffers,
-// `symbol##OutsideGraphs` may not.
-#define JAX_MSCCLPP_CUDA_HANDLER(symbol, collective)                                                       \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol, collective_cuda<collective>, JAX_MSCCLPP_CUDA_BINDING, \
-                                {ffi::Traits::kCmdBufferCompatible});                                      \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(symbol##OutsideGraphs, collective_cuda<collective>,                        \
-                                JAX_MSCCLPP_CUDA_BINDING);
+template <Collective kCollective>
+auto cuda_binding() {
+  if constexpr (kCollective == Collective::kPermute)
+    return common_cuda_binding().Attr<ffi::Span<const int32_t>>("destinations");
+  else
+    return common_cuda_binding();
+}
 
-JAX_MSCCLPP_CUDA_HANDLER(AllReduceCuda, Collective::kAllReduce)
-JAX_MSCCLPP_CUDA_HANDLER(AllGatherCuda, Collective::kAllGather)
-JAX_MSCCLPP_CUDA_HANDLER(ReduceScatterCuda, Collective::kReduceScatter)
-JAX_MSCCLPP_CUDA_HANDLER(AllToAllCuda, Collective::kAllToAll)
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PermuteCuda, permute_cuda,
-                              JAX_MSCCLPP_CUDA_BINDING.Attr<ffi::Span<const int32_t>>("destinations"),
-                              {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PermuteCudaOutsideGraphs, permute_cuda,
-                              JAX_MSCCLPP_CUDA_BINDING.Attr<ffi::Span<const int32_t>>("destinations"));
+template <Collective kCollective>
+constexpr auto cuda_implementation() {
+  if constexpr (kCollective == Collective::kPermute)
+    return permute_cuda;
+  else
+    return collective_cuda<kCollective>;
+}
+
+// One handler per collective row of codes.def, named after its enumerator, twice (call_decoding.h,
+// kOutsideGraphsSuffix): kAllReduceCuda may be recorded into command buffers, kAllReduceCudaOutsideGraphs may not.
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)                           \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cuda, cuda_implementation<Collective::enumerator>(),              \
+                                cuda_binding<Collective::enumerator>(), {ffi::Traits::kCmdBufferCompatible}); \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##CudaOutsideGraphs, cuda_implementation<Collective::enumerator>(), \
+                                cuda_binding<Collective::enumerator>());
+#include "jax_mscclpp/codes.def"
 
 // A collective started on this device's side stream, and the done that joins it (side_stream.h;
 // docs/architecture.md, "Overlap"). The done takes the start's operand too, so that XLA keeps it alive until the
@@ -213,7 +222,7 @@ ffi::Error done_cuda(cudaStream_t stream, int32_t device, ffi::RemainingArgs arg
 }
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceStartCuda, start_cuda<Collective::kAllReduce>,
-                              JAX_MSCCLPP_CUDA_BINDING.Attr<int64_t>("call_id"));
+                              common_cuda_binding().Attr<int64_t>("call_id"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DoneCuda, done_cuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -293,27 +302,17 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCudaOutsideGraphs, all_reduce_rmsn
 const HandlerList& cuda_handlers() {
   static const HandlerList handlers = [] {
     const std::string outside = kOutsideGraphsSuffix;
-    const std::string all_reduce = target_name(Collective::kAllReduce), all_gather = target_name(Collective::kAllGather),
-                      reduce_scatter = target_name(Collective::kReduceScatter),
-                      all_to_all = target_name(Collective::kAllToAll), permute = target_name(Collective::kPermute),
-                      residual = kAllReduceResidualTarget,
-                      rmsnorm = kAllReduceRMSNormTarget;
+    const std::string residual = kAllReduceResidualTarget, rmsnorm = kAllReduceRMSNormTarget;
     return HandlerList{
-        {all_reduce, reinterpret_cast<void*>(AllReduceCuda)},
-        {all_reduce + outside, reinterpret_cast<void*>(AllReduceCudaOutsideGraphs)},
-        {all_gather, reinterpret_cast<void*>(AllGatherCuda)},
-        {all_gather + outside, reinterpret_cast<void*>(AllGatherCudaOutsideGraphs)},
-        {reduce_scatter, reinterpret_cast<void*>(ReduceScatterCuda)},
-        {reduce_scatter + outside, reinterpret_cast<void*>(ReduceScatterCudaOutsideGraphs)},
-        {all_to_all, reinterpret_cast<void*>(AllToAllCuda)},
-        {all_to_all + outside, reinterpret_cast<void*>(AllToAllCudaOutsideGraphs)},
-        {permute, reinterpret_cast<void*>(PermuteCuda)},
-        {permute + outside, reinterpret_cast<void*>(PermuteCudaOutsideGraphs)},
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)        \
+  {target_name(Collective::enumerator), reinterpret_cast<void*>(enumerator##Cuda)},          \
+      {target_name(Collective::enumerator) + outside, reinterpret_cast<void*>(enumerator##CudaOutsideGraphs)},
+#include "jax_mscclpp/codes.def"
         {residual, reinterpret_cast<void*>(AllReduceResidualCuda)},
         {residual + outside, reinterpret_cast<void*>(AllReduceResidualCudaOutsideGraphs)},
         {rmsnorm, reinterpret_cast<void*>(AllReduceRMSNormCuda)},
         {rmsnorm + outside, reinterpret_cast<void*>(AllReduceRMSNormCudaOutsideGraphs)},
-        {all_reduce + kStartSuffix, reinterpret_cast<void*>(AllReduceStartCuda)},
+        {target_name(Collective::kAllReduce) + kStartSuffix, reinterpret_cast<void*>(AllReduceStartCuda)},
         {kDoneTarget, reinterpret_cast<void*>(DoneCuda)},
     };
   }();
