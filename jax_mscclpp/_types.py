@@ -45,8 +45,9 @@ PLATFORM_ALGORITHMS = {
 # DType codes of the native side, by numpy name.
 DTYPE_CODES = {row["name"]: row["code"] for row in CODE_TABLES["dtype"]}
 
-_ALWAYS = ("float32", "bfloat16", "float16", "int8", "uint8", "int16", "uint16", "int32", "uint32")
-_WITH_X64 = ("float64", "int64", "uint64")
+# The dtypes the kernels run: every dtype row of codes.def; the 8-byte ones need jax_enable_x64.
+_ALWAYS = tuple(row["name"] for row in CODE_TABLES["dtype"] if row["bytes"] < 8)
+_WITH_X64 = tuple(row["name"] for row in CODE_TABLES["dtype"] if row["bytes"] == 8)
 SUPPORTED_DTYPES = tuple(np.dtype(jnp.dtype(n)) for n in _ALWAYS + _WITH_X64)
 
 

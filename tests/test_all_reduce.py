@@ -7,9 +7,10 @@ import pytest
 from jax import lax
 
 import jax_mscclpp as jm
+from jax_mscclpp._types import _ALWAYS
 from tests.helpers import P, assert_same, compare_with_lax, random_array, sharded
 
-DTYPES = ["float32", "bfloat16", "float16", "int32", "uint32", "int8", "uint8", "int16", "uint16"]
+DTYPES = list(_ALWAYS)  # every dtype row of codes.def but the 8-byte ones (tests/test_x64.py)
 LAX_OF = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 

@@ -84,6 +84,10 @@ def test_the_harness_and_the_gpu_tests_use_the_native_tables():
         for world in (1, 2, 8):
             assert (h.in_blocks(c.name.lower(), world), h.out_blocks(c.name.lower(), world)) == \
                 layout.blocks(c, world)
+    # The GPU tests' dtype lists (written out, as they collect without the package) cover every dtype row.
+    from tests.gpu import gpu_helpers, test_collectives
+
+    assert gpu_helpers.DTYPES == test_collectives.ALL_DTYPES == list(rows("dtype"))
 
 
 # Sources that define codes of codes.def by hand: two or more enumerators of one table given numbers outside

@@ -10,10 +10,11 @@ from jax import lax
 from jax.sharding import Mesh
 
 import jax_mscclpp as jm
+from jax_mscclpp._types import _ALWAYS
 from tests.helpers import (BYTE_DTYPES, P, any_array, assert_same,
                            assert_same_bits, compare_with_lax, random_array, sharded)
 
-NATIVE_DTYPES = ["float32", "bfloat16", "float16", "int32", "uint32", "int8", "uint8", "int16", "uint16"]
+NATIVE_DTYPES = list(_ALWAYS)  # every dtype row of codes.def but the 8-byte ones
 PERMS = {
     "shift": [(i, (i + 1) % 8) for i in range(8)],
     "reverse": [(i, 7 - i) for i in range(8)],

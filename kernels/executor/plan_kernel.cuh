@@ -1,6 +1,7 @@
 // The plan executor kernel (see executor.h for the plan format, the groups and the scratch layout), as a
-// template over (element type, reduction). Included only by the plan_kernels_*.cu files, which instantiate it
-// for a few dtypes each (JAX_MSCCLPP_PLAN_KERNELS), so the 36 instantiations compile in parallel.
+// template over (element type, reduction). Included only by the plan_kernels_<dtype>.cu files that
+// kernels/CMakeLists.txt generates, one per dtype row of codes.def (JAX_MSCCLPP_PLAN_KERNELS), so that the
+// instantiations compile in parallel.
 //
 // Every thread of a block interprets the same operation stream (from shared memory), so control flow is
 // uniform; data operations split their chunks over the block's threads. Barrier points of PLAN.md map to

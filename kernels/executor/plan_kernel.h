@@ -1,6 +1,6 @@
 // One launch of the plan kernel (plan_kernel.cuh) for element type T and reduction Op: the link between the
-// executor's host side (executor.cu), which picks T and Op from the call's codes, and the plan_kernels_*.cu files,
-// which instantiate the kernel for a few dtypes each so that its 36 instantiations compile in parallel.
+// executor's host side (executor.cu), which picks T and Op from the call's codes, and the plan_kernels_<dtype>.cu
+// files generated from codes.def (kernels/CMakeLists.txt), one per dtype, which instantiate the kernel.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -15,19 +15,11 @@ size_t nccl_dtype_bytes(ncclDataType_t dtype) {
 }
 
 int32_t reduction_dtype_code(ncclDataType_t dtype) {
-  switch (dtype) {
-    case ncclInt8: return codes::kS8;
-    case ncclUint8: return codes::kU8;
-    case ncclInt32: return codes::kS32;
-    case ncclUint32: return codes::kU32;
-    case ncclInt64: return codes::kS64;
-    case ncclUint64: return codes::kU64;
-    case ncclFloat16: return codes::kF16;
-    case ncclFloat32: return codes::kF32;
-    case ncclFloat64: return codes::kF64;
-    case ncclBfloat16: return codes::kBF16;
-    default: return -1;
-  }
+  // The rows of codes.def with an NCCL type (nccl_type -1: none).
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
+  if (int(dtype) == int(nccl_type)) return codes::enumerator;
+#include "jax_mscclpp/codes.def"
+  return -1;
 }
 
 int32_t reduce_op_code(ncclRedOp_t op) {

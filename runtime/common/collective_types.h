@@ -84,8 +84,8 @@ inline const char* op_name(ReduceOp op) {
 
 inline const char* dtype_name(DType t) {
   switch (t) {
-#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes) \
-  case DType::enumerator:                               \
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, ...) \
+  case DType::enumerator:                             \
     return name;
 #include "jax_mscclpp/codes.def"
     case DType::kInvalid: break;

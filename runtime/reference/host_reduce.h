@@ -76,18 +76,11 @@ void reduce_into(T* acc, const T* src, size_t n, ReduceOp op) {
 template <class Fn>
 void dispatch_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kF32: fn.template operator()<float>(); break;
-    case DType::kF64: fn.template operator()<double>(); break;
-    case DType::kBF16: fn.template operator()<BF16>(); break;
-    case DType::kF16: fn.template operator()<F16>(); break;
-    case DType::kS8: fn.template operator()<int8_t>(); break;
-    case DType::kU8: fn.template operator()<uint8_t>(); break;
-    case DType::kS16: fn.template operator()<int16_t>(); break;
-    case DType::kU16: fn.template operator()<uint16_t>(); break;
-    case DType::kS32: fn.template operator()<int32_t>(); break;
-    case DType::kU32: fn.template operator()<uint32_t>(); break;
-    case DType::kS64: fn.template operator()<int64_t>(); break;
-    case DType::kU64: fn.template operator()<uint64_t>(); break;
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
+  case DType::enumerator:                                                                   \
+    fn.template operator()<host_type>();                                                    \
+    break;
+#include "jax_mscclpp/codes.def"
     case DType::kInvalid: break;
   }
 }

@@ -32,8 +32,8 @@ enum AlgorithmCode : int32_t {
 // Element size of a dtype code, 0 for an unknown code.
 constexpr uint64_t dtype_bytes(int32_t dtype) {
   switch (dtype) {
-#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes) \
-  case code:                                              \
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, ...) \
+  case code:                                                   \
     return bytes;
 #include "jax_mscclpp/codes.def"
     default: return 0;

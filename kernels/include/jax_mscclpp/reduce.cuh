@@ -219,18 +219,10 @@ inline bool dispatch_dtype_op(int32_t dtype, int32_t op, F&& f) {
     }
   };
   switch (dtype) {
-    case codes::kF32: return with_op(float{});
-    case codes::kBF16: return with_op(__nv_bfloat16{});
-    case codes::kF16: return with_op(__half{});
-    case codes::kF64: return with_op(double{});
-    case codes::kS8: return with_op(int8_t{});
-    case codes::kU8: return with_op(uint8_t{});
-    case codes::kS16: return with_op(int16_t{});
-    case codes::kU16: return with_op(uint16_t{});
-    case codes::kS32: return with_op(int32_t{});
-    case codes::kU32: return with_op(uint32_t{});
-    case codes::kS64: return with_op(int64_t{});
-    case codes::kU64: return with_op(uint64_t{});
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
+  case codes::enumerator:                                                                   \
+    return with_op(device_type{});
+#include "jax_mscclpp/codes.def"
     default: return false;
   }
 }
