@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import os
 import re
@@ -273,6 +274,9 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
         time.sleep(timeout_s * 3 + 10)  # alive, but never calls again
         return 0
     started = time.time()
+    # A process still in its call well past the limit prints where each of its threads is (stderr, which the
+    # parent keeps as the output tail): what a hang that no bounded wait catches is waiting for.
+    faulthandler.dump_traceback_later(timeout_s * 2 + 10)
     with faults.timeout(timeout_s):
         try:
             deadline = time.monotonic() + timeout_s * 3 + delay_s + 30
@@ -292,6 +296,7 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
     result["platform"] = jax.devices()[0].platform
     result["ours_ran"] = comm.fallback_reason is None
     result["exiting_at"] = time.time()
+    faulthandler.cancel_dump_traceback_later()
     print(f"{RESULT_TAG}{json.dumps(result)}", flush=True)
     return 0
 
@@ -329,7 +334,7 @@ def run_multi_process(processes: int, scenario: str, timeout_s: float, delay_s: 
     for i, out in enumerate(outputs):
         lines = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
         report = {"process": i, "exit_status": children[i].returncode, "ended_after_s": round(ended[i], 2),
-                  "reports": lines, "output_tail": out[-3000:]}
+                  "reports": lines, "output_tail": out[-6000:]}
         for line in lines:
             if "exiting_at" in line:
                 report["exit_took_s"] = round(ended_at[i] - line["exiting_at"], 2)
@@ -346,6 +351,9 @@ def run_multi_process(processes: int, scenario: str, timeout_s: float, delay_s: 
         log(f"process {r['process']}: exit status {r['exit_status']} ({r.get('exit_took_s')} s after reporting); "
             + "; ".join(f"raised={line.get('raised')} time_to_error={line.get('time_to_error_s')} "
                         f"{(line.get('error') or '')[:200]}" for line in r["reports"] if "raised" in line))
+        if not any("raised" in line for line in r["reports"]):  # no report: where it was (Python stacks), if shown
+            stacks = r["output_tail"][r["output_tail"].find("Thread 0x"):] if "Thread 0x" in r["output_tail"] else ""
+            log(f"process {r['process']} made no report" + (f"; its threads:\n{stacks[:2500]}" if stacks else ""))
     return {"scenario": scenario, "processes": processes, "timeout_s": timeout_s, "fault_at": fault_time,
             "results": reports}
 
