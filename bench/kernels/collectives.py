@@ -1,5 +1,6 @@
-"""Kernel time of every collective algorithm of kernels/collectives on virtual ranks (N ranks on ONE GPU), written as
-JSON under bench/results/.
+"""Kernel time of every collective algorithm of kernels/collectives on virtual ranks (N ranks on ONE GPU), and of
+ppermute's on a ring shift (with the fraction of the GPU's memcpy rate it reaches), written as JSON under
+bench/results/.
 
     python bench/kernels/collectives.py [--nranks 8] [--out bench/results/collectives-<date>.json] [--quick]
 
@@ -27,6 +28,8 @@ import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results 
 
 import numpy as np  # noqa: E402
 
+from jax_mscclpp.bench.metrics import bus_factor  # noqa: E402
+
 from tests.harness.virtual_ranks import (  # noqa: E402
     device_run_header,
     ALGORITHM_CODES,
@@ -43,8 +46,15 @@ COMBOS = [("all_reduce", a) for a in ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_
 ]
 
 
-def bus_factor(collective: str, n: int) -> float:
-    return 2 * (n - 1) / n if collective == "all_reduce" else (n - 1) / n
+# ppermute's algorithms, timed on a ring shift (every rank sends its block to the next: every rank sends and
+# receives, as in a ring step of a collective matmul).
+PERMUTE_ALGORITHMS = ("p2p_ll", "p2p_hb", "p2p")
+
+
+def shift_destinations(n: int) -> tuple[int, int]:
+    """The harness's destination words of the ring shift i -> i + 1 (byte r: rank r's destination)."""
+    table = [(i + 1) % n for i in range(n)] + [0xFF] * (16 - n)
+    return (sum(d << (8 * i) for i, d in enumerate(table[:8])), sum(d << (8 * i) for i, d in enumerate(table[8:])))
 
 
 def main() -> None:
@@ -105,6 +115,24 @@ def main() -> None:
                 result["rows"].append(row)
                 print(f"{collective:15s} {algorithm:12s} {moved:>10d} B  {ms * 1e3:10.2f} us  launches {launches:4d}"
                       f"  algbw {algbw:8.2f} GB/s", flush=True)
+            lo, hi = shift_destinations(n)
+            for algorithm in PERMUTE_ALGORITHMS:
+                count = max(1, nbytes // 4)
+                params = dict(algorithm=algorithm, dtype=dtype, count=count, destinations_lo=lo,
+                              destinations_hi=hi)
+                first = vr.timed("permute", repeats=1, **params)
+                repeats = int(min(200, max(3, 10.0 / max(first, 1e-3))))
+                ms = vr.timed_graph("permute", repeats=repeats, **params)
+                moved = count * 4
+                algbw = moved / (ms * 1e-3) / 1e9
+                # Every rank's block crosses once: n blocks per call, against memcpy's read + write rate.
+                row = {"collective": "permute", "algorithm": algorithm, "bytes": moved, "count": count,
+                       "repeats": repeats, "time_us": ms * 1e3, "algbw_GBps": algbw,
+                       "all_ranks_GBps": n * algbw, "of_memcpy": n * algbw * 2 / result["memcpy_32MiB"][
+                           "GBps_read_plus_write"]}
+                result["rows"].append(row)
+                print(f"{'permute':15s} {algorithm:12s} {moved:>10d} B  {ms * 1e3:10.2f} us  all ranks "
+                      f"{n * algbw:8.2f} GB/s ({row['of_memcpy']:.2f} of memcpy)", flush=True)
         result["proxy"] = dict(cuda.proxy_status(0))
 
     _run.write_result(result, "collectives", args.out)
@@ -112,7 +140,7 @@ def main() -> None:
     # Short table last: time per call (us) by size, one line per algorithm.
     print(f"\nus per call, {n} ranks on one GPU, f32 sum")
     print(f"{'':28s}" + "".join(f"{s:>11d}" for s in sizes))
-    for collective, algorithm in COMBOS:
+    for collective, algorithm in COMBOS + [("permute", a) for a in PERMUTE_ALGORITHMS]:
         cells = {r["bytes"]: r["time_us"] for r in result["rows"]
                  if r["collective"] == collective and r["algorithm"] == algorithm}
         line = f"{collective + '/' + algorithm:28s}"
