@@ -26,7 +26,7 @@ from jax.interpreters import batching, mlir
 
 from . import _compat, _native, primitives
 from ._types import DTYPE_CODES, check_dtype
-from .collectives import _axes_and_world, psum
+from .collectives import _axes_and_world, _lax_route, psum
 from .communicator import Communicator
 
 RESIDUAL_TARGET = "jax_mscclpp_all_reduce_residual"
@@ -34,9 +34,10 @@ RMSNORM_TARGET = "jax_mscclpp_all_reduce_rmsnorm"
 _FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _reference(x, residual, weight, *, axes, norm, eps, algorithm):
+def _reference(x, residual, weight, *, axes, norm, eps, algorithm, axis_index_groups=None):
     """The composition the fused kernel computes: (normed, new_residual) or (new_residual,)."""
-    total = lax.psum(x, axes) if algorithm == "lax" else psum(x, axes, algorithm=algorithm)
+    total = (lax.psum(x, axes, axis_index_groups=axis_index_groups) if algorithm == "lax"
+             else psum(x, axes, algorithm=algorithm))
     new_residual = residual + total
     if not norm:
         return (new_residual,)
@@ -164,9 +165,13 @@ def _checked(x, residual, weight, axis_name, api, algorithm):
     return x, residual, weight, axes, world
 
 
-def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None):
-    """``residual + psum(x, axis_name)`` in one kernel where it can (see the module docstring)."""
+def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
+    """``residual + psum(x, axis_name)`` in one kernel where it can (see the module docstring); a sum ours cannot
+    run (``routing``: ``axis_index_groups``, vmap axes, ...) is lax's psum and the add (logged)."""
     x, residual, _, axes, world = _checked(x, residual, None, axis_name, "all_reduce_residual", algorithm)
+    if _lax_route("all_reduce_residual", axis_name, [x], axis_index_groups, "sum") is not None:
+        return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm="lax",
+                          axis_index_groups=axis_index_groups)[0]
     if world == 1:
         return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm="lax")[0]
     x = _compat.make_varying(x, axes)
@@ -175,11 +180,15 @@ def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None)
 
 
 def all_reduce_residual_rmsnorm(x, residual, weight, axis_name, *, eps: float = 1e-6,
-                                algorithm: str | None = None):
+                                algorithm: str | None = None, axis_index_groups=None):
     """``(rms_norm(r) * weight, r)`` with ``r = residual + psum(x, axis_name)``, the norm over the last axis in
-    float32; one kernel where it can (see the module docstring)."""
+    float32; one kernel where it can (see the module docstring); a sum ours cannot run (``routing``:
+    ``axis_index_groups``, vmap axes, ...) is lax's psum, then the add and the norm (logged)."""
     x, residual, weight, axes, world = _checked(x, residual, weight, axis_name, "all_reduce_residual_rmsnorm",
                                                 algorithm)
+    if _lax_route("all_reduce_residual_rmsnorm", axis_name, [x], axis_index_groups, "sum") is not None:
+        return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm="lax",
+                          axis_index_groups=axis_index_groups)
     if world == 1:
         return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm="lax")
     x = _compat.make_varying(x, axes)

@@ -27,7 +27,8 @@ from jax.interpreters import mlir
 
 from . import _compat, _native, primitives
 from ._types import Collective
-from .collectives import bucketed, has_own_call, reduce_over_one_rank, reduce_tree, reduction_leaves, unbucketed
+from .collectives import (_lax_route, bucketed, has_own_call, reduce_over_one_rank, reduce_tree, reduction_leaves,
+                          unbucketed)
 
 _call_ids = itertools.count(1)
 
@@ -95,14 +96,18 @@ jax.tree_util.register_pytree_node(
     lambda aux, children: Started(*aux, *children))
 
 
-def psum_start(x, axis_name, *, algorithm: str | None = None) -> Started:
+def psum_start(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None) -> Started:
     """Starts summing ``x`` (a pytree) over ``axis_name``; ``psum_done`` of the result returns what
     ``psum(x, axis_name)`` would. Small leaves share a call, as in ``psum``. Between the two, independent work may
     run beside the sum; nothing may read the sum before its done. Contract: every start is joined by
     ``psum_done`` in the same jitted function; a start left unjoined leaves a kernel reading and writing buffers
-    that XLA may free or reuse once the function returns."""
+    that XLA may free or reuse once the function returns. A sum ours cannot run (``routing``: ``axis_index_groups``,
+    vmap axes, constants, ...) is lax's psum, complete at the start (logged), as ``psum`` runs it."""
     leaves, treedef, axes, world = reduction_leaves(x, "sum", "psum_start", axis_name, algorithm)
     shapes = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves)
+    if _lax_route("psum_start", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, "sum") is not None:
+        return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
+                       lax.psum(leaves, axis_name, axis_index_groups=axis_index_groups))
     if world == 1:  # nothing to exchange: complete at the start, typed as lax's psum
         return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
                        reduce_over_one_rank(leaves, axes, "sum"))

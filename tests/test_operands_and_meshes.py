@@ -170,6 +170,42 @@ def test_axis_index_groups_are_lax_s_behaviour(mesh8, rng, caplog, name):
         assert "axis_index_groups" in caplog.text
 
 
+@pytest.mark.parametrize("name", ["psum_start", "all_reduce_residual", "all_reduce_residual_rmsnorm"])
+def test_axis_index_groups_of_our_own_sums(mesh8, rng, caplog, name):
+    """psum_start/psum_done and the fused sums take axis_index_groups as psum does: lax's psum (logged), then
+    the rest of the composition; under shard_map both refuse the groups alike, under pmap both compute them."""
+    from jax_mscclpp import fused
+
+    x, residual = random_array(rng, (8, 2, 8), "float32"), random_array(rng, (8, 2, 8), "float32")
+    weight = random_array(rng, (8,), "float32")
+
+    def reference(v, r):
+        total = r + lax.psum(v, "x", axis_index_groups=GROUPS)
+        if name != "all_reduce_residual_rmsnorm":
+            return total
+        return total * lax.rsqrt(jnp.mean(total * total, axis=-1, keepdims=True) + 1e-6) * weight, total
+
+    def ours(v, r):
+        if name == "psum_start":
+            return r + jm.psum_done(jm.psum_start(v, "x", axis_index_groups=GROUPS))
+        if name == "all_reduce_residual":
+            return fused.all_reduce_residual(v, r, "x", axis_index_groups=GROUPS)
+        return fused.all_reduce_residual_rmsnorm(v, r, weight, "x", axis_index_groups=GROUPS)
+
+    raised = []
+    for fn in (ours, reference):
+        f = jax.jit(jax.shard_map(fn, mesh=mesh8, in_specs=(P("x"), P("x")), out_specs=P("x")))
+        try:
+            f(x, residual)
+        except Exception as error:  # noqa: BLE001 - lax refuses groups under shard_map; ours must do the same
+            raised.append(type(error))
+    assert len(raised) in (0, 2) and len(set(raised)) <= 1, raised
+    with caplog.at_level(logging.INFO, logger="jax_mscclpp.collectives"):
+        got = jax.pmap(ours, axis_name="x")(x, residual)
+    assert_same(got, jax.pmap(reference, axis_name="x")(x, residual))
+    assert f"jax_mscclpp.{name} over ('x',) runs lax's collective: axis_index_groups" in caplog.text
+
+
 # ---- vmap axis names ---------------------------------------------------------------------------------------------
 
 def test_vmap_axis_inside_shard_map(mesh8, rng):
