@@ -220,6 +220,22 @@ def run_single_process(devices: list, timeout_s: float, names=None, log=print) -
 
 # ---- several processes (GPUs) ----------------------------------------------------------------------------------
 
+def _print_threads() -> None:
+    """Every thread of this process, as Python sees them (faulthandler) and as the kernel does (the state, the
+    wait channel and the system call of each task, from /proc: a thread in the GPU driver is in an ioctl)."""
+    print("THREADS OF A PROCESS STILL IN ITS CALL", flush=True)
+    faulthandler.dump_traceback(file=sys.stdout)
+    for task in sorted(os.listdir("/proc/self/task"), key=int):
+        fields = []
+        for name in ("comm", "wchan", "syscall"):
+            try:
+                with open(f"/proc/self/task/{task}/{name}") as f:
+                    fields.append(f.read().strip().split(" ")[0])
+            except OSError:
+                fields.append("?")
+        print(f"task {task}: {' '.join(fields)}", flush=True)
+
+
 def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> int:
     """One process of a multi-process scenario; the last process is the faulty one. Prints its result as one line,
     then exits the usual way (JAX's shutdown included): the parent sees how long that took and how it ended. JAX
@@ -274,9 +290,11 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
         time.sleep(timeout_s * 3 + 10)  # alive, but never calls again
         return 0
     started = time.time()
-    # A process still in its call well past the limit prints where each of its threads is (stderr, which the
-    # parent keeps as the output tail): what a hang that no bounded wait catches is waiting for.
-    faulthandler.dump_traceback_later(timeout_s * 2 + 10)
+    # A process still in its call past the limit prints where each of its threads is (stderr, which the parent
+    # keeps as the output tail): what a hang that no bounded wait catches is waiting for.
+    stuck = threading.Timer(timeout_s + 5, _print_threads)
+    stuck.daemon = True
+    stuck.start()
     with faults.timeout(timeout_s):
         try:
             deadline = time.monotonic() + timeout_s * 3 + delay_s + 30
@@ -296,7 +314,7 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
     result["platform"] = jax.devices()[0].platform
     result["ours_ran"] = comm.fallback_reason is None
     result["exiting_at"] = time.time()
-    faulthandler.cancel_dump_traceback_later()
+    stuck.cancel()
     print(f"{RESULT_TAG}{json.dumps(result)}", flush=True)
     return 0
 
@@ -334,7 +352,7 @@ def run_multi_process(processes: int, scenario: str, timeout_s: float, delay_s: 
     for i, out in enumerate(outputs):
         lines = [json.loads(line[len(RESULT_TAG):]) for line in out.splitlines() if line.startswith(RESULT_TAG)]
         report = {"process": i, "exit_status": children[i].returncode, "ended_after_s": round(ended[i], 2),
-                  "reports": lines, "output_tail": out[-6000:]}
+                  "reports": lines, "output_tail": out[-20000:]}
         for line in lines:
             if "exiting_at" in line:
                 report["exit_took_s"] = round(ended_at[i] - line["exiting_at"], 2)
@@ -352,8 +370,9 @@ def run_multi_process(processes: int, scenario: str, timeout_s: float, delay_s: 
             + "; ".join(f"raised={line.get('raised')} time_to_error={line.get('time_to_error_s')} "
                         f"{(line.get('error') or '')[:200]}" for line in r["reports"] if "raised" in line))
         if not any("raised" in line for line in r["reports"]):  # no report: where it was (Python stacks), if shown
-            stacks = r["output_tail"][r["output_tail"].find("Thread 0x"):] if "Thread 0x" in r["output_tail"] else ""
-            log(f"process {r['process']} made no report" + (f"; its threads:\n{stacks[:2500]}" if stacks else ""))
+            tail, marker = r["output_tail"], "THREADS OF A PROCESS STILL IN ITS CALL"
+            stacks = tail[tail.find(marker):] if marker in tail else ""
+            log(f"process {r['process']} made no report" + (f"; its threads:\n{stacks[:4000]}" if stacks else ""))
     return {"scenario": scenario, "processes": processes, "timeout_s": timeout_s, "fault_at": fault_time,
             "results": reports}
 
