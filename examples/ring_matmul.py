@@ -35,7 +35,8 @@ def parse(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=None, help="rows of x per rank (default: 256 on GPU, 8 on CPU)")
     p.add_argument("--d-model", type=int, default=None, help="default: 2048 on GPU, 64 on CPU")
-    p.add_argument("--d-ff", type=int, default=None, help="MLP width over all ranks (default: 4 x d-model, a multiple of the ranks)")
+    p.add_argument("--d-ff", type=int, default=None,
+                   help="MLP width over all ranks (default: 4 x d-model, a multiple of the ranks)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--collectives", choices=("both", *VARIANTS), default="both")
