@@ -23,23 +23,26 @@ class ExplainedCall(NamedTuple):
     dtype: str | None
     algorithm: str         # our algorithm's name, a registered plan's name, "2ph", or "lax"
     reason: str | None     # why lax, where it is lax for a reason other than the selection table's rules
+    protocol: str | None = None  # what an algorithm chosen by size runs as (GPUs: "allpairs" -> "allpairs_ll")
 
     def __str__(self) -> str:
         size = "" if self.bytes is None else f" {self.bytes} B"
         dtype = "" if self.dtype is None else f" {self.dtype}"
         why = "" if self.reason is None else f" ({self.reason})"
-        return f"{self.collective} over {self.axes}{size}{dtype}: {self.algorithm}{why}"
+        runs_as = "" if self.protocol is None else f" as {self.protocol}"
+        return f"{self.collective} over {self.axes}{size}{dtype}: {self.algorithm}{runs_as}{why}"
 
 
 _recording = threading.local()
 
 
-def record(collective: str, axes: tuple, nbytes: int | None, dtype, algorithm: str, reason: str | None = None):
+def record(collective: str, axes: tuple, nbytes: int | None, dtype, algorithm: str, reason: str | None = None,
+           protocol: str | None = None):
     """Notes one decided call, if an ``explain`` is recording in this thread (a no-op otherwise)."""
     calls = getattr(_recording, "calls", None)
     if calls is not None:
         calls.append(ExplainedCall(collective, tuple(axes), nbytes, None if dtype is None else str(dtype),
-                                   algorithm, reason))
+                                   algorithm, reason, protocol))
 
 
 @contextlib.contextmanager

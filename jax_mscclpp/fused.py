@@ -24,14 +24,13 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from . import _compat, _native, primitives
+from . import _compat, _native, primitives, selection
 from ._types import DTYPE_CODES, check_dtype
 from .collectives import _axes_and_world, _lax_route, psum
 from .communicator import Communicator
 
 RESIDUAL_TARGET = "jax_mscclpp_all_reduce_residual"
 RMSNORM_TARGET = "jax_mscclpp_all_reduce_rmsnorm"
-_FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _reference(x, residual, weight, *, axes, norm, eps, algorithm, axis_index_groups=None):
@@ -70,20 +69,19 @@ def _abstract_eval(x, residual, *weight, axes, world, norm, eps, algorithm):
 
 
 def _fuses_here(ctx, x_aval, row, axes, world, algorithm):
-    """The communicator to run the fused kernel on, or None when the composition runs instead."""
-    if algorithm is not None or not _native.CUDA_BUILT or world < 2:
-        return None
-    mesh = _compat.lowering_mesh(ctx)
-    if mesh is None:
-        return None
-    comm = Communicator(mesh, axes)
+    """The communicator to run the fused kernel on, or None when the composition runs instead (the selection
+    owner decides: ``selection.fuses``)."""
     count = int(np.prod(x_aval.shape, dtype=int))
     dtype = np.dtype(x_aval.dtype).name
-    if comm.fallback_reason is not None or dtype not in _FLOAT_DTYPES:
-        return None
-    if not _native.native.cuda.epilogue_supported(world, count, row, DTYPE_CODES[dtype], comm.scratch_bytes):
-        return None
-    return comm
+
+    def communicator():
+        mesh = _compat.lowering_mesh(ctx)
+        return None if mesh is None else Communicator(mesh, axes)
+
+    def kernel_takes(comm):
+        return _native.native.cuda.epilogue_supported(world, count, row, DTYPE_CODES[dtype], comm.scratch_bytes)
+
+    return selection.fuses(world, algorithm, dtype, communicator, kernel_takes)
 
 
 def _lower_gpu(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
@@ -147,7 +145,6 @@ _fused.defvjp(_fused_fwd, _fused_bwd)
 
 
 def _checked(x, residual, weight, axis_name, api, algorithm):
-    from . import selection
     from ._types import Collective
 
     x, residual = jnp.asarray(x), jnp.asarray(residual)

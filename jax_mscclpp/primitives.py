@@ -101,7 +101,9 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
                                 communicator=lambda: Communicator(mesh, axes, side_stream=started))
     _explained(collective, op, axes, aval_in, decision.algorithm,
-               _communicator_lax_reason(mesh, axes, started) if decision.kind == "lax" else None)
+               _communicator_lax_reason(mesh, axes, started) if decision.kind == "lax" else None,
+               selection.protocol_of(decision.algorithm, platform, (count // blocks) * itemsize)
+               if decision.kind == "native" else None)
     if decision.kind == "composed":
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     if decision.kind == "lax":
@@ -133,11 +135,11 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     return target(ctx, x, **attrs, max_blocks=np.int32(0))
 
 
-def _explained(collective, op, axes, aval, algorithm: str, reason: str | None) -> None:
+def _explained(collective, op, axes, aval, algorithm: str, reason: str | None, protocol: str | None = None) -> None:
     """Notes the decision for ``explain`` (explain.py)."""
     name = collective.name.lower() + (f"({op})" if collective == Collective.ALL_REDUCE else "")
     nbytes = int(np.prod(aval.shape, dtype=int)) * np.dtype(aval.dtype).itemsize
-    explain.record(name, axes, nbytes, np.dtype(aval.dtype).name, algorithm, reason)
+    explain.record(name, axes, nbytes, np.dtype(aval.dtype).name, algorithm, reason, protocol)
 
 
 def _communicator_lax_reason(mesh, axes, started) -> str | None:

@@ -42,6 +42,8 @@ GRAPH_MIN_BYTES = 1 << 20
 # library (selection_table.py reads it).
 DEFAULT_TABLE = selection_table.DEFAULT_TABLE
 ANY_SIZE_ALGORITHM = selection_table.ANY_SIZE_ALGORITHM
+# The protocol of each algorithm chosen by size on GPUs (the launcher applies the same rows).
+PROTOCOL_RULES = selection_table.PROTOCOL_RULES
 # What each algorithm needs of a GPU communicator beyond memory channels (codes.def, column `needs`).
 ALGORITHM_NEEDS = {row["name"]: row["needs"] for row in CODE_TABLES["algorithm"]}
 
@@ -55,6 +57,34 @@ class Decision:
     algorithm: str
     plan: object = None
     plan_dict: dict | None = None
+
+
+# The dtypes of the fused all-reduce epilogue kernels (collectives/epilogue.h).
+EPILOGUE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def fuses(world: int, algorithm: str | None, dtype: str, communicator, kernel_takes) -> object | None:
+    """Whether a fused all-reduce epilogue (``jax_mscclpp.fused``) runs as its one GPU kernel: the communicator to
+    run it on, or None for the composition (our psum, then the add and the norm). The kernel runs under the
+    runtime's choice only (a forced algorithm runs the composition with it), over two ranks or more, on a float
+    dtype, where ``communicator()`` gives one that does not fall back to lax, and where ``kernel_takes(comm)``
+    (the kernel's own limits of size, row and scratch)."""
+    if algorithm is not None or world < 2 or dtype not in EPILOGUE_DTYPES:
+        return None
+    comm = communicator()
+    if comm is None or comm.fallback_reason is not None or not kernel_takes(comm):
+        return None
+    return comm
+
+
+def protocol_of(algorithm: str, platform: str, block_bytes: int) -> str | None:
+    """The algorithm ``algorithm`` runs as on ``platform`` for blocks of ``block_bytes`` bytes (``allpairs`` ->
+    ``allpairs_ll`` or ``allpairs_hb`` on GPUs, by selection.def's protocol rules), or None where it is its own."""
+    rule = PROTOCOL_RULES.get(algorithm)
+    if rule is None or platform != "gpu":
+        return None
+    ll_max_block_bytes, ll, hb = rule
+    return ll if block_bytes <= ll_max_block_bytes else hb
 
 
 def in_command_buffers(nbytes: int) -> bool:

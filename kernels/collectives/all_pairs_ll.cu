@@ -18,6 +18,7 @@
 // contribution, phase 3 every peer's reduced chunk), so every peer had finished launch e (stream order).
 // No semaphore is used, so the kernels need one memory channel per peer (index 0, for the peer's scratch).
 #include "collectives/algorithms.h"
+#include "collectives/protocol.h"
 
 namespace jax_mscclpp::collectives {
 namespace {
@@ -155,10 +156,6 @@ cudaError_t launch_copy(const CollectiveContext& c, const Piece& p, const Launch
 constexpr Launcher kReduce{piece_cap_reduce, nullptr, launch_reduce};
 constexpr Launcher kCopy{piece_cap_copy, nullptr, launch_copy};
 
-// kAllPairs: LL up to this many bytes per block, streaming HB above. (Virtual-ranks round trips on one H200: LL16
-// beats HB up to ~16-64 KiB; bench/kernels/collectives.py measures both.)
-constexpr uint64_t kAllPairsLLMaxBytes = 16 << 10;
-
 }  // namespace
 
 JAX_MSCCLPP_LAUNCHER(kTwoPhaseAllPairsLL) {
@@ -175,8 +172,10 @@ JAX_MSCCLPP_LAUNCHER(kAllPairsLL) {
 }
 
 JAX_MSCCLPP_LAUNCHER(kAllPairs) {
-  return block_bytes <= kAllPairsLLMaxBytes ? launcher_kAllPairsLL(collective, block_bytes)
-                                            : launcher_kAllPairsHB(collective, block_bytes);
+  // The protocol by the block's size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE).
+  return protocol_algorithm(codes::kAllPairs, block_bytes) == codes::kAllPairsLL
+             ? launcher_kAllPairsLL(collective, block_bytes)
+             : launcher_kAllPairsHB(collective, block_bytes);
 }
 
 }  // namespace jax_mscclpp::collectives

@@ -22,6 +22,7 @@
 // The launchers take raw pointers and peer ranks only (no XLA types): launch_permute (collective.h) is the entry
 // point a point-to-point send/receive can share.
 #include "collectives/algorithms.h"
+#include "collectives/protocol.h"
 #include "collectives/stream.cuh"
 
 namespace jax_mscclpp::collectives {
@@ -203,9 +204,6 @@ cudaError_t launch_hb(const CollectiveContext& c, const Piece& p, const LaunchAr
 constexpr Launcher kLL{piece_cap_ll, nullptr, launch_ll};
 constexpr Launcher kHB{piece_cap_hb, ready_hb, launch_hb};
 
-// kPointToPoint: LL up to this many bytes per block, streaming HB above (as kAllPairs; not measured yet).
-constexpr uint64_t kPointToPointLLMaxBytes = 16 << 10;
-
 }  // namespace
 
 JAX_MSCCLPP_LAUNCHER(kPointToPointLL) { return collective == codes::kPermute ? &kLL : nullptr; }
@@ -213,8 +211,10 @@ JAX_MSCCLPP_LAUNCHER(kPointToPointLL) { return collective == codes::kPermute ? &
 JAX_MSCCLPP_LAUNCHER(kPointToPointHB) { return collective == codes::kPermute ? &kHB : nullptr; }
 
 JAX_MSCCLPP_LAUNCHER(kPointToPoint) {
-  return block_bytes <= kPointToPointLLMaxBytes ? launcher_kPointToPointLL(collective, block_bytes)
-                                                : launcher_kPointToPointHB(collective, block_bytes);
+  // The protocol by the block's size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE).
+  return protocol_algorithm(codes::kPointToPoint, block_bytes) == codes::kPointToPointLL
+             ? launcher_kPointToPointLL(collective, block_bytes)
+             : launcher_kPointToPointHB(collective, block_bytes);
 }
 
 }  // namespace jax_mscclpp::collectives

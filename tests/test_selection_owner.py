@@ -1,0 +1,73 @@
+"""The choices the selection owner makes beyond the rules (jax_mscclpp/selection.py): the protocol of an algorithm
+chosen by size (selection.def's protocol rows, which the kernels' launchers apply too) and whether a fused
+all-reduce epilogue runs as its kernel or as the composition."""
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from jax_mscclpp import selection, selection_table
+
+explain = importlib.import_module("jax_mscclpp.explain")  # the module, not the function the package exports
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_protocol_rows():
+    assert selection_table.PROTOCOL_RULES == {"allpairs": (16384, "allpairs_ll", "allpairs_hb"),
+                                              "p2p": (16384, "p2p_ll", "p2p_hb")}
+
+
+@pytest.mark.parametrize("algorithm,ll,hb", [("allpairs", "allpairs_ll", "allpairs_hb"), ("p2p", "p2p_ll", "p2p_hb")])
+def test_protocol_of(algorithm, ll, hb):
+    assert selection.protocol_of(algorithm, "gpu", 1) == ll
+    assert selection.protocol_of(algorithm, "gpu", 16384) == ll
+    assert selection.protocol_of(algorithm, "gpu", 16385) == hb
+    assert selection.protocol_of(algorithm, "cpu", 1) is None  # the host backend has one protocol
+    assert selection.protocol_of("1pa_ll", "gpu", 1) is None
+
+
+def test_the_launchers_read_the_protocol_rows():
+    """No launcher keeps a size bound of its own: the size-chosen ones ask protocol.h, which expands the rows."""
+    for source in ("kernels/collectives/all_pairs_ll.cu", "kernels/collectives/permute.cu"):
+        text = (REPO / source).read_text()
+        assert "protocol_algorithm(" in text, source
+        assert not re.search(r"LLMaxBytes\s*=", text), source
+    assert '#include "jax_mscclpp/selection.def"' in (REPO / "kernels/collectives/protocol.h").read_text()
+
+
+def test_explain_prints_the_protocol():
+    call = explain.ExplainedCall("all_gather", ("x",), 4096, "float32", "allpairs", None, "allpairs_ll")
+    assert str(call) == "all_gather over ('x',) 4096 B float32: allpairs as allpairs_ll"
+    assert explain.ExplainedCall("all_gather", ("x",), 4096, "float32", "allpairs", None).protocol is None
+
+
+class _Comm:
+    def __init__(self, fallback_reason=None):
+        self.fallback_reason, self.scratch_bytes = fallback_reason, 1 << 20
+
+
+def test_fuses():
+    made = []
+
+    def communicator(comm=_Comm()):
+        made.append(comm)
+        return comm
+
+    def takes(comm):
+        return True
+
+    comm = selection.fuses(2, None, "bfloat16", communicator, takes)
+    assert isinstance(comm, _Comm)
+    made.clear()
+    # The composition: a forced algorithm, one rank, a dtype without a kernel; no communicator made for them.
+    assert selection.fuses(2, "2pa_hb", "float32", communicator, takes) is None
+    assert selection.fuses(1, None, "float32", communicator, takes) is None
+    assert selection.fuses(2, None, "int32", communicator, takes) is None
+    assert made == []
+    # ... and no mesh here, a communicator that falls back, a size the kernel does not take.
+    assert selection.fuses(2, None, "float32", lambda: None, takes) is None
+    assert selection.fuses(2, None, "float32", lambda: _Comm("peer access"), takes) is None
+    assert selection.fuses(4, None, "float16", communicator, lambda c: False) is None
