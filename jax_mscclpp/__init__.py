@@ -22,6 +22,7 @@ from .collectives import (
     reduce_scatter,
 )
 from .permute import pbroadcast, ppermute, pshuffle
+from .ragged import ragged_all_to_all
 from . import fused
 from .communicator import Communicator
 from .explain import explain
@@ -54,6 +55,7 @@ __all__ = [
     "psum_start",
     "psum_scatter",
     "pshuffle",
+    "ragged_all_to_all",
     "reduce_scatter",
     "reset",
     "rewrite",

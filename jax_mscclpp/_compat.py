@@ -189,6 +189,14 @@ def in_mesh_order(axes: tuple) -> tuple:
     return tuple(sorted(axes, key=lambda a: order.get(a, len(order))))
 
 
+def traced_platform() -> str | None:
+    """The platform of the mesh where the caller is being traced ("cpu", "gpu", ...), or None where the mesh says
+    none (outside shard_map and jit with a mesh)."""
+    device = getattr(_mesh.get_abstract_mesh(), "abstract_device", None)
+    platform = getattr(device, "platform", None)
+    return {"cuda": "gpu", "rocm": "gpu"}.get(platform, platform)
+
+
 def mesh_axes() -> tuple[frozenset, frozenset]:
     """(all axes, manual axes) of the mesh where the caller is being traced; manual axes are those an enclosing
     shard_map maps over (empty outside shard_map)."""

@@ -81,6 +81,8 @@ PUBLIC_NAMES = (
     # lax.pshuffle binds ppermute_p.
     PublicName("ppermute", Collective.PERMUTE, ("ppermute_p",)),
     PublicName("pbroadcast", Collective.ALL_GATHER, ("pbroadcast_p",), is_the_collective=False),
+    # Six operands (ragged.py): rewrite replaces it with a branch of its own.
+    PublicName("ragged_all_to_all", Collective.ALL_TO_ALL, ("ragged_all_to_all_p",), is_the_collective=False),
 )
 
 REWRITABLE = {p.name: p.collective for p in PUBLIC_NAMES}

@@ -12,6 +12,7 @@ the lax collectives, which become the public jax_mscclpp collectives:
     all_gather_invariant (lax.all_gather(..., to=...))     -> jax_mscclpp.all_gather(..., to="invarying")
     ppermute (lax.ppermute, lax.pshuffle)                  -> jax_mscclpp.ppermute
     pbroadcast                                             -> jax_mscclpp.pbroadcast
+    ragged_all_to_all                                      -> jax_mscclpp.ragged_all_to_all
 
 It goes into the jaxprs of jit, shard_map, scan, while, cond, remat and closed_call, and into custom_jvp /
 custom_vjp functions: their primal jaxpr now, and their JVP, forward and backward rules when JAX calls them, so
@@ -50,7 +51,7 @@ from jax import lax
 from jax.extend.core import Literal, Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _compat, carriers, collectives, permute, plans, selection
+from . import _compat, carriers, collectives, permute, plans, ragged, selection
 from ._types import ALGORITHMS_OF
 from .collective_specs import REDUCTION_OF, REWRITABLE
 
@@ -161,7 +162,7 @@ def rewrite(fun: Callable | None = None, *, collectives: Iterable[str] | None = 
 
     Args:
       collectives: the collectives to replace, among "psum", "pmax", "pmin", "all_gather", "psum_scatter",
-        "all_to_all", "ppermute", "pbroadcast" (default: all). The others stay lax.
+        "all_to_all", "ppermute", "pbroadcast", "ragged_all_to_all" (default: all). The others stay lax.
       algorithm: an algorithm name given to every collective that knows it (e.g. "2pa_ll" reaches psum, pmax
         and pmin; "allpairs" the others), or a mapping from collective name to algorithm name. Default: our
         selection table.
@@ -262,7 +263,11 @@ def _evaluate(jaxpr, consts, args, config: _Config) -> list:
 def _rewrite_equation(eqn, invals: list, config: _Config) -> list:
     prim = eqn.primitive
     name = _compat.LAX_COLLECTIVES.get(prim)
-    if name is not None:
+    if name == "ragged_all_to_all":
+        out = _replace_ragged(eqn, invals, config)
+        if out is not None:
+            return [out]
+    elif name is not None:
         out = _replace_collective(name, eqn, invals[0], config)
         if out is not None:
             return [out]
@@ -359,6 +364,25 @@ def _replace_collective(name: str, eqn, x, config: _Config):
         out = collectives.all_to_all(x, axes, params["split_axis"], params["concat_axis"], tiled=True,
                                      algorithm=algorithm)
     _log("replaced %s (%d bytes per rank) with jax_mscclpp.%s%s", what, _nbytes(aval), name,
+         f" (algorithm {algorithm})" if algorithm else "")
+    return _typed_as(out, out_aval, config)
+
+
+def _replace_ragged(eqn, invals: list, config: _Config):
+    """``jax_mscclpp.ragged_all_to_all`` in place of lax's (six operands; ragged.py says where each runs)."""
+    _collectives_seen.count = getattr(_collectives_seen, "count", 0) + 1
+    aval, out_aval = eqn.invars[0].aval, eqn.outvars[0].aval
+    axes = _compat.collective_axes(eqn.params)
+    reason = _why_not("ragged_all_to_all", aval, axes, config, eqn.params.get("axis_index_groups"))
+    what = f"lax ragged_all_to_all over {axes} on {aval.str_short()}"
+    if reason is not None:
+        _log("kept %s: %s", what, reason)
+        return None
+    algorithm = config.algorithm_for("ragged_all_to_all")
+    operand, output, *offsets = invals
+    out = ragged.ragged_all_to_all(_vary(operand, axes, config), _vary(output, axes, config), *offsets,
+                                   axis_name=axes, algorithm=algorithm)
+    _log("replaced %s (%d bytes per rank) with jax_mscclpp.ragged_all_to_all%s", what, _nbytes(aval),
          f" (algorithm {algorithm})" if algorithm else "")
     return _typed_as(out, out_aval, config)
 

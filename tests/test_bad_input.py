@@ -32,6 +32,9 @@ OTHER_CASES = [
     "x/psum_of_one_is_static", "x/unreduced", "axis_name/empty_in_transpose", "axis_index_groups/shard_map",
     "axis_index_groups/pmap", "placement/vmap_axis_in_shard_map", "placement/vmap_axis_in_shard_map_vma",
     "mesh/nested_shard_map", "mesh/partial_manual", "mesh/vmap_of_shard_map",
+    # tests/test_ragged.py
+    "ragged_all_to_all/float_sizes", "ragged_all_to_all/sizes_per_rank", "ragged_all_to_all/dtype_mismatch",
+    "ragged_all_to_all/algorithm", "ragged_all_to_all/axis_index_groups", "ragged_all_to_all/cpu",
 ]
 
 

@@ -1,0 +1,162 @@
+"""ragged_all_to_all against a numpy model of lax's semantics (XLA:CPU has no ragged-all-to-all, so lax's cannot
+run on CPU devices): random ragged layouts with gaps, every size zero included, several dtypes and row shapes, 8
+ranks and 1, jax.grad in the operand and the output, vmap, jm.rewrite of lax's, lax's behaviour where ours cannot
+run, and clear errors for bad operands."""
+
+import logging
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from jax.sharding import Mesh
+
+import jax_mscclpp as jm
+
+from .helpers import P, any_array, random_array
+
+
+def layout(rng, n, rows, out_rows, empty=False):
+    """Per-rank (input_offsets, send_sizes, output_offsets, recv_sizes), each [n, n] (row i: rank i's operand),
+    with gaps between chunks on both sides; ``empty``: every size 0."""
+    send = np.zeros((n, n), np.int32) if empty else rng.integers(0, 3, (n, n)).astype(np.int32)
+    in_off = np.zeros((n, n), np.int32)
+    for i in range(n):
+        gaps = rng.integers(0, 2, n)
+        in_off[i] = np.concatenate([[0], np.cumsum(send[i] + gaps)[:-1]])
+    out_off = np.zeros((n, n), np.int32)
+    for j in range(n):
+        gaps = rng.integers(0, 2, n)
+        out_off[:, j] = np.concatenate([[0], np.cumsum(send[:, j] + gaps)[:-1]])
+    assert (in_off + send).max() <= rows and (out_off + send).max() <= out_rows
+    return in_off, send, out_off, send.T.copy()
+
+
+def reference(operand, output, in_off, send, out_off):
+    """lax.ragged_all_to_all's result on every rank: rank i's rows to rank j at out_off[i, j]."""
+    result = output.copy()
+    for i in range(operand.shape[0]):
+        for j in range(operand.shape[0]):
+            result[j, out_off[i, j]:out_off[i, j] + send[i, j]] = operand[i, in_off[i, j]:in_off[i, j] + send[i, j]]
+    return result
+
+
+def program(mesh, module=jm, **kwargs):
+    def body(a, b, c, d, e, f):
+        return module.ragged_all_to_all(a[0], b[0], c[0], d[0], e[0], f[0], axis_name="x", **kwargs)[None]
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))
+
+
+@pytest.mark.parametrize("dtype,row", [("float32", (3,)), ("bfloat16", ()), ("int32", (2, 2)), ("bool", (5,)),
+                                       ("complex64", (1,))])
+@pytest.mark.parametrize("empty", [False, True], ids=["ragged", "empty"])
+def test_against_the_semantics(mesh8, rng, dtype, row, empty):
+    n, rows, out_rows = 8, 32, 40
+    operand = any_array(rng, (n, rows, *row), dtype)
+    output = any_array(rng, (n, out_rows, *row), dtype)
+    offsets = layout(rng, n, rows, out_rows, empty)
+    got = np.asarray(program(mesh8)(operand, output, *offsets))
+    np.testing.assert_array_equal(got, reference(np.asarray(operand), np.asarray(output), *offsets[:3]))
+
+
+def test_one_rank(rng):
+    mesh = Mesh(np.array(jax.devices()[:1]), ("x",))
+    operand, output = random_array(rng, (1, 7, 2), "float32"), random_array(rng, (1, 9, 2), "float32")
+    offsets = [np.array([[v]], np.int32) for v in (2, 4, 5, 4)]
+    got = np.asarray(program(mesh)(operand, output, *offsets))
+    np.testing.assert_array_equal(got, reference(np.asarray(operand), np.asarray(output),
+                                                 *[o for o in offsets[:3]]))
+
+
+def test_grad_in_operand_and_output(mesh8, rng):
+    n, rows, out_rows = 8, 24, 30
+    operand, output = random_array(rng, (n, rows, 3), "float32"), random_array(rng, (n, out_rows, 3), "float32")
+    weights = random_array(rng, (n, out_rows, 3), "float32")
+    offsets = layout(rng, n, rows, out_rows)
+    f = program(mesh8)
+    d_operand, d_output = jax.grad(lambda a, b: (f(a, b, *offsets) * weights).sum(), argnums=(0, 1))(operand, output)
+    # Each row sent gets the weight of the row it lands in; output rows written over get nothing.
+    in_off, send, out_off, _ = offsets
+    want_operand, want_output = np.zeros_like(np.asarray(operand)), np.asarray(weights).copy()
+    for i in range(n):
+        for j in range(n):
+            for r in range(send[i, j]):
+                want_operand[i, in_off[i, j] + r] = np.asarray(weights)[j, out_off[i, j] + r]
+                want_output[j, out_off[i, j] + r] = 0
+    np.testing.assert_allclose(np.asarray(d_operand), want_operand)
+    np.testing.assert_allclose(np.asarray(d_output), want_output)
+
+
+def test_vmap_of_the_body(mesh8, rng):
+    n, rows, out_rows, batch = 8, 24, 28, 3
+    operand = random_array(rng, (n, batch, rows, 2), "float32")
+    output = random_array(rng, (n, batch, out_rows, 2), "float32")
+    offsets = layout(rng, n, rows, out_rows)
+
+    def body(a, b, c, d, e, f):
+        one = lambda x, y: jm.ragged_all_to_all(x, y, c[0], d[0], e[0], f[0], axis_name="x")  # noqa: E731
+        return jax.vmap(one)(a[0], b[0])[None]
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh8, in_specs=(P("x"),) * 6, out_specs=P("x")))
+    got = np.asarray(f(operand, output, *offsets))
+    for k in range(batch):
+        np.testing.assert_array_equal(got[:, k], reference(np.asarray(operand)[:, k], np.asarray(output)[:, k],
+                                                           *offsets[:3]))
+
+
+def test_rewrite_replaces_lax_s(mesh8, rng, caplog):
+    n, rows, out_rows = 8, 24, 30
+    operand, output = random_array(rng, (n, rows), "float32"), random_array(rng, (n, out_rows), "float32")
+    offsets = layout(rng, n, rows, out_rows)
+    lax_program = program(mesh8, lax)
+    with caplog.at_level(logging.DEBUG, logger="jax_mscclpp.rewrite"):
+        got = np.asarray(jax.jit(jm.rewrite(lax_program))(operand, output, *offsets))
+    np.testing.assert_array_equal(got, reference(np.asarray(operand), np.asarray(output), *offsets[:3]))
+    assert "with jax_mscclpp.ragged_all_to_all" in caplog.text
+
+
+def test_lax_where_forced_or_where_ours_cannot_run(mesh8, rng, caplog):
+    n = 8
+    operand, output = random_array(rng, (n, 8), "float32"), random_array(rng, (n, 8), "float32")
+    offsets = layout(rng, n, 8, 8, empty=True)
+    # algorithm="lax" and axis_index_groups emit lax's (which XLA:CPU cannot compile, as lax's own call).
+    for kwargs in ({"algorithm": "lax"}, {"axis_index_groups": [[0, 1, 2, 3], [4, 5, 6, 7]]}):
+        with caplog.at_level(logging.INFO, logger="jax_mscclpp.collectives"):
+            text = program(mesh8, **kwargs).lower(operand, output, *offsets).as_text()
+        assert "ragged_all_to_all" in text, kwargs
+    assert "jax_mscclpp.ragged_all_to_all over ('x',) runs lax's collective: axis_index_groups" in caplog.text
+    assert "ragged_all_to_all" not in program(mesh8).lower(operand, output, *offsets).as_text()
+
+
+@pytest.mark.parametrize("change,error,match", [
+    (lambda a: {**a, "send_sizes": a["send_sizes"].astype(np.float32)}, TypeError, "send_sizes must be integers"),
+    (lambda a: {**a, "recv_sizes": a["recv_sizes"][:, :4]}, ValueError, r"recv_sizes must have one entry per rank"),
+    (lambda a: {**a, "output": a["output"].astype(np.int32)}, ValueError, "must agree in dtype"),
+    (lambda a: {**a, "algorithm": "2pa_hb"}, ValueError, "unknown algorithm '2pa_hb'"),
+])
+def test_bad_input_is_a_clear_error(mesh8, rng, change, error, match):
+    n = 8
+    in_off, send, out_off, recv = layout(rng, n, 24, 24)
+    args = change({"operand": random_array(rng, (n, 24), "float32"),
+                   "output": random_array(rng, (n, 24), "float32"),
+                   "input_offsets": in_off, "send_sizes": send, "output_offsets": out_off, "recv_sizes": recv})
+    algorithm = args.pop("algorithm", None)
+    with pytest.raises(error, match=match):
+        program(mesh8, algorithm=algorithm)(*args.values())
+
+
+def test_the_choice_on_gpus(mesh8, rng, monkeypatch):
+    """Traced for GPUs, the default is lax's ragged-all-to-all (it moves only the rows sent), and ours where lax's
+    cannot run (processes sharing a GPU without our NCCL library)."""
+    from jax_mscclpp import _compat, ragged
+
+    n = 8
+    operand, output = random_array(rng, (n, 24), "float32"), random_array(rng, (n, 24), "float32")
+    offsets = layout(rng, n, 24, 24)
+    monkeypatch.setattr(_compat, "traced_platform", lambda: "gpu")
+    monkeypatch.setattr(ragged, "_lax_cannot_run_on_gpus", lambda: False)
+    assert "ragged_all_to_all" in program(mesh8).lower(operand, output, *offsets).as_text()
+    monkeypatch.setattr(ragged, "_lax_cannot_run_on_gpus", lambda: True)
+    got = np.asarray(program(mesh8)(operand, output, *offsets))
+    np.testing.assert_array_equal(got, reference(np.asarray(operand), np.asarray(output), *offsets[:3]))
