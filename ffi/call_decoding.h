@@ -9,24 +9,26 @@
 
 namespace jax_mscclpp {
 
-// The DType of an XLA element type (kInvalid for one the collectives do not run on).
+// The DType of an XLA element type (kInvalid for one the collectives do not run on): codes.def's xla_type column.
 inline DType to_dtype(xla::ffi::DataType t) {
-  using xla::ffi::DataType;
   switch (t) {
-    case DataType::F32: return DType::kF32;
-    case DataType::BF16: return DType::kBF16;
-    case DataType::F16: return DType::kF16;
-    case DataType::F64: return DType::kF64;
-    case DataType::S8: return DType::kS8;
-    case DataType::U8: return DType::kU8;
-    case DataType::S16: return DType::kS16;
-    case DataType::U16: return DType::kU16;
-    case DataType::S32: return DType::kS32;
-    case DataType::U32: return DType::kU32;
-    case DataType::S64: return DType::kS64;
-    case DataType::U64: return DType::kU64;
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type, xla_type) \
+  case xla::ffi::DataType::xla_type:                                                                \
+    return DType::enumerator;
+#include "jax_mscclpp/codes.def"
     default: return DType::kInvalid;
   }
+}
+
+// The binding of collective kCollective's handler: what `common()` binds (what every collective's handler takes),
+// and for the permutation its destination table. (A binding is only ever built in one expression: it cannot be
+// moved, so `common` makes it.)
+template <Collective kCollective, class Common>
+auto binding_of(Common common) {
+  if constexpr (kCollective == Collective::kPermute)
+    return common().template Attr<xla::ffi::Span<const int32_t>>("destinations");
+  else
+    return common();
 }
 
 // Elements of one block from the input and output element counts; false on a mismatch (the layout's one owner:

@@ -108,14 +108,6 @@ auto common_cpu_binding() {
 }
 
 template <Collective kCollective>
-auto cpu_binding() {
-  if constexpr (kCollective == Collective::kPermute)
-    return common_cpu_binding().Attr<ffi::Span<const int32_t>>("destinations");
-  else
-    return common_cpu_binding();
-}
-
-template <Collective kCollective>
 constexpr auto cpu_implementation() {
   if constexpr (kCollective == Collective::kPermute)
     return permute_cpu;
@@ -126,7 +118,7 @@ constexpr auto cpu_implementation() {
 // One handler per collective row of codes.def, named after its enumerator (kAllReduce -> kAllReduceCpu).
 #define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cpu, cpu_implementation<Collective::enumerator>(), \
-                                cpu_binding<Collective::enumerator>());
+                                binding_of<Collective::enumerator>(common_cpu_binding));
 #include "jax_mscclpp/codes.def"
 
 }  // namespace

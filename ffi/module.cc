@@ -58,14 +58,15 @@ nb::dict code_tables() {
     collectives.append(row);                                                        \
   }
 #define JAX_MSCCLPP_REDUCE_OP(enumerator, code, name) reduce_ops.append(code_row(#enumerator, code, name));
-#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
-  {                                                                                         \
-    nb::dict row = code_row(#enumerator, code, name);                                       \
-    row["bytes"] = bytes;                                                                   \
-    row["host_type"] = #host_type;                                                          \
-    row["device_type"] = #device_type;                                                      \
-    row["nccl_type"] = #nccl_type;                                                          \
-    dtypes.append(row);                                                                     \
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type, xla_type) \
+  {                                                                                                   \
+    nb::dict row = code_row(#enumerator, code, name);                                                 \
+    row["bytes"] = bytes;                                                                             \
+    row["host_type"] = #host_type;                                                                    \
+    row["device_type"] = #device_type;                                                                \
+    row["nccl_type"] = #nccl_type;                                                                    \
+    row["xla_type"] = #xla_type;                                                                      \
+    dtypes.append(row);                                                                               \
   }
 #define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives_mask, host, needs) \
   {                                                                           \

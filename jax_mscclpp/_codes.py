@@ -30,7 +30,7 @@ def def_file_text(name: str) -> str:
 _ROW_MACROS = {
     "JAX_MSCCLPP_COLLECTIVE": ("collective", ("input_per_rank", "output_per_rank")),
     "JAX_MSCCLPP_REDUCE_OP": ("reduce_op", ()),
-    "JAX_MSCCLPP_DTYPE": ("dtype", ("bytes", "host_type", "device_type", "nccl_type")),
+    "JAX_MSCCLPP_DTYPE": ("dtype", ("bytes", "host_type", "device_type", "nccl_type", "xla_type")),
     "JAX_MSCCLPP_ALGORITHM": ("algorithm", ("collectives", "host", "needs")),
     "JAX_MSCCLPP_PLAN_OP": ("plan_op", ()),
     "JAX_MSCCLPP_PLAN_BUFFER": ("plan_buffer", ()),
@@ -47,7 +47,7 @@ def _column(column: str, text: str, constants: dict[str, int]):
     if column == "collectives":  # an OR of the JAX_MSCCLPP_AR / ... constants, or a number
         return sum(constants[term] if term in constants else int(term)
                    for term in (t.strip() for t in text.split("|")))
-    if column in ("host", "needs", "host_type", "device_type", "nccl_type"):
+    if column in ("host", "needs", "host_type", "device_type", "nccl_type", "xla_type"):
         return text
     return int(text)
 

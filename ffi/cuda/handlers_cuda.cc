@@ -145,14 +145,6 @@ auto common_cuda_binding() {
 }
 
 template <Collective kCollective>
-auto cuda_binding() {
-  if constexpr (kCollective == Collective::kPermute)
-    return common_cuda_binding().Attr<ffi::Span<const int32_t>>("destinations");
-  else
-    return common_cuda_binding();
-}
-
-template <Collective kCollective>
 constexpr auto cuda_implementation() {
   if constexpr (kCollective == Collective::kPermute)
     return permute_cuda;
@@ -162,11 +154,12 @@ constexpr auto cuda_implementation() {
 
 // One handler per collective row of codes.def, named after its enumerator, twice (call_decoding.h,
 // kOutsideGraphsSuffix): kAllReduceCuda may be recorded into command buffers, kAllReduceCudaOutsideGraphs may not.
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)                           \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cuda, cuda_implementation<Collective::enumerator>(),              \
-                                cuda_binding<Collective::enumerator>(), {ffi::Traits::kCmdBufferCompatible}); \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##CudaOutsideGraphs, cuda_implementation<Collective::enumerator>(), \
-                                cuda_binding<Collective::enumerator>());
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)                            \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cuda, cuda_implementation<Collective::enumerator>(),               \
+                                binding_of<Collective::enumerator>(common_cuda_binding),                    \
+                                {ffi::Traits::kCmdBufferCompatible});                                          \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##CudaOutsideGraphs, cuda_implementation<Collective::enumerator>(),  \
+                                binding_of<Collective::enumerator>(common_cuda_binding));
 #include "jax_mscclpp/codes.def"
 
 // A collective started on this device's side stream, and the done that joins it (side_stream.h;

@@ -16,7 +16,7 @@ size_t nccl_dtype_bytes(ncclDataType_t dtype) {
 
 int32_t reduction_dtype_code(ncclDataType_t dtype) {
   // The rows of codes.def with an NCCL type (nccl_type -1: none).
-#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type, xla_type) \
   if (int(dtype) == int(nccl_type)) return codes::enumerator;
 #include "jax_mscclpp/codes.def"
   return -1;

@@ -76,7 +76,7 @@ void reduce_into(T* acc, const T* src, size_t n, ReduceOp op) {
 template <class Fn>
 void dispatch_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
-#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type, xla_type) \
   case DType::enumerator:                                                                   \
     fn.template operator()<host_type>();                                                    \
     break;

@@ -219,7 +219,7 @@ inline bool dispatch_dtype_op(int32_t dtype, int32_t op, F&& f) {
     }
   };
   switch (dtype) {
-#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type) \
+#define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type, xla_type) \
   case codes::enumerator:                                                                   \
     return with_op(device_type{});
 #include "jax_mscclpp/codes.def"
