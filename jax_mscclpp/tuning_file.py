@@ -1,5 +1,6 @@
 """The tuning file: algorithm choices measured on this machine, which ``selection.choose`` reads before its
-default table.
+default table (and the NCCL-API library too, from the file ``JAX_MSCCLPP_TUNING_FILE`` names:
+``nccl/runtime/tuning_file.cc``).
 
 Where it is read from:
 

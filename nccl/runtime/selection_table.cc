@@ -36,24 +36,34 @@ constexpr AnySize kAnySize[] = {
 #include "jax_mscclpp/selection.def"
 };
 
-bool matches(const Rule& rule, int32_t collective, uint64_t nbytes, int world) {
-  return rule.collective == collective && rule.platform == kGpu && (rule.world == 0 || rule.world == world) &&
-         (rule.max_bytes < 0 || nbytes <= static_cast<uint64_t>(rule.max_bytes));
-}
-
 }  // namespace
 
-int32_t selected_algorithm(int32_t collective, uint64_t nbytes, int world, bool nccl_can_run) {
-  // Every rule before the first match returns nothing, so the first kLax seen is the first match's.
-  for (const Rule& rule : kRules) {
-    if (!matches(rule, collective, nbytes, world)) continue;
-    if (rule.algorithm != kLax) return rule.algorithm;
-    if (nccl_can_run) return -1;
-  }
+int32_t select_algorithm(const std::vector<TunedRule>& tuned, int32_t collective, uint64_t nbytes, int world,
+                         bool nccl_can_run) {
+  // The tuned rules (any world), then the built-in GPU rules, first match first, as the JAX path's selection. A
+  // rule that does not match, or says kLax where NCCL cannot run, decides nothing; so the first kLax that decides
+  // is the first match's.
+  int32_t chosen = -1;
+  auto decides = [&](int32_t rule_collective, int64_t max_bytes, int32_t algorithm, int rule_world) {
+    if (rule_collective != collective || (rule_world != 0 && rule_world != world) ||
+        (max_bytes >= 0 && nbytes > static_cast<uint64_t>(max_bytes)))
+      return false;
+    if (algorithm == kLax && !nccl_can_run) return false;
+    chosen = algorithm;
+    return true;
+  };
+  for (const TunedRule& rule : tuned)
+    if (decides(rule.collective, rule.max_bytes, rule.algorithm, 0)) return chosen;
+  for (const Rule& rule : kRules)
+    if (rule.platform == kGpu && decides(rule.collective, rule.max_bytes, rule.algorithm, rule.world)) return chosen;
   if (nccl_can_run) return -1;  // no rule: the framework's own
   for (const AnySize& any : kAnySize)
     if (any.collective == collective) return any.algorithm;
   return -1;
+}
+
+int32_t selected_algorithm(int32_t collective, uint64_t nbytes, int world, bool nccl_can_run) {
+  return select_algorithm(tuned_rules(), collective, nbytes, world, nccl_can_run);
 }
 
 }  // namespace jax_mscclpp::nccl

@@ -38,4 +38,5 @@ NB_MODULE(_jax_mscclpp_testing, m) {
   register_harness(m);
   register_executor(m);
   register_bootstrap(m);
+  register_selection(m);
 }
