@@ -20,6 +20,16 @@ inline DType to_dtype(xla::ffi::DataType t) {
   }
 }
 
+// The implementation of collective kCollective's handler: `kPermute` for the permutation, `kOther` (the
+// platform's handler of the collective) for every other.
+template <Collective kCollective, auto kPermute, auto kOther>
+constexpr auto implementation_of() {
+  if constexpr (kCollective == Collective::kPermute)
+    return kPermute;
+  else
+    return kOther;
+}
+
 // The binding of collective kCollective's handler: what `common()` binds (what every collective's handler takes),
 // and for the permutation its destination table. (A binding is only ever built in one expression: it cannot be
 // moved, so `common` makes it.)

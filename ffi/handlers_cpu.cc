@@ -107,17 +107,11 @@ auto common_cpu_binding() {
       .Attr<int64_t>("plan_id");
 }
 
-template <Collective kCollective>
-constexpr auto cpu_implementation() {
-  if constexpr (kCollective == Collective::kPermute)
-    return permute_cpu;
-  else
-    return collective_cpu<kCollective>;
-}
-
 // One handler per collective row of codes.def, named after its enumerator (kAllReduce -> kAllReduceCpu).
 #define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cpu, cpu_implementation<Collective::enumerator>(), \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cpu,                                                    \
+                                (implementation_of<Collective::enumerator, permute_cpu,               \
+                                                   collective_cpu<Collective::enumerator>>()),        \
                                 binding_of<Collective::enumerator>(common_cpu_binding));
 #include "jax_mscclpp/codes.def"
 

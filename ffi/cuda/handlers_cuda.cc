@@ -144,23 +144,18 @@ auto common_cuda_binding() {
       .Attr<int32_t>("max_blocks");
 }
 
-template <Collective kCollective>
-constexpr auto cuda_implementation() {
-  if constexpr (kCollective == Collective::kPermute)
-    return permute_cuda;
-  else
-    return collective_cuda<kCollective>;
-}
-
 // One handler per collective row of codes.def, named after its enumerator, twice (call_decoding.h,
 // kOutsideGraphsSuffix): kAllReduceCuda may be recorded into command buffers, kAllReduceCudaOutsideGraphs may not.
+#define JAX_MSCCLPP_CUDA_IMPLEMENTATION(enumerator) \
+  (implementation_of<Collective::enumerator, permute_cuda, collective_cuda<Collective::enumerator>>())
 #define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)                            \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cuda, cuda_implementation<Collective::enumerator>(),               \
-                                binding_of<Collective::enumerator>(common_cuda_binding),                    \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cuda, JAX_MSCCLPP_CUDA_IMPLEMENTATION(enumerator),                  \
+                                binding_of<Collective::enumerator>(common_cuda_binding),                       \
                                 {ffi::Traits::kCmdBufferCompatible});                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##CudaOutsideGraphs, cuda_implementation<Collective::enumerator>(),  \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##CudaOutsideGraphs, JAX_MSCCLPP_CUDA_IMPLEMENTATION(enumerator),     \
                                 binding_of<Collective::enumerator>(common_cuda_binding));
 #include "jax_mscclpp/codes.def"
+#undef JAX_MSCCLPP_CUDA_IMPLEMENTATION
 
 // A collective started on this device's side stream, and the done that joins it (side_stream.h;
 // docs/architecture.md, "Overlap"). The done takes the start's operand too, so that XLA keeps it alive until the

@@ -73,13 +73,27 @@ class Reader {
     if (c == 'n') return out->kind = Json::kNull, literal("null");
     return number(out);
   }
-  bool object(Json* out, int depth) {
-    out->kind = Json::kObject;
+  // The elements of an object or array up to `close`, each read by `element`, separated by commas.
+  template <class Element>
+  bool elements(char close, Element element) {
     ++at_;
     skip_space();
-    if (at_ < s_.size() && s_[at_] == '}') return ++at_, true;
+    if (at_ < s_.size() && s_[at_] == close) return ++at_, true;
     for (;;) {
       skip_space();
+      if (!element()) return false;
+      skip_space();
+      if (at_ < s_.size() && s_[at_] == ',') {
+        ++at_;
+        continue;
+      }
+      if (at_ < s_.size() && s_[at_] == close) return ++at_, true;
+      return what_ = std::string("',' or '") + close + "' expected", false;
+    }
+  }
+  bool object(Json* out, int depth) {
+    out->kind = Json::kObject;
+    return elements('}', [&] {
       std::string key;
       if (at_ >= s_.size() || s_[at_] != '"') return what_ = "a key expected", false;
       if (!string(&key)) return false;
@@ -90,33 +104,17 @@ class Reader {
       Json v;
       if (!value(&v, depth + 1)) return false;
       out->object.emplace_back(std::move(key), std::move(v));
-      skip_space();
-      if (at_ < s_.size() && s_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < s_.size() && s_[at_] == '}') return ++at_, true;
-      return what_ = "',' or '}' expected", false;
-    }
+      return true;
+    });
   }
   bool array(Json* out, int depth) {
     out->kind = Json::kArray;
-    ++at_;
-    skip_space();
-    if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
-    for (;;) {
-      skip_space();
+    return elements(']', [&] {
       Json v;
       if (!value(&v, depth + 1)) return false;
       out->array.push_back(std::move(v));
-      skip_space();
-      if (at_ < s_.size() && s_[at_] == ',') {
-        ++at_;
-        continue;
-      }
-      if (at_ < s_.size() && s_[at_] == ']') return ++at_, true;
-      return what_ = "',' or ']' expected", false;
-    }
+      return true;
+    });
   }
   // A string; escapes are decoded, a \u escape outside ASCII kept as '?' (no name or key of the format needs one).
   bool string(std::string* out) {

@@ -7,15 +7,6 @@ import threading
 
 import pytest
 
-from tests.harness import MISSING, native_module
-
-
-@pytest.fixture(scope="module")
-def harness():
-    module = native_module()
-    if module is None:
-        pytest.skip(MISSING)
-    return module
 
 
 def run_ranks(harness, root, nranks, rounds, ranks=None, nranks_claimed=None):

@@ -10,7 +10,6 @@ import pytest
 
 from jax_mscclpp import selection, tuning_file
 from jax_mscclpp._codes import CODE_TABLES, Collective
-from tests.harness import MISSING, native_module
 
 CODE = {row["name"]: row["code"] for row in CODE_TABLES["algorithm"]}
 CODE["lax"] = -1
@@ -30,14 +29,6 @@ TUNED = {
         {"collective": "all_reduce", "platform": "gpu", "max_bytes": 1 << 30, "algorithm": "2pr"},
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def harness():
-    module = native_module()
-    if module is None:
-        pytest.skip(MISSING)
-    return module
 
 
 def python_choice(collective, nbytes, world, nccl_can_run):
