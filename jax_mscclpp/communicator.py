@@ -25,9 +25,8 @@ from ._native import native
 _DEFAULT_SCRATCH_BYTES = {"cpu": 8 << 20, "gpu": 64 << 20}
 # Channels (thread blocks) per peer on GPUs: the ring and NVLS kernels run one block per channel index.
 _CHANNELS_PER_PEER = 8
-# Thread blocks of the streaming HB kernels (two semaphores per peer and block); capped at the GPU's
-# multiprocessor count, since every block of such a kernel must be resident at once.
-_STREAM_BLOCKS = 128
+# The streaming HB kernels' blocks and geometry come from JAX_MSCCLPP_STREAM_* as the native runtime reads them
+# (runtime/gpu/rank_context.h): the NCCL-API library creates its ranks the same way.
 
 
 # The host backend needs at least this much scratch per rank of a group, per scratch half (runtime/reference/host_communicator.cc).
@@ -281,7 +280,7 @@ class Communicator:
         for p, d in local.items():
             endpoints[p] = cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p],
                                                  self.world_size, self.scratch_bytes, _CHANNELS_PER_PEER,
-                                                 self.port_channels, _STREAM_BLOCKS)
+                                                 self.port_channels)
         self.alive = True
         if jax.process_count() > 1:
             # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the

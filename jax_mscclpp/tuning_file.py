@@ -1,14 +1,14 @@
 """The tuning file: algorithm choices measured on this machine, which ``selection.choose`` reads before its
-default table (and the NCCL-API library too, from the file ``JAX_MSCCLPP_TUNING_FILE`` names:
-``nccl/runtime/tuning_file.cc``).
+default table (and the NCCL-API library too, finding the file the same way: ``nccl/runtime/tuning_file.cc``).
 
 Where it is read from:
 
-- ``JAX_MSCCLPP_TUNING_FILE=/path/file.json``: that file (a missing or unreadable file is warned about once and
-  ignored); ``JAX_MSCCLPP_TUNING_FILE=off`` (or ``none``, ``0``, empty): no file at all;
-- otherwise the default file of this topology, if it exists:
-  ``<cache>/tuning/<platform>-<device kind>-<n>dev.json`` where ``<cache>`` is ``JAX_MSCCLPP_CACHE_DIR``, else
-  ``$XDG_CACHE_HOME/jax_mscclpp``, else ``~/.cache/jax_mscclpp``.
+- ``JAX_MSCCLPP_TUNING_FILE=/path/file.json``: that file (a missing or unreadable file is an error, settings.py);
+  ``JAX_MSCCLPP_TUNING_FILE=off`` (or ``none``, ``0``, ``false``): no file at all;
+- otherwise (unset or empty) the default file of this topology, if it exists:
+  ``<cache>/tuning/<platform>-<device kind>-<n>dev[-<p>proc].json`` where ``<cache>`` is ``JAX_MSCCLPP_CACHE_DIR``,
+  else ``$XDG_CACHE_HOME/jax_mscclpp``, else ``~/.cache/jax_mscclpp``. The NCCL-API library names the topology
+  its communicator spans: the same name for a communicator over every device of the job.
 
 ``python -m jax_mscclpp.tune`` writes it. Format (JSON, ``"format": "jax_mscclpp.tuning/1"``): ``rules`` is an
 ordered list of ``{collective, platform, max_bytes, algorithm}`` (plus ``min_bytes``, ``margin`` and ``runner_up``,
@@ -29,7 +29,7 @@ import warnings
 FORMAT = "jax_mscclpp.tuning/1"
 ENV_FILE = "JAX_MSCCLPP_TUNING_FILE"
 ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
-_OFF = ("", "0", "off", "none", "false")
+_OFF = ("0", "off", "none", "false")
 
 _lock = threading.Lock()
 _loaded: dict = {}  # path -> (stat signature, rules)
@@ -37,11 +37,25 @@ _warned: set = set()
 _topologies: dict = {}
 
 
+def _named_file() -> str | None:
+    """JAX_MSCCLPP_TUNING_FILE's value, stripped; None when it is unset or empty (both mean: the default file)."""
+    value = os.environ.get(ENV_FILE, "").strip()
+    return value or None
+
+
 def cache_dir() -> str:
     if os.environ.get(ENV_CACHE_DIR):
         return os.environ[ENV_CACHE_DIR]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jax_mscclpp")
+
+
+def topology_name(platform: str, device_kind: str, devices: int, processes: int) -> str:
+    """``<platform>-<device kind>-<n>dev`` (``-<p>proc`` with several processes), the kind lower-cased with each run
+    of other characters than letters and digits one dash (the NCCL-API library spells it alike)."""
+    kind = re.sub(r"[^A-Za-z0-9]+", "-", device_kind).strip("-").lower() or "device"
+    name = f"{platform}-{kind}-{devices}dev"
+    return name + f"-{processes}proc" if processes > 1 else name
 
 
 def _jax_devices(platform: str):
@@ -66,18 +80,20 @@ def topology(platform: str) -> str | None:
     devices = _jax_devices(platform)
     if not devices:
         return None
-    kind = re.sub(r"[^A-Za-z0-9]+", "-", devices[0].device_kind).strip("-").lower() or "device"
-    name = f"{platform}-{kind}-{len(devices)}dev"
-    if jax.process_count() > 1:
-        name += f"-{jax.process_count()}proc"
+    name = topology_name(platform, devices[0].device_kind, len(devices), jax.process_count())
     _topologies[platform] = name
     return name
+
+
+def default_file_of(topology_name: str) -> str:
+    """The default selection file of the topology named ``topology_name``."""
+    return os.path.join(cache_dir(), "tuning", topology_name + ".json")
 
 
 def default_path(platform: str) -> str | None:
     """The default selection file of this machine's ``platform`` topology (None when there is no device)."""
     name = topology(platform)
-    return None if name is None else os.path.join(cache_dir(), "tuning", name + ".json")
+    return None if name is None else default_file_of(name)
 
 
 def _backends_started() -> bool:
@@ -92,9 +108,9 @@ def _backends_started() -> bool:
 def active_path(platform: str | None) -> str | None:
     """The selection file ``choose`` reads for ``platform``, or None. Without ``JAX_MSCCLPP_TUNING_FILE`` and
     before JAX has started (or with no platform), there is none: finding the default needs the devices."""
-    env = os.environ.get(ENV_FILE)
+    env = _named_file()
     if env is not None:
-        return None if env.strip().lower() in _OFF else env
+        return None if env.lower() in _OFF else env
     if platform is None or not _backends_started():
         return None
     path = default_path(platform)
@@ -169,7 +185,7 @@ def rules_for(platform: str | None) -> tuple:
     path = active_path(platform)
     if path is None:
         return ()
-    rules = load_rules(path, named=os.environ.get(ENV_FILE) is not None)
+    rules = load_rules(path, named=_named_file() is not None)
     return rules if platform is None else tuple(r for r in rules if r.platform == platform)
 
 
@@ -178,8 +194,7 @@ def listed_rules() -> list:
     (once JAX has started) each platform's default file's."""
     from ._types import PLATFORM_ALGORITHMS
 
-    env = os.environ.get(ENV_FILE)
-    if env is not None:
+    if _named_file() is not None:
         path = active_path(None)
         return [(r, path) for r in load_rules(path)] if path else []
     out = []

@@ -30,14 +30,13 @@ void register_communicator_bindings(nb::module_& m) {
   m.def(
       "comm_create_rank",
       [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
-         bool port_channels, int stream_blocks) {
-        const RankOptions options =
-            gpu_rank_options(device, rank, nranks, scratch_bytes, channels_per_peer, stream_blocks);
+         bool port_channels) {
+        const RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes, channels_per_peer);
         std::string endpoint = create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
         return nb::bytes(endpoint.data(), endpoint.size());
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),
-      nb::arg("channels_per_peer"), nb::arg("port_channels"), nb::arg("stream_blocks"),
+      nb::arg("channels_per_peer"), nb::arg("port_channels"),
       "Allocates one rank's registered scratch and semaphores on `device`; returns its endpoint bytes.");
   m.def(
       "comm_connect",

@@ -58,7 +58,8 @@ struct LaunchArgs {
 struct Launcher {
   // The largest piece (bytes of one block) one launch handles for blocks of `block_bytes` over `nranks` ranks
   // in a scratch of `scratch_bytes`; 0 when none fits (the call cannot run).
-  uint64_t (*piece_cap)(int32_t collective, int nranks, uint64_t block_bytes, uint64_t scratch_bytes);
+  uint64_t (*piece_cap)(int32_t collective, int nranks, uint64_t block_bytes, uint64_t scratch_bytes,
+                        const StreamTuning& tuning);
   // cudaErrorNotReady when the context lacks what the kernel needs for blocks of `block_bytes` (port channels, a
   // usable SwitchChannel, stream semaphores), asked before the first launch of a call; null: nothing beyond
   // what launch_collective checks (memory channels, the epoch).

@@ -126,13 +126,13 @@ __global__ void __launch_bounds__(kLLThreads) all_pairs_copy_ll_kernel(Collectiv
 
 // all_reduce: RS + AG areas of n slots of 2 * chunk each, chunk = piece / n; reduce_scatter: RS area only,
 // chunk = piece.
-uint64_t piece_cap_reduce(int32_t collective, int nranks, uint64_t, uint64_t scratch_bytes) {
+uint64_t piece_cap_reduce(int32_t collective, int nranks, uint64_t, uint64_t scratch_bytes, const StreamTuning&) {
   const ScratchLayout s = ScratchLayout::of(scratch_bytes);
   if (collective == codes::kAllReduce) return nranks * round_down(s.ll_half / (4 * static_cast<uint64_t>(nranks)), 16);
   return round_down(s.ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
 }
 
-uint64_t piece_cap_copy(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+uint64_t piece_cap_copy(int32_t, int nranks, uint64_t, uint64_t scratch_bytes, const StreamTuning&) {
   return round_down(ScratchLayout::of(scratch_bytes).ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
 }
 

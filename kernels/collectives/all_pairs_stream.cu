@@ -17,11 +17,8 @@
 // the senders have read chunk k of every segment (`sent`, in shared memory). That wait cannot close a cycle: the
 // senders' chunk k needs the peer's receivers at chunk k - S, which need the peer's senders at k - S, which need
 // these receivers at k - 2S, already past.
-#include <cstdlib>
-
 #include "collectives/algorithms.h"
 #include "collectives/stream.cuh"
-#include "jax_mscclpp/settings.h"
 
 namespace jax_mscclpp::collectives {
 namespace {
@@ -128,30 +125,6 @@ __global__ void __launch_bounds__(kHBThreads)
   finish_launch(c, e);
 }
 
-}  // namespace
-
-// The streaming launches' tuning (docs/architecture.md, "Protocols", Streaming HB): defaults from measurements on two
-// H200s over NVLink; JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} override them (read once per process).
-const StreamTuning& stream_tuning() {
-  static const StreamTuning tuning = [] {
-    StreamTuning t{32 << 10, 128, 2, 256 << 10, 4};
-    auto env = [](Setting setting, uint64_t fallback) {
-      const char* v = setting_value(setting);
-      if (v == nullptr) return fallback;
-      const unsigned long long x = std::strtoull(v, nullptr, 10);
-      return x == 0 ? fallback : static_cast<uint64_t>(x);
-    };
-    t.max_blocks = static_cast<int32_t>(env(Setting::kStreamBlocks, t.max_blocks));
-    t.block_bytes = env(Setting::kStreamBlockBytes, t.block_bytes);
-    t.max_chunk = round_up(env(Setting::kStreamChunk, t.max_chunk), 16);
-    t.slots = static_cast<int32_t>(env(Setting::kStreamSlots, t.slots));
-    return t;
-  }();
-  return tuning;
-}
-
-namespace {
-
 // The segment and geometry of a streaming call of `bytes` per block. 2PA-HB streams shards (a 1/n of the message
 // each) and gives each of its two phases half of the HB half's slots; the others stream whole blocks through all
 // of them.
@@ -161,16 +134,17 @@ struct StreamShape {
   StreamGeometry geo;
 };
 
-StreamShape stream_shape(bool two_phase, uint64_t bytes, int nranks, uint64_t scratch_bytes, int max_blocks) {
+StreamShape stream_shape(bool two_phase, uint64_t bytes, int nranks, uint64_t scratch_bytes, int max_blocks,
+                         const StreamTuning& tuning) {
   const uint64_t seg = two_phase ? round_up(ceil_div(bytes, nranks), 16) : bytes;
   const uint64_t phase = ScratchLayout::of(scratch_bytes).hb_half / (two_phase ? 2 : 1);
-  return {seg, phase, stream_geometry(seg, nranks, phase, max_blocks, stream_tuning())};
+  return {seg, phase, stream_geometry(seg, nranks, phase, max_blocks, tuning)};
 }
 
 // One launch whatever the size: the piece is the whole block, or nothing when the geometry does not fit.
 template <bool kTwoPhase>
-uint64_t piece_cap(int32_t, int nranks, uint64_t block_bytes, uint64_t scratch_bytes) {
-  return stream_shape(kTwoPhase, block_bytes, nranks, scratch_bytes, 1).geo.blocks == 0 ? 0 : block_bytes;
+uint64_t piece_cap(int32_t, int nranks, uint64_t block_bytes, uint64_t scratch_bytes, const StreamTuning& tuning) {
+  return stream_shape(kTwoPhase, block_bytes, nranks, scratch_bytes, 1, tuning).geo.blocks == 0 ? 0 : block_bytes;
 }
 
 cudaError_t ready(const CollectiveContext& c, uint64_t) {
@@ -180,7 +154,7 @@ cudaError_t ready(const CollectiveContext& c, uint64_t) {
 // The call's shape on this context: its grid capped by the stream blocks and `max_blocks`.
 StreamShape shape_here(const CollectiveContext& c, bool two_phase, uint64_t bytes, const LaunchArgs& a) {
   const int blocks = a.max_blocks > 0 && a.max_blocks < c.stream_blocks ? a.max_blocks : c.stream_blocks;
-  return stream_shape(two_phase, bytes, c.nranks, c.scratch_bytes, blocks);
+  return stream_shape(two_phase, bytes, c.nranks, c.scratch_bytes, blocks, c.stream_tuning);
 }
 
 // all_reduce 1PA-HB (every segment the whole input: in_stride 0) and reduce_scatter (segment q = input block q).

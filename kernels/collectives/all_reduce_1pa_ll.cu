@@ -201,7 +201,7 @@ uint64_t piece_cap_1pa_ll(int nranks, const ScratchLayout& s) {
   return round_down(s.ll_half / (2 * static_cast<uint64_t>(nranks)), 16);
 }
 
-uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes, const StreamTuning&) {
   return piece_cap_1pa_ll(nranks, ScratchLayout::of(scratch_bytes));
 }
 

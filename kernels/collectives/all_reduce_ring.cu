@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kHBThreads) all_reduce_ring_kernel(CollectiveC
   finish_launch(c, e);
 }
 
-uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes, const StreamTuning&) {
   const ScratchLayout s = ScratchLayout::of(scratch_bytes);
   // Port-channel offsets travel as 32 bits: the whole scratch must lie below 4 GiB.
   if (2 * (s.ll_half + s.hb_half) > (1ull << 32)) return 0;

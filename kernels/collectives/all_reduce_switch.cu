@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kHBThreads) all_reduce_switch_kernel(Collectiv
 }
 
 // Emulated, the members are an array of at most kMaxSwitchMembers scratches.
-uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes) {
+uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes, const StreamTuning&) {
   if (nranks > kMaxSwitchMembers) return 0;
   return nranks * round_down(ScratchLayout::of(scratch_bytes).hb_half / static_cast<uint64_t>(nranks), 16);
 }

@@ -42,13 +42,13 @@ bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, 
 }
 
 uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype,
-                                 int32_t nranks, uint64_t scratch_bytes) {
+                                 int32_t nranks, uint64_t scratch_bytes, const StreamTuning& tuning) {
   const uint64_t esize = dtype_bytes(dtype);
   if (esize == 0 || nranks < 1 || block_count == 0 || nranks == 1) return 0;
   const uint64_t bytes = block_count * esize;
   const Launcher* l = launcher_of(collective, algorithm, bytes);
   if (l == nullptr) return 0;
-  const uint64_t cap = l->piece_cap(collective, nranks, bytes, scratch_bytes);
+  const uint64_t cap = l->piece_cap(collective, nranks, bytes, scratch_bytes, tuning);
   return cap == 0 ? 0 : ceil_div(bytes, cap);
 }
 
@@ -75,7 +75,7 @@ cudaError_t launch_pieces(const CollectiveContext& ctx, int32_t collective, int3
     const cudaError_t e = l->ready(ctx, bytes);
     if (e != cudaSuccess) return e;
   }
-  const uint64_t cap = l->piece_cap(collective, ctx.nranks, bytes, ctx.scratch_bytes);
+  const uint64_t cap = l->piece_cap(collective, ctx.nranks, bytes, ctx.scratch_bytes, ctx.stream_tuning);
   if (cap == 0) return cudaErrorInvalidValue;
 
   // Blocks as the collective's block layout (block_layout.h) places them: block q at q * bytes.

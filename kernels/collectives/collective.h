@@ -27,11 +27,21 @@ namespace jax_mscclpp {
 // channel table in device memory: the latency-bound kernels store to a peer without a dependent load first.
 constexpr int kDirectPeers = 16;
 
+// The streaming kernels' geometry knobs (collectives/stream.cuh), the same on every rank of a communicator: the
+// runtime fills them from JAX_MSCCLPP_STREAM_{BLOCK_BYTES,CHUNK,SLOTS} (settings.def) when it creates a rank; the
+// kernels read no setting themselves.
+struct StreamTuning {
+  uint64_t block_bytes;  // a block per this many bytes of a segment, up to the context's stream_blocks
+  uint64_t max_chunk;    // largest chunk, bytes (a multiple of 16)
+  int32_t slots;         // slots per (peer, block)
+};
+
 struct CollectiveContext {
   int32_t rank;
   int32_t nranks;
   int32_t channels_per_peer;
   int32_t stream_blocks;                 // most thread blocks a streaming kernel may use (0: none)
+  StreamTuning stream_tuning;
   char* scratch;                         // registered scratch of this rank (every region)
   uint64_t scratch_bytes;
   const MemoryChannelDeviceHandle* mem;  // device array [nranks * channels_per_peer]; entry p*cpp + c reaches p
@@ -70,7 +80,7 @@ bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, 
 // Launches (epochs) one call takes for these sizes: a function of the sizes alone. 0 when the call launches
 // nothing (block_count 0, one rank) or cannot run (unsupported, or a scratch too small for even one piece).
 uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype,
-                                 int32_t nranks, uint64_t scratch_bytes);
+                                 int32_t nranks, uint64_t scratch_bytes, const StreamTuning& tuning);
 
 // Launches one call on `stream`. cudaErrorInvalidValue for an unsupported combination or a scratch too small for
 // one piece; cudaErrorNotReady when the context lacks what the algorithm needs (e.g. port channels, an emulated

@@ -170,7 +170,7 @@ PermuteArgs permute_args(const CollectiveContext& c, const Piece& p, const Launc
 }
 
 // LL: a receiver's packets fill its LL half from offset 0 (16 bytes of packets per 8 of data).
-uint64_t piece_cap_ll(int32_t, int, uint64_t, uint64_t scratch_bytes) {
+uint64_t piece_cap_ll(int32_t, int, uint64_t, uint64_t scratch_bytes, const StreamTuning&) {
   return round_down(ScratchLayout::of(scratch_bytes).ll_half / 2, 16);
 }
 
@@ -181,12 +181,12 @@ cudaError_t launch_ll(const CollectiveContext& c, const Piece& p, const LaunchAr
 }
 
 // HB: the geometry of stream.cuh with one peer (a receiver holds slots for one sender).
-StreamGeometry geometry(uint64_t bytes, uint64_t scratch_bytes, int max_blocks) {
-  return stream_geometry(bytes, 2, ScratchLayout::of(scratch_bytes).hb_half, max_blocks, stream_tuning());
+StreamGeometry geometry(uint64_t bytes, uint64_t scratch_bytes, int max_blocks, const StreamTuning& tuning) {
+  return stream_geometry(bytes, 2, ScratchLayout::of(scratch_bytes).hb_half, max_blocks, tuning);
 }
 
-uint64_t piece_cap_hb(int32_t, int, uint64_t block_bytes, uint64_t scratch_bytes) {
-  return geometry(block_bytes, scratch_bytes, 1).blocks == 0 ? 0 : block_bytes;
+uint64_t piece_cap_hb(int32_t, int, uint64_t block_bytes, uint64_t scratch_bytes, const StreamTuning& tuning) {
+  return geometry(block_bytes, scratch_bytes, 1, tuning).blocks == 0 ? 0 : block_bytes;
 }
 
 cudaError_t ready_hb(const CollectiveContext& c, uint64_t) {
@@ -195,7 +195,7 @@ cudaError_t ready_hb(const CollectiveContext& c, uint64_t) {
 
 cudaError_t launch_hb(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int blocks = a.max_blocks > 0 && a.max_blocks < c.stream_blocks ? a.max_blocks : c.stream_blocks;
-  const StreamGeometry geo = geometry(p.len, c.scratch_bytes, blocks);
+  const StreamGeometry geo = geometry(p.len, c.scratch_bytes, blocks, c.stream_tuning);
   if (geo.blocks == 0) return cudaErrorInvalidValue;
   permute_stream_kernel<<<geo.blocks, kHBThreads, 0, stream>>>(c, permute_args(c, p, a), geo);
   return cudaGetLastError();

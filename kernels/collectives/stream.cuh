@@ -188,26 +188,16 @@ struct StreamBlock {
 #endif  // __CUDACC__
 
 // Host: the geometry of a streaming launch over segments of `seg` bytes on `nranks` ranks, with `hb_half` bytes
-// of slots and at most `max_blocks` blocks; blocks 0 when the scratch cannot hold one 16-byte slot per
-// (peer, block). Tuning knobs in StreamTuning.
-struct StreamTuning {
-  uint64_t block_bytes;   // a block per this many bytes of a segment, up to max_blocks
-  int32_t max_blocks;
-  int32_t slots;
-  uint64_t max_chunk;     // largest chunk
-  uint32_t min_chunks;    // aim for at least this many chunks per block (pipelining)
-};
-
-// The process's streaming tuning: the defaults, or JAX_MSCCLPP_STREAM_{BLOCKS,BLOCK_BYTES,CHUNK,SLOTS} (read once;
-// all_pairs_stream.cu).
-const StreamTuning& stream_tuning();
+// of slots and at most `max_blocks` blocks (the context's stream_blocks, or a launch's cap below it); blocks 0 when
+// the scratch cannot hold one 16-byte slot per (peer, block). The knobs are the context's (collective.h,
+// StreamTuning); each block aims for at least kStreamMinChunks chunks, so that its puts and reads pipeline.
+constexpr uint64_t kStreamMinChunks = 4;
 
 inline StreamGeometry stream_geometry(uint64_t seg, int nranks, uint64_t hb_half, int max_blocks,
                                       const StreamTuning& t) {
   StreamGeometry g{0, t.slots < 1 ? 1 : t.slots, 0, 0};
   if (nranks < 2 || max_blocks < 1) return g;
-  int blocks = static_cast<int>(ceil_div(seg == 0 ? 1 : seg, t.block_bytes));
-  if (blocks > t.max_blocks) blocks = t.max_blocks;
+  int blocks = static_cast<int>(ceil_div(seg == 0 ? 1 : seg, t.block_bytes < 1 ? 1 : t.block_bytes));
   if (blocks > max_blocks) blocks = max_blocks;
   if (blocks < 1) blocks = 1;
   for (; blocks >= 1; blocks /= 2) {
@@ -215,8 +205,8 @@ inline StreamGeometry stream_geometry(uint64_t seg, int nranks, uint64_t hb_half
     if (cap < 16) continue;
     g.blocks = blocks;
     g.part = round_up(ceil_div(seg, blocks), 16);
-    uint64_t chunk = round_up(ceil_div(g.part, t.min_chunks < 1 ? 1 : t.min_chunks), 16);
-    if (chunk > t.max_chunk) chunk = t.max_chunk;
+    uint64_t chunk = round_up(ceil_div(g.part, kStreamMinChunks), 16);
+    if (chunk > round_up(t.max_chunk, 16)) chunk = round_up(t.max_chunk, 16);
     if (chunk > cap) chunk = cap;
     g.chunk = chunk < 16 ? 16 : chunk;
     return g;

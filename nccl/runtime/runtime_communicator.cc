@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "check.h"
@@ -16,16 +18,16 @@
 namespace jax_mscclpp::nccl {
 namespace {
 
-// Registered scratch per rank (every protocol's region, both halves), channels per peer and streaming blocks: the
-// JAX path's GPU defaults (jax_mscclpp/communicator.py).
+// Registered scratch per rank (every protocol's region, both halves) and channels per peer: the JAX path's GPU
+// defaults (jax_mscclpp/communicator.py); the streaming kernels' settings are the process's (rank_context.h).
 constexpr size_t kScratchBytes = 64ull << 20;
 constexpr int kChannelsPerPeer = 8;
-constexpr int kStreamBlocks = 128;
 
 // What each rank tells the others at setup, before its endpoint bytes.
 struct Identity {
   char gpu_uuid[16];
   int64_t host;
+  int64_t process;
 };
 
 int64_t host_identity() {
@@ -57,7 +59,7 @@ RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank,
     : bootstrap_(root, rank, nranks) {
   JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
   const cuda::RankOptions options =
-      cuda::gpu_rank_options(device_, rank, nranks, kScratchBytes, kChannelsPerPeer, kStreamBlocks);
+      cuda::gpu_rank_options(device_, rank, nranks, kScratchBytes, kChannelsPerPeer);
   rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
 
   cudaDeviceProp properties{};
@@ -65,6 +67,7 @@ RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank,
   Identity mine{};
   std::memcpy(mine.gpu_uuid, &properties.uuid, sizeof(mine.gpu_uuid));
   mine.host = host_identity();
+  mine.process = static_cast<int64_t>(getpid());
   const std::string frame = std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)) + rank_->endpoint();
   const std::vector<std::string> frames = bootstrap_.all_gather(frame, "ncclCommInitRank (jax_mscclpp setup)");
   std::vector<Identity> identities(nranks);
@@ -81,6 +84,9 @@ RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank,
     for (int p = q + 1; p < nranks; ++p)
       if (std::memcmp(identities[q].gpu_uuid, identities[p].gpu_uuid, sizeof(mine.gpu_uuid)) == 0) shares_gpu_ = true;
   }
+  std::set<std::pair<int64_t, int64_t>> processes;
+  for (const Identity& id : identities) processes.insert({id.host, id.process});
+  tuned_ = &tuned_rules(topology_name(properties.name, nranks, static_cast<int>(processes.size())));
   for (int q = 0; q < nranks; ++q)
     if (q != rank) rank_->connect(q, frames[q].substr(sizeof(Identity)));
   rank_->finalize();
@@ -100,7 +106,7 @@ int32_t RuntimeCommunicator::algorithm_for(const Operation& op, bool nccl_can_ru
   // Per-rank input bytes, as the table counts them.
   uint64_t nbytes = static_cast<uint64_t>(op.count) * element;
   if (collective == codes::kReduceScatter || collective == codes::kAllToAll) nbytes *= static_cast<uint64_t>(nranks());
-  const int32_t algorithm = selected_algorithm(collective, nbytes, nranks(), nccl_can_run && !shares_gpu_);
+  const int32_t algorithm = select_algorithm(*tuned_, collective, nbytes, nranks(), nccl_can_run && !shares_gpu_);
   if (algorithm < 0) return -1;
   const int32_t op_code = reduces(collective) ? reduce_op_code(op.op) : codes::kSum;
   if (!collective_supported(collective, algorithm, dtype, op_code)) return -1;

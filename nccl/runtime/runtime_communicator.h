@@ -8,7 +8,7 @@
 //   - shares_gpu(): two ranks drive one physical GPU (processes sharing a device), where NVIDIA's NCCL refuses to
 //     run; then every operation we have a kernel for runs here at any size.
 //   - algorithm_for(): the algorithm of ours that runs an operation, from the selection table shared with the JAX
-//     path (selection_table.h), or -1 when the real NCCL should (an operation, dtype or reduction we do not run, or
+//     path (selection_table.h) beneath the tuning file of the topology the communicator spans (tuning_file.h), or -1 when the real NCCL should (an operation, dtype or reduction we do not run, or
 //     a size the table gives to NCCL while NCCL can run).
 //   - launch() / launch_permute(): enqueue on the operation's stream, capture-safe (no host state per call); every
 //     rank must launch the same sequence (kernels/collectives/collective.h).
@@ -19,10 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "bootstrap.h"
 #include "communicator.h"
 #include "our_runtime.h"
+#include "tuning_file.h"
 
 namespace jax_mscclpp::nccl {
 
@@ -48,6 +50,7 @@ class RuntimeCommunicator {
   BootstrapClient bootstrap_;
   int device_ = 0;
   bool shares_gpu_ = false;
+  const std::vector<TunedRule>* tuned_ = nullptr;
   std::unique_ptr<cuda::GpuRank> rank_;
 };
 

@@ -62,8 +62,4 @@ int32_t select_algorithm(const std::vector<TunedRule>& tuned, int32_t collective
   return -1;
 }
 
-int32_t selected_algorithm(int32_t collective, uint64_t nbytes, int world, bool nccl_can_run) {
-  return select_algorithm(tuned_rules(), collective, nbytes, world, nccl_can_run);
-}
-
 }  // namespace jax_mscclpp::nccl

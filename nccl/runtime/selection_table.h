@@ -1,5 +1,5 @@
 // The GPU rows of the selection table shared with the JAX path (jax_mscclpp/selection.def), as this library reads
-// them, beneath the rules of the tuning file JAX_MSCCLPP_TUNING_FILE names (tuning_file.h).
+// them, beneath the rules of the communicator's tuning file (tuning_file.h).
 #pragma once
 
 #include <cstdint>
@@ -12,10 +12,9 @@ namespace jax_mscclpp::nccl {
 // The selection over `tuned` rules (consulted first, any world), then the built-in GPU rules; see below.
 int32_t select_algorithm(const std::vector<TunedRule>& tuned, int32_t collective, uint64_t nbytes, int world,
                          bool nccl_can_run);
-
+//
 // The algorithm (codes.def) for a GPU call of `collective` with `nbytes` of input per rank over `world` ranks:
 // the first matching rule's; where that is the framework's own collective, -1 when `nccl_can_run`, else the first
 // later matching rule of ours, else the collective's any-size algorithm.
-int32_t selected_algorithm(int32_t collective, uint64_t nbytes, int world, bool nccl_can_run);
 
 }  // namespace jax_mscclpp::nccl

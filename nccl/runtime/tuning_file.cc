@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <utility>
 
@@ -227,27 +229,73 @@ bool parse_tuning_file(const std::string& text, TuningFile* out, std::string* er
   return true;
 }
 
-const std::vector<TunedRule>& tuned_rules() {
-  static const std::vector<TunedRule> rules = [] {
-    const char* path = setting_value(Setting::kTuningFile);
-    if (path == nullptr) return std::vector<TunedRule>{};
-    for (const char* off : {"off", "none", "0", "false"})
-      if (strcasecmp(path, off) == 0) return std::vector<TunedRule>{};
-    std::ifstream file(path);
-    std::stringstream text;
-    text << file.rdbuf();
-    TuningFile parsed;
-    std::string error;
-    if (!file || !parse_tuning_file(text.str(), &parsed, &error)) {
-      std::fprintf(stderr, "jax_mscclpp: ignoring JAX_MSCCLPP_TUNING_FILE=\"%s\": %s; using the built-in table\n", path,
-                   file ? error.c_str() : "the file cannot be read");
-      return std::vector<TunedRule>{};
+std::string topology_name(const std::string& device_kind, int devices, int processes) {
+  std::string kind;
+  bool dash = false;
+  for (const char ch : device_kind) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      if (dash && !kind.empty()) kind += '-';
+      kind += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      dash = false;
+    } else {
+      dash = true;
     }
-    for (const std::string& s : parsed.skipped)
-      std::fprintf(stderr, "jax_mscclpp: %s: ignoring rule %s: this library does not run it on GPUs\n", path,
-                   s.c_str());
-    return parsed.rules;
-  }();
+  }
+  std::string name = "gpu-" + (kind.empty() ? std::string("device") : kind) + "-" + std::to_string(devices) + "dev";
+  if (processes > 1) name += "-" + std::to_string(processes) + "proc";
+  return name;
+}
+
+std::string tuning_file_path(const std::string& topology) {
+  if (const char* named = setting_value(Setting::kTuningFile)) {
+    for (const char* off : {"off", "none", "0", "false"})
+      if (strcasecmp(named, off) == 0) return "";
+    return named;
+  }
+  std::string cache;
+  if (const char* dir = setting_value(Setting::kCacheDir)) {
+    cache = dir;
+  } else {
+    const char* xdg = std::getenv("XDG_CACHE_HOME");
+    const char* home = std::getenv("HOME");
+    if (xdg != nullptr && xdg[0] != '\0') cache = std::string(xdg) + "/jax_mscclpp";
+    else if (home != nullptr && home[0] != '\0') cache = std::string(home) + "/.cache/jax_mscclpp";
+    else return "";
+  }
+  return cache + "/tuning/" + topology + ".json";
+}
+
+const std::vector<TunedRule>& tuned_rules(const std::string& topology) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<TunedRule>> loaded;  // path -> rules (entries never move)
+  static const std::vector<TunedRule> none;
+  const std::string path = tuning_file_path(topology);
+  if (path.empty()) return none;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = loaded.find(path);
+  if (found != loaded.end()) return found->second;
+  std::vector<TunedRule>& rules = loaded[path];
+  const bool named = setting_value(Setting::kTuningFile) != nullptr;
+  std::ifstream file(path);
+  if (!file) {
+    if (named)
+      std::fprintf(stderr, "jax_mscclpp: ignoring JAX_MSCCLPP_TUNING_FILE=\"%s\": the file cannot be read; using "
+                   "the built-in table\n", path.c_str());
+    return rules;
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  TuningFile parsed;
+  std::string error;
+  if (!parse_tuning_file(text.str(), &parsed, &error)) {
+    std::fprintf(stderr, "jax_mscclpp: ignoring the selection file %s: %s; using the built-in table\n", path.c_str(),
+                 error.c_str());
+    return rules;
+  }
+  for (const std::string& s : parsed.skipped)
+    std::fprintf(stderr, "jax_mscclpp: %s: ignoring rule %s: this library does not run it on GPUs\n", path.c_str(),
+                 s.c_str());
+  rules = std::move(parsed.rules);
   return rules;
 }
 

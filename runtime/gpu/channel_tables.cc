@@ -66,6 +66,7 @@ CollectiveContext ChannelTables::collective_context(const RankContext& ctx) cons
   c.port = port_per_peer_ == ctx.channels_per_peer() ? port() : nullptr;
   c.sw = switch_;
   c.stream_blocks = ctx.stream_blocks();
+  c.stream_tuning = ctx.stream_tuning();
   c.stream = c.stream_blocks > 0 ? stream_.get<D2DSemaphoreDeviceHandle>() : nullptr;
   c.epoch = ctx.epoch();
   for (int q = 0; q < c.nranks && q < kDirectPeers; ++q) c.peer_scratch[q] = ctx.peer_scratch(q);

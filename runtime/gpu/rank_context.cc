@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "check.h"
+#include "jax_mscclpp/settings.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
@@ -16,6 +17,9 @@ struct EndpointHeader {
   int32_t nranks;
   int32_t channels_per_peer;
   int32_t stream_blocks;
+  int32_t stream_slots;
+  uint64_t stream_block_bytes;
+  uint64_t stream_max_chunk;
 };
 
 }  // namespace
@@ -53,7 +57,9 @@ size_t RankContext::stream_semaphore_word(int sender, int block, int kind) const
 }
 
 std::string RankContext::endpoint() const {
-  EndpointHeader h{kEndpointMagic, opts_.rank, opts_.nranks, opts_.channels_per_peer, opts_.stream_blocks};
+  const StreamTuning& t = opts_.stream_tuning;
+  EndpointHeader h{kEndpointMagic, opts_.rank,  opts_.nranks,  opts_.channels_per_peer, opts_.stream_blocks,
+                   t.slots,        t.block_bytes, t.max_chunk};
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   out += MemoryHandle::make(scratch_.get(), scratch_.bytes(), opts_.device).serialize();
   out += MemoryHandle::make(pool_.get(), pool_.bytes(), opts_.device).serialize();
@@ -69,11 +75,17 @@ void RankContext::connect(int peer, const std::string& remote) {
   EndpointHeader h;
   std::memcpy(&h, remote.data(), sizeof(h));
   if (h.magic != kEndpointMagic) throw std::invalid_argument("jax_mscclpp: connect: not an endpoint");
-  if (h.rank != peer || h.nranks != opts_.nranks || h.channels_per_peer != opts_.channels_per_peer ||
-      h.stream_blocks != opts_.stream_blocks)
+  if (h.rank != peer || h.nranks != opts_.nranks || h.channels_per_peer != opts_.channels_per_peer)
     throw std::invalid_argument("jax_mscclpp: connect: endpoint of rank " + std::to_string(h.rank) + "/" +
                                 std::to_string(h.nranks) + " does not match peer " + std::to_string(peer) + "/" +
                                 std::to_string(opts_.nranks));
+  const StreamTuning& t = opts_.stream_tuning;
+  if (h.stream_blocks != opts_.stream_blocks || h.stream_slots != t.slots || h.stream_block_bytes != t.block_bytes ||
+      h.stream_max_chunk != t.max_chunk)
+    throw std::invalid_argument(
+        "jax_mscclpp: connect: rank " + std::to_string(peer) + " streams with other settings than rank " +
+        std::to_string(opts_.rank) + " (JAX_MSCCLPP_STREAM_BLOCKS, _BLOCK_BYTES, _CHUNK and _SLOTS must be the same "
+        "in every process, and the GPUs must have as many multiprocessors)");
   MemoryHandle scratch = MemoryHandle::deserialize(remote.substr(sizeof(h), hsize));
   MemoryHandle pool = MemoryHandle::deserialize(remote.substr(sizeof(h) + hsize, hsize));
   peer_scratch_[peer] = MappedMemory(scratch, opts_.device);
@@ -161,8 +173,22 @@ SwitchChannelDeviceHandle RankContext::switch_channel_emulated() {
   return h;
 }
 
-RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
-                             int stream_blocks) {
+StreamTuning stream_tuning_setting() {
+  StreamTuning t{};
+  t.block_bytes = positive_integer_setting(Setting::kStreamBlockBytes);
+  t.max_chunk = (positive_integer_setting(Setting::kStreamChunk) + 15) / 16 * 16;
+  const uint64_t slots = positive_integer_setting(Setting::kStreamSlots);
+  t.slots = static_cast<int32_t>(slots < 1024 ? slots : 1024);
+  return t;
+}
+
+int stream_blocks_setting() {
+  const uint64_t blocks = positive_integer_setting(Setting::kStreamBlocks);
+  return static_cast<int>(blocks < kEpochSlots ? blocks : kEpochSlots);
+}
+
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer) {
+  const int stream_blocks = stream_blocks_setting();
   RankOptions options;
   options.device = device;
   options.rank = rank;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/collective.h"
 #include "jax_mscclpp/call_inbox.cuh"
 #include "jax_mscclpp/epoch.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
@@ -26,6 +27,11 @@
 
 namespace jax_mscclpp::cuda {
 
+// The streaming kernels' knobs as the process's settings give them (JAX_MSCCLPP_STREAM_{BLOCK_BYTES,CHUNK,SLOTS},
+// settings.def: the one place of their defaults), and their block count (JAX_MSCCLPP_STREAM_BLOCKS).
+StreamTuning stream_tuning_setting();
+int stream_blocks_setting();
+
 struct RankOptions {
   int device = 0;
   int rank = 0;
@@ -33,14 +39,15 @@ struct RankOptions {
   size_t scratch_bytes = 1 << 20;
   int channels_per_peer = 1;  // semaphores per peer and kind: one channel per thread block, typically
   int stream_blocks = 0;      // thread blocks of the streaming kernels: two stream semaphores per peer and block
+  // The streaming kernels' geometry knobs; every rank of a communicator must have the same (connect checks).
+  StreamTuning stream_tuning = stream_tuning_setting();
   double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
 };
 
-// The options of rank `rank` of `nranks` on `device`, its streaming kernels given at most `stream_blocks` blocks and
-// never more than the device's multiprocessors: they wait across ranks block by block, so every block of one must
-// be resident at once.
-RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
-                             int stream_blocks);
+// The options of rank `rank` of `nranks` on `device`, its streaming kernels given stream_blocks_setting() blocks
+// and never more than the device's multiprocessors: they wait across ranks block by block, so every block of one
+// must be resident at once.
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer);
 
 class RankContext {
  public:
@@ -55,6 +62,7 @@ class RankContext {
   int channels_per_peer() const { return opts_.channels_per_peer; }
 
   int stream_blocks() const { return opts_.stream_blocks; }
+  const StreamTuning& stream_tuning() const { return opts_.stream_tuning; }
 
   char* scratch() const { return scratch_.get(); }
   // The scratch the collectives use; the call inbox follows it in the same allocation (mapped by peers alike).

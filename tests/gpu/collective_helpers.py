@@ -18,10 +18,11 @@ CPP = 8
 class Ranks:
     """A set of virtual ranks and the epoch all of them must have reached."""
 
-    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER, cpp=CPP, port_channels=False):
+    def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER, cpp=CPP, port_channels=False, **stream):
+        """``stream``: VirtualRanks' stream_slots / stream_chunk."""
         self.cuda = cuda
         self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp,
-                               port_channels=port_channels)
+                               port_channels=port_channels, **stream)
         self.epoch = 0
 
     def launches(self, collective, algorithm, count, dtype):

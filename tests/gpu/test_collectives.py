@@ -167,6 +167,38 @@ def test_many_calls_in_flight(ranks, rng, nranks, combo):
         check_outputs(collective, algorithm, data[k], outs, count, dtype, op, what=f"call {k}")
 
 
+STREAMING = [c for c in COMBOS if streams(c[0], c[1], 1 << 20, "float32")]
+
+
+@pytest.mark.parametrize("slots,chunk", [(1, 16), (3, 48), (8, 1 << 20)])
+@pytest.mark.parametrize("combo", STREAMING, ids=combo_id)
+def test_stream_settings_reach_the_kernels(cuda, rng, combo, slots, chunk):
+    """The streaming kernels' slots and largest chunk come from the ranks' options (the process's
+    JAX_MSCCLPP_STREAM_* settings, here the harness's): one 16-byte slot, odd chunk counts, a chunk past the slots'
+    room; every result still exact."""
+    collective, algorithm = combo
+    rk = Ranks(cuda, 3, scratch=256 << 10, stream_slots=slots, stream_chunk=chunk)
+    try:
+        for count in (4096 * 3 + 5, 77):
+            run_case(rk, rng, collective, algorithm, "float32", "sum", count)
+        rk.check_epochs()
+    finally:
+        rk.vr.close()
+
+
+def test_ranks_with_other_stream_settings_do_not_connect(cuda):
+    from tests.harness.virtual_ranks import make_rank
+
+    a = make_rank(cuda.HarnessRank, 0, 2, stream_slots=2)
+    b = make_rank(cuda.HarnessRank, 1, 2, stream_slots=3)
+    try:
+        with pytest.raises(ValueError, match="rank 1 streams with other settings than rank 0"):
+            a.connect(1, b.endpoint())
+    finally:
+        a.close()
+        b.close()
+
+
 @pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
 def test_graph_replay(cuda, rng, combo):
     """One pipelined call captured into a CUDA graph per rank and replayed: the epoch advances in device memory

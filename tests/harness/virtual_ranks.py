@@ -120,10 +120,13 @@ class VirtualRanks(RankData):
         channels_per_peer: int = 4,
         timeout_s: float | None = None,
         port_channels: bool = False,
+        stream_slots: int = 0,
+        stream_chunk: int = 0,
     ):
         """``port_channels``: PortChannels for the primitive tests (one per peer over the input) and for the
         collectives (``channels_per_peer`` per peer over the scratch, which 2PR needs). ``timeout_s``: None takes
-        the process's setting (``JAX_MSCCLPP_TIMEOUT_S``, else 300)."""
+        the process's setting (``JAX_MSCCLPP_TIMEOUT_S``, else 300). ``stream_slots``, ``stream_chunk`` > 0: the
+        streaming kernels' slots and largest chunk in place of the process's settings."""
         cuda = native_cuda()
         if cuda is None:
             from . import MISSING
@@ -140,7 +143,8 @@ class VirtualRanks(RankData):
                 self.ranks.append(make_rank(cuda.HarnessRank, r, nranks, device=device, input_bytes=buffer_bytes,
                                             output_bytes=buffer_bytes, scratch_bytes=scratch_bytes,
                                             channels_per_peer=channels_per_peer, timeout_s=timeout_s,
-                                            port_channels=port_channels))
+                                            port_channels=port_channels, stream_slots=stream_slots,
+                                            stream_chunk=stream_chunk))
             connect_all(self.ranks)
         except BaseException:
             self.close()

@@ -1,8 +1,8 @@
 """The NCCL-API library's selection against the JAX path's, through the GPU tests' harness module (the CUDA build;
 no GPU needed): the one built-in table (selection.def), read by nccl/runtime/selection_table.cc and by
 jax_mscclpp.selection, gives the same algorithm for every GPU call; a tuning file as python -m jax_mscclpp.tune
-writes it is read by the library's own reader (nccl/runtime/tuning_file.cc) into the rules the JAX path reads, and
-both then choose alike; files that are not of the format are refused."""
+writes it is found where the JAX path finds it and read by the library's own reader (nccl/runtime/tuning_file.cc)
+into the rules the JAX path reads, and both then choose alike; files that are not of the format are refused."""
 
 import json
 
@@ -102,3 +102,45 @@ def test_json_the_format_allows(harness):
             '"rules":[{"collective":"all_gather","platform":"gpu","max_bytes":1e6,"algorithm":"allpairs"}]}')
     rules, skipped = harness.nccl_parse_tuning_file(text)
     assert rules == [(int(Collective.ALL_GATHER), 1000000, CODE["allpairs"])] and skipped == []
+
+
+@pytest.mark.parametrize("kind", ["NVIDIA H200", "NVIDIA H100 80GB HBM3", "  odd__Kind!! 2 ", "", "A100-SXM4-40GB"])
+@pytest.mark.parametrize("devices,processes", [(1, 1), (2, 1), (8, 2), (4, 4)])
+def test_the_library_names_a_topology_as_the_jax_path(harness, kind, devices, processes):
+    assert harness.nccl_topology_name(kind, devices, processes) == \
+        tuning_file.topology_name("gpu", kind, devices, processes)
+
+
+def test_the_library_finds_the_file_where_the_jax_path_does(harness, monkeypatch, tmp_path):
+    topology = "gpu-nvidia-h200-2dev"
+    for name in (tuning_file.ENV_FILE, tuning_file.ENV_CACHE_DIR, "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    expected = str(tmp_path / "home" / ".cache" / "jax_mscclpp" / "tuning" / f"{topology}.json")
+    assert harness.nccl_tuning_file_path(topology) == tuning_file.default_file_of(topology) == expected
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert harness.nccl_tuning_file_path(topology) == tuning_file.default_file_of(topology)
+    monkeypatch.setenv(tuning_file.ENV_CACHE_DIR, str(tmp_path / "cache"))
+    assert harness.nccl_tuning_file_path(topology) == tuning_file.default_file_of(topology) == \
+        str(tmp_path / "cache" / "tuning" / f"{topology}.json")
+    monkeypatch.setenv(tuning_file.ENV_FILE, "")  # empty: as unset
+    assert harness.nccl_tuning_file_path(topology) == tuning_file.default_file_of(topology)
+    monkeypatch.setenv(tuning_file.ENV_FILE, str(tmp_path / "named.json"))
+    assert harness.nccl_tuning_file_path(topology) == str(tmp_path / "named.json")
+    for off in ("off", "None", "0", "FALSE"):
+        monkeypatch.setenv(tuning_file.ENV_FILE, off)
+        assert harness.nccl_tuning_file_path(topology) == ""
+        assert tuning_file.active_path("gpu") is None
+
+
+def test_the_library_reads_its_topologys_default_file(harness, monkeypatch, tmp_path):
+    monkeypatch.delenv(tuning_file.ENV_FILE, raising=False)
+    monkeypatch.setenv(tuning_file.ENV_CACHE_DIR, str(tmp_path))
+    topology = harness.nccl_topology_name("NVIDIA H200", 2, 1)
+    path = tmp_path / "tuning" / f"{topology}.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({**TUNED, "rules": [r for r in TUNED["rules"] if r["algorithm"] != "2pr"]}))
+    expected, _ = harness.nccl_parse_tuning_file(path.read_text())
+    assert expected and harness.nccl_tuned_rules(topology) == expected
+    # Another topology's file does not exist: the built-in table alone, silently.
+    assert harness.nccl_tuned_rules(harness.nccl_topology_name("NVIDIA H200", 4, 1)) == []

@@ -4,6 +4,8 @@
 // back to the default and says so on stderr where it reads it.
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 namespace jax_mscclpp {
@@ -23,10 +25,43 @@ constexpr const char* setting_name(Setting setting) {
   return "";
 }
 
+// The row's default, in words (for kPositiveInteger rows: the number).
+constexpr const char* setting_default(Setting setting) {
+  switch (setting) {
+#define JAX_MSCCLPP_SETTING(enumerator, name, kind, default_value, what) \
+  case Setting::enumerator:                                            \
+    return default_value;
+#include "jax_mscclpp/settings.def"
+  }
+  return "";
+}
+
 // The variable's value; nullptr when it is unset or empty (both mean: the default).
 inline const char* setting_value(Setting setting) {
   const char* value = std::getenv(setting_name(setting));
   return value != nullptr && value[0] != '\0' ? value : nullptr;
+}
+
+namespace settings_detail {
+inline uint64_t parse_positive_integer(const char* text) {
+  if (text == nullptr || *text < '0' || *text > '9') return 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  return *end == '\0' ? static_cast<uint64_t>(v) : 0;
+}
+}  // namespace settings_detail
+
+// A kPositiveInteger row's value: the variable's, else its default; a value that is not a positive integer
+// gives the default and a line on stderr.
+inline uint64_t positive_integer_setting(Setting setting) {
+  const uint64_t fallback = settings_detail::parse_positive_integer(setting_default(setting));
+  const char* value = setting_value(setting);
+  if (value == nullptr) return fallback;
+  const uint64_t v = settings_detail::parse_positive_integer(value);
+  if (v > 0) return v;
+  std::fprintf(stderr, "jax_mscclpp: ignoring %s=\"%s\" (not a positive integer); using %llu\n",
+               setting_name(setting), value, static_cast<unsigned long long>(fallback));
+  return fallback;
 }
 
 }  // namespace jax_mscclpp

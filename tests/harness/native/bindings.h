@@ -29,7 +29,8 @@ void def_rank_init(nanobind::class_<Rank, VirtualRank>& cls) {
   cls.def(
       "__init__",
       [](Rank* self, int rank, int nranks, int device, size_t input_bytes, size_t output_bytes, size_t scratch_bytes,
-         int channels_per_peer, double timeout_s, bool port_channels, int stream_blocks) {
+         int channels_per_peer, double timeout_s, bool port_channels, int stream_blocks, int stream_slots,
+         uint64_t stream_chunk) {
         RankOptions o;
         o.device = device;
         o.rank = rank;
@@ -37,14 +38,18 @@ void def_rank_init(nanobind::class_<Rank, VirtualRank>& cls) {
         o.scratch_bytes = scratch_bytes;
         o.channels_per_peer = channels_per_peer;
         o.stream_blocks = stream_blocks;
+        if (stream_slots > 0) o.stream_tuning.slots = stream_slots;
+        if (stream_chunk > 0) o.stream_tuning.max_chunk = stream_chunk;
         o.timeout_s = timeout_s;
         new (self) Rank(o, input_bytes, output_bytes, port_channels);
       },
       nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("input_bytes") = 1 << 20,
       nb::arg("output_bytes") = 1 << 20, nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1,
       nb::arg("timeout_s") = 0.0, nb::arg("port_channels") = false, nb::arg("stream_blocks") = 4,
+      nb::arg("stream_slots") = 0, nb::arg("stream_chunk") = 0,
       "timeout_s <= 0: the process's setting (JAX_MSCCLPP_TIMEOUT_S, else 300). stream_blocks: the streaming "
-      "kernels' most blocks (every block of every virtual rank on the device must be resident at once).");
+      "kernels' most blocks (every block of every virtual rank on the device must be resident at once). "
+      "stream_slots, stream_chunk (a multiple of 16) > 0: in place of the process's settings.");
 }
 
 }  // namespace jax_mscclpp::cuda

@@ -155,9 +155,24 @@ void register_runtime_queries(nb::module_& m) {
         nb::arg("dtype"), nb::arg("scratch_bytes"));
   m.def("collective_supported", &collective_supported, nb::arg("collective"), nb::arg("algorithm"), nb::arg("dtype"),
         nb::arg("op"), "Whether launch_collective implements (collective, algorithm) for this dtype/op code.");
-  m.def("collective_launch_count", &collective_launch_count, nb::arg("collective"), nb::arg("algorithm"),
-        nb::arg("block_count"), nb::arg("dtype"), nb::arg("nranks"), nb::arg("scratch_bytes"),
-        "Launches (epochs) one call takes; 0 when it launches nothing or cannot run.");
+  m.def(
+      "collective_launch_count",
+      [](int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype, int32_t nranks,
+         uint64_t scratch_bytes) {
+        return collective_launch_count(collective, algorithm, block_count, dtype, nranks, scratch_bytes,
+                                       stream_tuning_setting());
+      },
+      nb::arg("collective"), nb::arg("algorithm"), nb::arg("block_count"), nb::arg("dtype"), nb::arg("nranks"),
+      nb::arg("scratch_bytes"),
+      "Launches (epochs) one call takes with the process's stream settings; 0 when it launches nothing or cannot "
+      "run.");
+  m.def(
+      "stream_settings",
+      [] {
+        const StreamTuning t = stream_tuning_setting();
+        return std::make_tuple(stream_blocks_setting(), t.block_bytes, t.max_chunk, t.slots);
+      },
+      "(blocks, block_bytes, max_chunk, slots) of the streaming kernels as this process's settings give them.");
 }
 
 }  // namespace jax_mscclpp::cuda

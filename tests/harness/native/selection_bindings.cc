@@ -40,6 +40,19 @@ void register_selection(nb::module_& m) {
       },
       nb::arg("tuned"), nb::arg("collective"), nb::arg("nbytes"), nb::arg("world"), nb::arg("nccl_can_run"),
       "The library's algorithm for a GPU call (codes.def; -1: NVIDIA's NCCL) under `tuned` rules.");
+  m.def("nccl_topology_name", &jax_mscclpp::nccl::topology_name, nb::arg("device_kind"), nb::arg("devices"),
+        nb::arg("processes"), "The topology's name as the library spells it.");
+  m.def("nccl_tuning_file_path", &jax_mscclpp::nccl::tuning_file_path, nb::arg("topology"),
+        "The file the library reads for `topology` under this process's environment; '' for none.");
+  m.def(
+      "nccl_tuned_rules",
+      [](const std::string& topology) {
+        std::vector<Rule> rules;
+        for (const auto& r : jax_mscclpp::nccl::tuned_rules(topology))
+          rules.emplace_back(r.collective, r.max_bytes, r.algorithm);
+        return rules;
+      },
+      nb::arg("topology"), "The rules the library holds for `topology` (read once per path and process).");
 }
 
 }  // namespace jax_mscclpp::cuda
