@@ -80,34 +80,46 @@ def partition_tables(mesh_shape: Sequence[int], mesh_axis_names: Sequence[str], 
     return group.astype(int).tolist(), rank.astype(int).tolist()
 
 
-_process_hosts: dict = {}  # process index -> host name, as each process published it (processes_share_gpus)
+# process index -> {device id: (host name, local GPU ordinal)} of that process's devices, as it published them
+# (processes_share_gpus). A process knows the ordinals of its own devices only: JAX gives a device of another
+# process no local hardware id (None).
+_process_gpus: dict = {}
 
 
-def processes_share_gpus(devices) -> bool:
-    """Whether two of ``devices`` belong to different processes on one host with the same local GPU ordinal:
-    several processes driving one physical GPU (a one-GPU machine running a job of several processes). Host names
-    travel through JAX's coordination service once per process. A process whose visible GPUs were renumbered
-    (CUDA_VISIBLE_DEVICES) may be taken for sharing: then ``auto`` prefers ours to lax, which runs there too."""
+def _gpus_of(process: int, me: int, platform: str, timeout: float) -> dict:
+    import json
     import socket
 
     import jax
 
     from . import _compat
 
+    if me not in _process_gpus:
+        mine = {d.id: (socket.gethostname(), d.local_hardware_id) for d in jax.local_devices(backend=platform)}
+        _compat.kv_set_bytes(f"jax_mscclpp/gpus/{me}", json.dumps(mine).encode(), replace=True)
+        _process_gpus[me] = mine
+    if process not in _process_gpus:
+        published = json.loads(_compat.kv_get_bytes(f"jax_mscclpp/gpus/{process}", timeout).decode())
+        _process_gpus[process] = {int(k): tuple(v) for k, v in published.items()}
+    return _process_gpus[process]
+
+
+def processes_share_gpus(devices) -> bool:
+    """Whether two of ``devices`` belong to different processes on one host with the same local GPU ordinal:
+    several processes driving one physical GPU (a one-GPU machine running a job of several processes). Each process
+    publishes its devices' host and ordinal through JAX's coordination service once. A process whose visible GPUs
+    were renumbered (CUDA_VISIBLE_DEVICES) may be taken for sharing: then ``auto`` prefers ours to lax, which runs
+    there too."""
+    import jax
+
     if jax.process_count() == 1 or not devices:
         return False
     me = jax.process_index()
-    if not _process_hosts:
-        _compat.kv_set_bytes(f"jax_mscclpp/host/{me}", socket.gethostname().encode(), replace=True)
-        _process_hosts[me] = socket.gethostname()
     timeout = float(native.timeout_seconds())
     seen = {}
     for d in devices:
-        process = d.process_index
-        if process not in _process_hosts:
-            _process_hosts[process] = _compat.kv_get_bytes(f"jax_mscclpp/host/{process}", timeout).decode()
-        where = (_process_hosts[process], d.local_hardware_id)
-        if seen.setdefault(where, process) != process:
+        where = _gpus_of(d.process_index, me, d.platform, timeout).get(d.id)
+        if where is not None and seen.setdefault(where, d.process_index) != d.process_index:
             return True
     return False
 

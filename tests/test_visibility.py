@@ -135,3 +135,25 @@ def test_processes_share_gpus_on_one_process():
     from jax_mscclpp.communicator import processes_share_gpus
 
     assert not processes_share_gpus(jax.devices())
+
+
+def test_processes_share_gpus_across_processes():
+    """Two processes on one host, each with devices of local ordinals 0 and 1: devices of one ordinal in both
+    processes share (as processes on one GPU do), other ordinals do not, however the other process's devices look."""
+    import json
+    import socket
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-m", "tests._shared_gpus_worker", str(i), str(port)], cwd=root,
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result == {"remote_ids": result["remote_ids"], "all": True, "same_ordinal": True,
+                          "other_ordinals": False, "one_process": False}, result

@@ -114,6 +114,15 @@ def main() -> int:
             tol = {np.float32: 1e-5, np.float16: 4e-3}.get(dtype, 3e-2 if dtype is ml_dtypes.bfloat16 else 0)
             check(f"all_reduce {algorithm} {np.dtype(dtype).name} {op} n={count}", got, want, tol)
     check_data_movement(jm, n, mine, run, inputs, check, [1, 7, 4099])
+    check_ragged(jax, jm, mesh, n, mine, global_array, check)
+    # `auto` where the table gives lax a size (65,541 float32: at 4 ranks for all_reduce and all_gather, at every
+    # count for ppermute): lax cannot run on a shared GPU, so ours must.
+    per_rank = inputs(13, 65541, np.float32)
+    check("psum auto n=65541", run(lambda v: jm.psum(v, "x"), per_rank, P()), np.sum(per_rank, axis=0), 1e-5)
+    check("all_gather auto n=65541", run(lambda v: jm.all_gather(v, "x", tiled=True), per_rank),
+          np.concatenate(per_rank), 0)
+    shift = [(r, (r + 1) % n) for r in range(n)]
+    check("ppermute auto n=65541", run(lambda v: jm.ppermute(v, "x", shift), per_rank), per_rank[(mine - 1) % n], 0)
     # Repeated calls inside one program: epochs advance on the device.
     per_rank = inputs(11, 1000, np.float32)
     mean_step = lambda i, a: jax.lax.pcast(jm.psum(a, "x", algorithm="1pa_ll"), "x", to="varying") / n
@@ -137,6 +146,31 @@ def check_data_movement(jm, n, mine, run, inputs, check, counts):
         check(f"psum_scatter n={count}", scattered, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
         exchanged = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
         check(f"all_to_all n={count}", exchanged, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+
+
+def check_ragged(jax, jm, mesh, n, mine, global_array, check):
+    """ragged_all_to_all (our composition over all_to_all: what `auto` runs where processes share a GPU) of a random
+    ragged layout, zero sizes and gaps included, against numpy: rank i's rows [in_off[i, j], + send[i, j]) land on
+    rank j at out_off[i, j], the rest of rank j's output is kept."""
+    from jax.sharding import PartitionSpec as P
+
+    rng = np.random.default_rng(20261201)  # the same layout in every process
+    rows, out_rows = 3 * n + 5, 4 * n + 7
+    send = rng.integers(0, 4, (n, n)).astype(np.int32)
+    in_off = np.concatenate([np.zeros((n, 1), np.int32), np.cumsum(send, axis=1)[:, :-1]], axis=1).astype(np.int32)
+    out_off = (np.concatenate([np.zeros((1, n), np.int32), np.cumsum(send, axis=0)[:-1]], axis=0) +
+               np.arange(n, dtype=np.int32)[:, None]).astype(np.int32)  # one row of gap per sender
+    operand = [rng.standard_normal((rows, 3)).astype(np.float32) for _ in range(n)]
+    output = [rng.standard_normal((out_rows, 3)).astype(np.float32) for _ in range(n)]
+    body = lambda a, b, c, d, e, f: jm.ragged_all_to_all(a, b, c[0], d[0], e[0], f[0], axis_name="x")
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))
+    per_rank = [operand, output, list(in_off[:, None]), list(send[:, None]), list(out_off[:, None]),
+                list(send.T[:, None])]
+    got = np.asarray(fn(*(global_array([np.ascontiguousarray(a) for a in x]) for x in per_rank)).addressable_data(0))
+    want = output[mine].copy()
+    for i in range(n):
+        want[out_off[i, mine]:out_off[i, mine] + send[i, mine]] = operand[i][in_off[i, mine]:in_off[i, mine] + send[i, mine]]
+    check("ragged_all_to_all", got, want, 0)
 
 
 def check_large_world(jm, n, mine, run, inputs, check, reducers):
