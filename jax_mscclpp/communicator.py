@@ -18,15 +18,19 @@ from typing import Sequence
 
 import numpy as np
 
-from ._native import native
+from ._native import CUDA_BUILT, native
 
-# Registered scratch per rank, all of it (every protocol's region, both halves), unless JAX_MSCCLPP_SCRATCH_BYTES or
-# scratch_bytes= says otherwise. Messages larger than a region are pipelined through it.
-_DEFAULT_SCRATCH_BYTES = {"cpu": 8 << 20, "gpu": 64 << 20}
-# Channels (thread blocks) per peer on GPUs: the ring and NVLS kernels run one block per channel index.
-_CHANNELS_PER_PEER = 8
-# The streaming HB kernels' blocks and geometry come from JAX_MSCCLPP_STREAM_* as the native runtime reads them
-# (runtime/gpu/rank_context.h): the NCCL-API library creates its ranks the same way.
+# Registered scratch per rank on CPU devices, all of it (every protocol's region, both halves), unless
+# JAX_MSCCLPP_SCRATCH_BYTES or scratch_bytes= says otherwise. Messages larger than a region are pipelined through it.
+# On GPUs the default, the channels per peer and the streaming kernels' blocks and geometry are the native
+# runtime's (runtime/gpu/rank_context.h), by which the NCCL-API library creates its ranks too.
+_HOST_SCRATCH_BYTES = 8 << 20
+
+
+def _default_scratch_bytes(platform: str) -> int:
+    if platform == "gpu" and CUDA_BUILT:
+        return int(native.cuda.default_scratch_bytes)
+    return _HOST_SCRATCH_BYTES
 
 
 # The host backend needs at least this much scratch per rank of a group, per scratch half (runtime/reference/host_communicator.cc).
@@ -207,10 +211,11 @@ class Communicator:
         self.num_groups = len(self.group_of_partition) // self.world_size
         self.devices = _mesh_devices(mesh)
         self.platform = self.devices[0].platform if self.devices else "cpu"
-        if scratch_bytes is None and "JAX_MSCCLPP_SCRATCH_BYTES" in os.environ:
-            scratch_bytes = _check_scratch_bytes(os.environ["JAX_MSCCLPP_SCRATCH_BYTES"], "JAX_MSCCLPP_SCRATCH_BYTES")
+        if scratch_bytes is None and os.environ.get("JAX_MSCCLPP_SCRATCH_BYTES", "").strip():
+            scratch_bytes = _check_scratch_bytes(os.environ["JAX_MSCCLPP_SCRATCH_BYTES"].strip(),
+                                                 "JAX_MSCCLPP_SCRATCH_BYTES")
         if scratch_bytes is None:
-            scratch_bytes = _DEFAULT_SCRATCH_BYTES.get(self.platform, 4 << 20)
+            scratch_bytes = _default_scratch_bytes(self.platform)
         if scratch_bytes < _MIN_SCRATCH_BYTES_PER_RANK * self.world_size:
             raise ValueError(f"Communicator: scratch of {scratch_bytes} bytes is too small for {self.world_size} ranks "
                              f"(at least {_MIN_SCRATCH_BYTES_PER_RANK * self.world_size})")
@@ -291,8 +296,7 @@ class Communicator:
         endpoints = {}
         for p, d in local.items():
             endpoints[p] = cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p],
-                                                 self.world_size, self.scratch_bytes, _CHANNELS_PER_PEER,
-                                                 self.port_channels)
+                                                 self.world_size, self.scratch_bytes, self.port_channels)
         self.alive = True
         if jax.process_count() > 1:
             # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the

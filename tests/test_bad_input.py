@@ -383,6 +383,10 @@ def test_scratch_from_the_environment(cpu_devices, monkeypatch):
     comm = jm.Communicator(_mesh(cpu_devices, "c13"), "c13")
     assert comm.scratch_bytes == 65536
     comm.destroy()
+    monkeypatch.setenv("JAX_MSCCLPP_SCRATCH_BYTES", "  ")  # empty: the default, as for every setting
+    comm = jm.Communicator(_mesh(cpu_devices, "c14"), "c14")
+    assert comm.scratch_bytes == 8 << 20
+    comm.destroy()
 
 
 def test_stale_program_after_destroy(cpu_devices, rng):

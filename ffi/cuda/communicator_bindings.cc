@@ -27,17 +27,18 @@ GpuRank& rank_of(int64_t comm_id, int device) {
 }  // namespace
 
 void register_communicator_bindings(nb::module_& m) {
+  m.attr("default_scratch_bytes") = kGpuScratchBytes;
   m.def(
       "comm_create_rank",
-      [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer,
-         bool port_channels) {
-        const RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes, channels_per_peer);
+      [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, bool port_channels) {
+        const RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes);
         std::string endpoint = create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
         return nb::bytes(endpoint.data(), endpoint.size());
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),
-      nb::arg("channels_per_peer"), nb::arg("port_channels"),
-      "Allocates one rank's registered scratch and semaphores on `device`; returns its endpoint bytes.");
+      nb::arg("port_channels"),
+      "Allocates one rank's registered scratch and semaphores on `device` (runtime/gpu/rank_context.h, "
+      "gpu_rank_options); returns its endpoint bytes.");
   m.def(
       "comm_connect",
       [](int64_t comm_id, int device, int peer, nb::bytes endpoint) {

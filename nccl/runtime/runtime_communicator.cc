@@ -18,10 +18,6 @@
 namespace jax_mscclpp::nccl {
 namespace {
 
-// Registered scratch per rank (every protocol's region, both halves) and channels per peer: the JAX path's GPU
-// defaults (jax_mscclpp/communicator.py); the streaming kernels' settings are the process's (rank_context.h).
-constexpr size_t kScratchBytes = 64ull << 20;
-constexpr int kChannelsPerPeer = 8;
 
 // What each rank tells the others at setup, before its endpoint bytes.
 struct Identity {
@@ -59,7 +55,7 @@ RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank,
     : bootstrap_(root, rank, nranks) {
   JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
   const cuda::RankOptions options =
-      cuda::gpu_rank_options(device_, rank, nranks, kScratchBytes, kChannelsPerPeer);
+      cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
   rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
 
   cudaDeviceProp properties{};

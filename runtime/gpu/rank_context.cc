@@ -1,5 +1,6 @@
 #include "rank_context.h"
 
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -187,14 +188,24 @@ int stream_blocks_setting() {
   return static_cast<int>(blocks < kEpochSlots ? blocks : kEpochSlots);
 }
 
-RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer) {
+size_t gpu_scratch_bytes_setting() {
+  const char* value = setting_value(Setting::kScratchBytes);
+  if (value == nullptr) return kGpuScratchBytes;
+  const uint64_t bytes = settings_detail::parse_positive_integer(value);
+  if (bytes > 0) return static_cast<size_t>(bytes);
+  std::fprintf(stderr, "jax_mscclpp: ignoring JAX_MSCCLPP_SCRATCH_BYTES=\"%s\" (not a positive integer); using %zu\n",
+               value, kGpuScratchBytes);
+  return kGpuScratchBytes;
+}
+
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes) {
   const int stream_blocks = stream_blocks_setting();
   RankOptions options;
   options.device = device;
   options.rank = rank;
   options.nranks = nranks;
   options.scratch_bytes = scratch_bytes;
-  options.channels_per_peer = channels_per_peer;
+  options.channels_per_peer = kGpuChannelsPerPeer;
   int sms = 0;
   JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   options.stream_blocks = stream_blocks < sms ? stream_blocks : sms;

@@ -32,6 +32,14 @@ namespace jax_mscclpp::cuda {
 StreamTuning stream_tuning_setting();
 int stream_blocks_setting();
 
+// The GPU communicators' defaults, the JAX path's (the module exports them) and the NCCL-API library's alike:
+// registered scratch per rank (every protocol's region, both halves; larger messages are pipelined through it) and
+// channels (thread blocks) per peer, one block per channel index for the ring and NVLS kernels.
+constexpr size_t kGpuScratchBytes = 64ull << 20;
+constexpr int kGpuChannelsPerPeer = 8;
+// JAX_MSCCLPP_SCRATCH_BYTES, else kGpuScratchBytes.
+size_t gpu_scratch_bytes_setting();
+
 struct RankOptions {
   int device = 0;
   int rank = 0;
@@ -44,10 +52,10 @@ struct RankOptions {
   double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
 };
 
-// The options of rank `rank` of `nranks` on `device`, its streaming kernels given stream_blocks_setting() blocks
-// and never more than the device's multiprocessors: they wait across ranks block by block, so every block of one
-// must be resident at once.
-RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes, int channels_per_peer);
+// The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its
+// streaming kernels given stream_blocks_setting() blocks and never more than the device's multiprocessors: they
+// wait across ranks block by block, so every block of one must be resident at once.
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes);
 
 class RankContext {
  public:
