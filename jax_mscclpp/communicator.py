@@ -379,8 +379,13 @@ class Communicator:
 
     def unusable(self) -> bool:
         """Whether an earlier failed call left this communicator's ranks out of step, so that it refuses every
-        call (host backend; a GPU communicator reports its failures through ``errors()``)."""
-        return self.alive and self.platform == "cpu" and bool(native.host_broken(self.id))
+        call: on the host backend, and on GPUs where failing kernels stop (``JAX_MSCCLPP_TRAP_ON_FAILURE=0``; a
+        kernel that traps takes the process's GPU context with it, and ``errors()`` says why)."""
+        if not self.alive:
+            return False
+        if self.platform == "cpu":
+            return bool(native.host_broken(self.id))
+        return CUDA_BUILT and bool(native.cuda.comm_stopped_on_failure(self.id))
 
     def destroy(self) -> None:
         """Frees the native resources; the next use of the same (mesh, axes) creates a fresh communicator."""

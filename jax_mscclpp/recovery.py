@@ -1,7 +1,9 @@
 """Going on after a failed collective call (a timeout, a lost or stopped peer, ranks in mismatched calls).
 
 A failure leaves the group of ranks it happened in out of step, so the host backend refuses every later call on
-that communicator ("unusable after an earlier failure"). The process stays usable:
+that communicator ("unusable after an earlier failure"), as GPU communicators do where failing kernels stop rather
+than trap (``JAX_MSCCLPP_TRAP_ON_FAILURE=0``; a trap ends the process's GPU work: docs/reliability.md). The process
+stays usable:
 
 - a program lowered after the failure gets a fresh communicator for the same mesh and axes by itself (lowering
   replaces a cached one that a failure left unusable, ``Communicator.drop_unusable``; until then the failed one's

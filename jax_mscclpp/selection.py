@@ -90,10 +90,14 @@ def protocol_of(algorithm: str, platform: str, block_bytes: int) -> str | None:
 def in_command_buffers(nbytes: int) -> bool:
     """Whether a GPU call of ``nbytes`` per rank is emitted command-buffer compatible (JAX_MSCCLPP_COMMAND_BUFFERS,
     read at lowering). A recorded call costs a re-trace whenever XLA updates the command buffer holding it (every
-    step whose input or output buffers moved), which outweighs a small call's kernel; a large call's kernel hides it."""
+    step whose input or output buffers moved), which outweighs a small call's kernel; a large call's kernel hides it.
+    Never where failing kernels stop (``settings.stops_on_failure``): a recorded call replays without its handler,
+    which refuses every call of a rank whose kernel failed."""
     value = os.environ.get(ENV_COMMAND_BUFFERS, "").strip()
     if value not in ("", "0", "1"):
         raise ValueError(f"jax_mscclpp: {ENV_COMMAND_BUFFERS}={value!r}: expected 0, 1 or unset")
+    if settings.stops_on_failure():
+        return False
     return value == "1" or (value == "" and nbytes > GRAPH_MIN_BYTES)
 
 

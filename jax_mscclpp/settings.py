@@ -31,6 +31,7 @@ ENV_NVLS = "JAX_MSCCLPP_NVLS"
 ENV_REAL_NCCL = "JAX_MSCCLPP_REAL_NCCL"
 ENV_TUNING_FILE = "JAX_MSCCLPP_TUNING_FILE"
 ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
+ENV_TRAP_ON_FAILURE = "JAX_MSCCLPP_TRAP_ON_FAILURE"
 
 
 def _value(name: str) -> str | None:
@@ -126,4 +127,10 @@ def command_buffers() -> str:
     return _value(ENV_COMMAND_BUFFERS) or ""
 
 
-__all__ = ["SETTINGS", "check_environment", "command_buffers", "current", "forced_algorithm"]
+def stops_on_failure() -> bool:
+    """JAX_MSCCLPP_TRAP_ON_FAILURE=0: a failing GPU kernel stops rather than traps (kernels/include/jax_mscclpp/
+    error_record.cuh), so the process's GPU context stays usable."""
+    return _value(ENV_TRAP_ON_FAILURE) == "0"
+
+
+__all__ = ["SETTINGS", "check_environment", "command_buffers", "current", "forced_algorithm", "stops_on_failure"]

@@ -147,12 +147,13 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return forward_to_real<decltype(&ncclCommFinalize)>(ApiFunction::ncclCommFinalize, comm);
 }
 
-// Our runtime's errors end the process's use of the GPU (a kernel that traps on a timeout or a mismatched call
-// says so on stderr, and every later CUDA call fails), so a communicator of ours alone reports success here.
+// A kernel of our runtime that fails traps by default, which ends the process's use of the GPU (it says so on
+// stderr, and every later CUDA call fails); one that stops (JAX_MSCCLPP_TRAP_ON_FAILURE=0) leaves the communicator
+// failed: ncclRemoteError here, as NCCL reports a peer's failure.
 JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   if (asyncError == nullptr) return null_argument("ncclCommGetAsyncError", "asyncError");
-  if (runtime_only(comm) != nullptr) {
-    *asyncError = ncclSuccess;
+  if (const OurCommunicator* ours = runtime_only(comm)) {
+    *asyncError = runtime_failed(ours) ? ncclRemoteError : ncclSuccess;
     return ncclSuccess;
   }
   return forward_to_real<decltype(&ncclCommGetAsyncError)>(ApiFunction::ncclCommGetAsyncError, comm, asyncError);

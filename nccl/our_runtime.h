@@ -53,6 +53,9 @@ void release_runtime(OurCommunicator* ours, bool orderly);
 // Rank, world size and device of a communicator of ours with a runtime.
 int runtime_rank(const OurCommunicator* ours);
 int runtime_nranks(const OurCommunicator* ours);
+// Whether a kernel of the runtime's rank failed and stopped (JAX_MSCCLPP_TRAP_ON_FAILURE=0): every later operation
+// on the communicator is refused with ncclRemoteError and its record.
+bool runtime_failed(const OurCommunicator* ours);
 int runtime_device(const OurCommunicator* ours);
 // "function algorithm count" lines: the calls our runtime ran, and those of our communicators it forwarded
 // (algorithm "nccl").

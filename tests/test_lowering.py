@@ -58,3 +58,9 @@ def test_command_buffer_choice(monkeypatch):
     monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "yes")
     with pytest.raises(ValueError, match="expected 0, 1 or unset"):
         selection.in_command_buffers(1)
+    # Where failing kernels stop, no call is recorded: a replayed call skips the handler that refuses calls after a
+    # failure.
+    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "1")
+    monkeypatch.setenv("JAX_MSCCLPP_TRAP_ON_FAILURE", "0")
+    assert not selection.in_command_buffers(1 << 30)
+    assert primitives.gpu_target("jax_mscclpp_all_reduce", 1 << 30) == "jax_mscclpp_all_reduce_outside_graphs"

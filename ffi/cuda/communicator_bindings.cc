@@ -71,6 +71,15 @@ void register_communicator_bindings(nb::module_& m) {
       },
       nb::arg("comm_id"), "Timeout records of this communicator's ranks (rank, peer, operation, epoch).");
   m.def(
+      "comm_stopped_on_failure",
+      [](int64_t comm_id) {
+        auto comm = find_gpu_communicator(comm_id);
+        return comm && comm->stopped_on_failure();
+      },
+      nb::arg("comm_id"),
+      "Whether a kernel of a rank of this communicator failed and stopped (JAX_MSCCLPP_TRAP_ON_FAILURE=0), so that "
+      "the communicator refuses every later call while the GPU context stays usable.");
+  m.def(
       "can_access_peer",
       [](int device, int peer) {
         int ok = 0;

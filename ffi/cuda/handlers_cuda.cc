@@ -16,6 +16,7 @@
 #include "communicator.h"
 #include "executor/executor.h"
 #include "handlers.h"
+#include "host_failure_status.h"
 #include "side_stream.h"
 #include "xla/ffi/api/ffi.h"
 
@@ -76,16 +77,31 @@ cuda::GpuRank* find_rank(int64_t comm_id, int32_t device) {
   return rank && rank->ready() ? rank : nullptr;
 }
 
-ffi::Error no_rank(int64_t comm_id, int32_t device) {
-  return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jax_mscclpp: communicator " + std::to_string(comm_id) +
-                                                             " has no rank on device " + std::to_string(device));
+// Why the call may not run on `rank` (found by find_rank): none on this device, or an earlier kernel of the rank
+// failed (its record: docs/reliability.md, "On GPUs"). A rank whose kernels stop on failure keeps a usable GPU
+// context, but its communicator's ranks are out of step and that call's outputs are not valid, so every later call
+// is refused with the record, coded as the host backend codes it: ABORTED for mismatched calls (or a peer that
+// failed the communicator), DEADLINE_EXCEEDED for a wait that timed out. Success when the call may run.
+ffi::Error refusal(cuda::GpuRank* rank, int64_t comm_id, int32_t device) {
+  if (!rank)
+    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jax_mscclpp: communicator " + std::to_string(comm_id) +
+                                                               " has no rank on device " + std::to_string(device));
+  const cuda::RuntimeConfigHost& config = rank->rank_context().config();
+  if (!config.has_error()) return ffi::Error::Success();
+  const WaitOp op = config.failure_op();
+  const ffi::ErrorCode code = op == WaitOp::kCallMismatch || op == WaitOp::kPeerFailed
+                                  ? ffi::ErrorCode::kAborted
+                                  : ffi::ErrorCode::kDeadlineExceeded;
+  return ffi::Error(code, "jax_mscclpp: communicator " + std::to_string(comm_id) + kUnusableMarker + ": " +
+                              config.error_message([rank](uint32_t f) { return rank->plan_name(f); }) +
+                              "; the outputs of the call that failed are not valid" + kRecoveryAdvice);
 }
 
 template <Collective kCollective>
 ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                            int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
-  if (!rank) return no_rank(comm_id, device);
+  if (ffi::Error refused = refusal(rank, comm_id, device); refused.failure()) return refused;
   // The kernels take the DType codes (jax_mscclpp/codes.def).
   const int32_t dtype = int32_t(to_dtype(x.element_type()));
   if (to_dtype(x.element_type()) == DType::kInvalid || y->element_type() != x.element_type())
@@ -112,7 +128,7 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
                         int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks,
                         ffi::Span<const int32_t> destinations) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
-  if (!rank) return no_rank(comm_id, device);
+  if (ffi::Error refused = refusal(rank, comm_id, device); refused.failure()) return refused;
   const DType dtype = to_dtype(x.element_type());
   if (dtype == DType::kInvalid || y->element_type() != x.element_type() || y->element_count() != x.element_count())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: permute got mismatched or unsupported buffers");
@@ -225,7 +241,7 @@ ffi::Error epilogue_cuda(Epilogue kind, cudaStream_t stream, int32_t device, ffi
                          const void* weight, uint64_t row, ffi::AnyBuffer new_residual, void* normed, int64_t comm_id,
                          float eps) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
-  if (!rank) return no_rank(comm_id, device);
+  if (ffi::Error refused = refusal(rank, comm_id, device); refused.failure()) return refused;
   const DType dtype = to_dtype(x.element_type());
   if (residual.element_type() != x.element_type() || new_residual.element_type() != x.element_type() ||
       residual.element_count() != x.element_count() || new_residual.element_count() != x.element_count())

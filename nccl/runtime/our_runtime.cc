@@ -54,6 +54,10 @@ thread_local std::vector<Queued> group_queue;
 
 ncclResult_t launched(cudaError_t error, const Operation& op, const RuntimeCommunicator& runtime) {
   if (error == cudaSuccess) return ncclSuccess;
+  if (error == kRefusedAfterFailure)
+    return fail(ncclRemoteError, std::string(api_function_name(op.function)) + " on rank " +
+                                     std::to_string(runtime.rank()) + ": the communicator failed in an earlier call: " +
+                                     runtime.failure() + "; that call's outputs are not valid");
   return fail(error == cudaErrorInvalidValue ? ncclInvalidArgument : ncclUnhandledCudaError,
               std::string(api_function_name(op.function)) + " on rank " + std::to_string(runtime.rank()) + ": " +
                   cudaGetErrorString(error));
@@ -261,6 +265,7 @@ void release_runtime(OurCommunicator* ours, bool orderly) {
 
 int runtime_rank(const OurCommunicator* ours) { return ours->runtime->rank(); }
 int runtime_nranks(const OurCommunicator* ours) { return ours->runtime->nranks(); }
+bool runtime_failed(const OurCommunicator* ours) { return !ours->runtime->failure().empty(); }
 int runtime_device(const OurCommunicator* ours) { return ours->runtime->device(); }
 
 std::string call_counts() {

@@ -109,7 +109,13 @@ int32_t RuntimeCommunicator::algorithm_for(const Operation& op, bool nccl_can_ru
   return algorithm;
 }
 
+std::string RuntimeCommunicator::failure() const {
+  const cuda::RuntimeConfigHost& config = rank_->rank_context().config();
+  return config.has_error() && config.stops_on_failure() ? config.error_message() : std::string();
+}
+
 cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) const {
+  if (!failure().empty()) return kRefusedAfterFailure;
   const int32_t collective = collective_of(op.function);
   const size_t element = nccl_dtype_bytes(op.dtype);
   cuda::DeviceGuard guard(device_);
@@ -123,6 +129,7 @@ cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) 
 
 cudaError_t RuntimeCommunicator::launch_permute(const Operation* send, const Operation* recv,
                                                 int32_t algorithm) const {
+  if (!failure().empty()) return kRefusedAfterFailure;
   const Operation& any = send != nullptr ? *send : *recv;
   const uint64_t bytes = static_cast<uint64_t>(any.count) * nccl_dtype_bytes(any.dtype);
   cuda::DeviceGuard guard(device_);

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "bootstrap.h"
@@ -27,6 +28,9 @@
 #include "tuning_file.h"
 
 namespace jax_mscclpp::nccl {
+
+// What launch() and launch_permute() return for an operation on a communicator whose kernel failed and stopped.
+constexpr cudaError_t kRefusedAfterFailure = cudaErrorNotPermitted;
 
 class RuntimeCommunicator {
  public:
@@ -45,6 +49,9 @@ class RuntimeCommunicator {
   cudaError_t launch(const Operation& op, int32_t algorithm) const;
   // One send and / or one receive of this rank (either may be null), as one permutation call of every rank.
   cudaError_t launch_permute(const Operation* send, const Operation* recv, int32_t algorithm) const;
+  // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. launch() and
+  // launch_permute() then refuse every operation: kRefusedAfterFailure.
+  std::string failure() const;
 
  private:
   BootstrapClient bootstrap_;

@@ -99,6 +99,15 @@ std::vector<std::string> GpuCommunicator::errors() {
   return out;
 }
 
+bool GpuCommunicator::stopped_on_failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [device, rank] : ranks_) {
+    const RuntimeConfigHost& config = rank->rank_context().config();
+    if (config.has_error() && config.stops_on_failure()) return true;
+  }
+  return false;
+}
+
 void GpuCommunicator::set_timeout_seconds(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [device, rank] : ranks_) rank->rank_context().config().set_timeout_seconds(seconds);

@@ -71,6 +71,8 @@ class GpuCommunicator {
   GpuRank* rank(int device);  // nullptr if this process holds no rank on `device`
   // One line per rank whose kernels recorded a timeout (rank, peer, operation, epoch), else empty.
   std::vector<std::string> errors();
+  // Whether a rank's kernel recorded a failure and stopped rather than trapped (RankOptions::stop_on_failure).
+  bool stopped_on_failure();
   // Every rank's kernels launched from now on wait at most `seconds`.
   void set_timeout_seconds(double seconds);
 

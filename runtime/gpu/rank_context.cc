@@ -29,7 +29,7 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
   if (opts.nranks < 1 || opts.rank < 0 || opts.rank >= opts.nranks || opts.channels_per_peer < 1 ||
       opts.stream_blocks < 0 || opts.stream_blocks > kEpochSlots)
     throw std::invalid_argument("jax_mscclpp: bad rank options");
-  config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s);
+  config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s, opts.stop_on_failure);
   // The registered scratch, then the call inbox the kernels' call checks use (jax_mscclpp/call_check.cuh).
   scratch_ = DeviceBuffer(opts.device, call_inbox_offset(opts.scratch_bytes) + call_inbox_bytes(opts.nranks));
   config_->set_call_inbox(scratch_.get() + call_inbox_offset(opts.scratch_bytes));
@@ -181,6 +181,11 @@ StreamTuning stream_tuning_setting() {
   const uint64_t slots = positive_integer_setting(Setting::kStreamSlots);
   t.slots = static_cast<int32_t>(slots < 1024 ? slots : 1024);
   return t;
+}
+
+bool stop_on_failure_setting() {
+  const char* value = setting_value(Setting::kTrapOnFailure);
+  return value != nullptr && std::strcmp(value, "0") == 0;
 }
 
 int stream_blocks_setting() {

@@ -31,6 +31,7 @@ namespace jax_mscclpp::cuda {
 // settings.def: the one place of their defaults), and their block count (JAX_MSCCLPP_STREAM_BLOCKS).
 StreamTuning stream_tuning_setting();
 int stream_blocks_setting();
+bool stop_on_failure_setting();
 
 // The GPU communicators' defaults, the JAX path's (the module exports them) and the NCCL-API library's alike:
 // registered scratch per rank (every protocol's region, both halves; larger messages are pipelined through it) and
@@ -50,6 +51,8 @@ struct RankOptions {
   // The streaming kernels' geometry knobs; every rank of a communicator must have the same (connect checks).
   StreamTuning stream_tuning = stream_tuning_setting();
   double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
+  // A failing kernel stops instead of trapping (error_record.cuh): the process's JAX_MSCCLPP_TRAP_ON_FAILURE=0.
+  bool stop_on_failure = stop_on_failure_setting();
 };
 
 // The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its

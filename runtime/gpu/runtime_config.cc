@@ -101,7 +101,7 @@ std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const Pl
   return msg;
 }
 
-RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s) : rank_(rank) {
+RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s, bool stop_on_failure) : rank_(rank) {
   void* p = nullptr;
   JAX_MSCCLPP_CUDA_CHECK(cudaHostAlloc(&p, sizeof(RuntimeConfig), cudaHostAllocMapped | cudaHostAllocPortable));
   host_ = static_cast<RuntimeConfig*>(p);
@@ -113,6 +113,7 @@ RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s) : rank_(rank) {
     JAX_MSCCLPP_CUDA_CHECK(e);
   }
   device_ = static_cast<RuntimeConfig*>(d);
+  host_->stop_on_failure = stop_on_failure ? 1u : 0u;
   set_timeout_seconds(timeout_s > 0 ? timeout_s : jax_mscclpp::timeout_seconds());
 }
 
@@ -135,6 +136,12 @@ void RuntimeConfigHost::set_call_inbox(const char* inbox) {
 }
 
 bool RuntimeConfigHost::has_error() const { return reinterpret_cast<volatile uint32_t*>(&host_->error.valid)[0] != 0; }
+
+WaitOp RuntimeConfigHost::failure_op() const {
+  if (!has_error()) return WaitOp::kNone;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return static_cast<WaitOp>(reinterpret_cast<volatile uint32_t*>(&host_->error.op)[0]);
+}
 
 std::string RuntimeConfigHost::error_message(const PlanNames& plan_name) const {
   if (!has_error()) return {};

@@ -1,5 +1,5 @@
 // Host owner of one rank's RuntimeConfig (kernels/include/jax_mscclpp/error_record.cuh): the device-visible
-// timeout and the error record a timed-out kernel fills before it traps.
+// timeout, whether a failing kernel traps or stops, and the error record it fills first.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,8 @@ std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const Pl
 class RuntimeConfigHost {
  public:
   // Pinned, mapped host memory; `timeout_s` <= 0 means the process's setting (runtime_settings.h).
-  RuntimeConfigHost(int rank, double timeout_s);
+  // `stop_on_failure`: a failing kernel of this rank stops (its waits give up) rather than traps.
+  RuntimeConfigHost(int rank, double timeout_s, bool stop_on_failure);
   ~RuntimeConfigHost();
   RuntimeConfigHost(const RuntimeConfigHost&) = delete;
   RuntimeConfigHost& operator=(const RuntimeConfigHost&) = delete;
@@ -36,7 +37,10 @@ class RuntimeConfigHost {
   // The rank's call inbox (device memory), which a timed-out wait reads to say which calls the ranks were in.
   void set_call_inbox(const char* inbox);
 
+  bool stops_on_failure() const { return host_->stop_on_failure != 0; }
   bool has_error() const;
+  // What failed (the record's WaitOp); kNone without a record.
+  WaitOp failure_op() const;
   std::string error_message(const PlanNames& plan_name = {}) const;
   void clear_error();
 

@@ -84,6 +84,9 @@ def main() -> int:
                 print(line, flush=True)
             os._exit(0)
 
+    if scenario == "recover":
+        return check_recovery(jax, jm, mesh, mine, n, global_array, inputs)
+
     import ml_dtypes
 
     jm.Communicator(mesh, "x", port_channels=True)  # before the first call: 2PR needs port channels
@@ -146,6 +149,38 @@ def check_data_movement(jm, n, mine, run, inputs, check, counts):
         check(f"psum_scatter n={count}", scattered, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
         exchanged = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
         check(f"all_to_all n={count}", exchanged, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+
+
+def check_recovery(jax, jm, mesh, mine, n, global_array, inputs) -> int:
+    """JAX_MSCCLPP_TRAP_ON_FAILURE=0: rank 0 calls psum where the others call pmax (mismatched calls). The kernels
+    stop rather than trap, so each process's GPU context stays usable: the program that failed returns, the next
+    call of it is refused with the record (ABORTED), and a program lowered afterwards runs on a fresh communicator
+    and is right. Prints one line per step; exit status 0 when every step went as said."""
+    from jax.sharding import PartitionSpec as P
+
+    x = inputs(5, 1000, np.float32)
+    body = (lambda v: jm.psum(v, "x", algorithm="1pa_ll")) if mine == 0 else (
+        lambda v: jm.pmax(v, "x", algorithm="1pa_ll"))
+    failing = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P()))
+    jax.block_until_ready(failing(global_array(x)))
+    print(f"rank {mine}: the mismatched call returned", flush=True)
+    for line in jm.Communicator(mesh, "x").errors():
+        print(f"rank {mine}: record: {line}", flush=True)
+    try:
+        jax.block_until_ready(failing(global_array(x)))
+        print(f"rank {mine}: the second call was not refused", flush=True)
+        return 1
+    except Exception as error:  # noqa: BLE001
+        print(f"rank {mine}: the second call was refused: {str(error)[:400]}", flush=True)
+        if "ABORTED" not in str(error) or "unusable after an earlier failure" not in str(error):
+            return 1
+    fresh = jax.jit(jax.shard_map(lambda v: jm.psum(v, "x", algorithm="1pa_ll"), mesh=mesh, in_specs=P("x"),
+                                  out_specs=P()))
+    got = np.asarray(fresh(global_array(x)).addressable_data(0))
+    ok = np.allclose(got, np.sum(x, axis=0), rtol=0, atol=1e-4 * np.abs(np.sum(x, axis=0)).max())
+    print(f"rank {mine}: a program lowered afterwards: {'ok' if ok else 'MISMATCH'}", flush=True)
+    jax.distributed.shutdown()
+    return 0 if ok else 1
 
 
 def check_ragged(jax, jm, mesh, n, mine, global_array, check):

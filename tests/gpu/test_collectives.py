@@ -298,6 +298,42 @@ TIMEOUT_SCRIPT = textwrap.dedent(
 )
 
 
+STOP_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks
+    collective, algorithm = sys.argv[1], sys.argv[2]
+    vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, port_channels=True, stop_on_failure=True)
+    vr.launch("collective", ranks=[0], collective=collective, algorithm=algorithm, dtype="float32", count=4096)
+    vr.synchronize([0])  # the kernel stopped: no CUDA error
+    print("STOPPED:", vr.ranks[0].error_message())
+    vr.close()
+    # The context is usable: fresh ranks run a call right.
+    fresh = VirtualRanks(3, channels_per_peer=2, port_channels=True)
+    data = [np.random.default_rng(r).standard_normal(777).astype(np.float32) for r in range(3)]
+    for r in range(3):
+        fresh.upload(r, INPUT, data[r])
+    fresh.collective(collective, algorithm, dtype="float32", reduce_op="sum", count=777)
+    got = fresh.download(0, OUTPUT, 777 * 4, dtype="float32")
+    print("FRESH:", "ok" if np.allclose(got, sum(data), atol=1e-4) else "MISMATCH")
+    """
+)
+
+
+@pytest.mark.parametrize("algorithm", ["2pa_ll", "2pa_hb", "2pr"])
+def test_a_stopping_kernel_leaves_the_context_usable(cuda, algorithm):
+    """Ranks 1 and 2 never launch; rank 0's kernel stops at its timeout rather than trapping (stop_on_failure):
+    its stream completes without a CUDA error, the record names the timeout, and new ranks in the same process run
+    a call right."""
+    proc = subprocess.run([sys.executable, "-c", STOP_SCRIPT, "all_reduce", algorithm], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "STOPPED:" in out and "rank 0 timed out" in out, out
+    assert "FRESH: ok" in out, out
+
+
 @pytest.mark.parametrize("combo,what", [(("all_reduce", "2pa_ll"), "LL packet read"),
                                         (("all_reduce", "2pa_hb"), "semaphore wait"),
                                         (("all_reduce", "2pr"), "proxy semaphore wait")],

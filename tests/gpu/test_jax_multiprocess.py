@@ -47,6 +47,17 @@ def test_large_world(gpus):
         assert "0 failures" in out
 
 
+def test_recovery_after_mismatched_calls(gpus):
+    """Failing kernels stop rather than trap (JAX_MSCCLPP_TRAP_ON_FAILURE=0): both processes go on past mismatched
+    calls, the failed program's next call is refused with the record, a program lowered afterwards is right."""
+    for code, out in launch(2, "recover", {"JAX_MSCCLPP_TRAP_ON_FAILURE": "0", "JAX_MSCCLPP_TIMEOUT_S": "10",
+                                           "XLA_FLAGS": "--xla_gpu_shard_autotuning=false"}, timeout=200):
+        assert code == 0, out[-6000:]
+        assert "the mismatched call returned" in out and "mismatched collective calls" in out, out[-3000:]
+        assert "the second call was refused" in out
+        assert "a program lowered afterwards: ok" in out
+
+
 def test_lost_peer_is_reported(gpus):
     results = launch(2, "lost_peer", {"JAX_MSCCLPP_TIMEOUT_S": "3"}, timeout=200)
     code, out = results[0]

@@ -34,9 +34,9 @@ JAX_MSCCLPP_DEVICE_INLINE void post_call(char* inbox, int rank, uint64_t epoch, 
   asm volatile("st.relaxed.sys.v2.u64 [%0], {%1, %2};" ::"l"(slot + 2), "l"(tag | w.variant), "l"(tag) : "memory");
 }
 
-// Fills the rank's record for a mismatch with the site's peer (first caller only) and traps. Never returns.
-__device__ __noinline__ inline void call_mismatch_trap(const WaitSite& site, uint64_t epoch, const CallWords& mine,
-                                                       const CallWords& theirs, uint32_t theirs_epoch) {
+// Fills the rank's record for a mismatch with the site's peer (first caller only), then record_failure's end.
+__device__ __noinline__ inline void call_mismatch(const WaitSite& site, uint64_t epoch, const CallWords& mine,
+                                                  const CallWords& theirs, uint32_t theirs_epoch) {
   ErrorRecord r{};
   r.rank = site.rank;
   r.peer = site.peer;
@@ -47,18 +47,12 @@ __device__ __noinline__ inline void call_mismatch_trap(const WaitSite& site, uin
   r.theirs = theirs;
   r.mine_epoch = static_cast<uint32_t>(epoch);
   r.theirs_epoch = theirs_epoch;
-  record_and_trap(site, r);
-}
-
-// Tells the rank whose call inbox is `inbox` that rank `rank` failed the communicator (its failed word,
-// call_inbox.cuh). The caller fences (system scope) after the last one, before it traps.
-JAX_MSCCLPP_DEVICE_INLINE void mark_failed(char* inbox, int rank) {
-  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(failed_word(inbox)), "l"(uint64_t(rank) + 1) : "memory");
+  record_failure(site, r);
 }
 
 // End of launch `epoch`: waits (bounded) for peer `peer`'s words of this launch in this rank's inbox. When they
 // differ from `mine`, `fail()` runs (it marks every rank's inbox failed: mark_failed, then a fence), then the rank
-// traps with a mismatch record.
+// records the mismatch and traps, or stops (record_failure).
 template <class Fail>
 JAX_MSCCLPP_DEVICE_INLINE void check_call(const char* inbox, int peer, uint64_t epoch, const CallWords& mine,
                                           const WaitSite& site, Fail&& fail) {
@@ -76,15 +70,16 @@ JAX_MSCCLPP_DEVICE_INLINE void check_call(const char* inbox, int peer, uint64_t 
     if (ready) {
       if (p.words.call != mine.call || p.words.count != mine.count || p.words.variant != mine.variant) {
         fail();
-        call_mismatch_trap(site, epoch, mine, p.words, want);
+        call_mismatch(site, epoch, mine, p.words, want);
       }
       return;
     }
     if (ahead) {
       fail();
-      call_mismatch_trap(site, epoch, mine, p.words, p.tag[0]);
+      call_mismatch(site, epoch, mine, p.words, p.tag[0]);
+      return;
     }
-    bound.tick(WaitOp::kCallCheck, epoch, p.tag[0]);
+    if (!bound.tick(WaitOp::kCallCheck, epoch, p.tag[0])) return;
   }
 }
 

@@ -80,6 +80,12 @@ JAX_MSCCLPP_DEVICE_INLINE uint64_t* failed_word(const char* inbox) {
   return const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(inbox));
 }
 
+// Tells the rank whose call inbox is `inbox` that rank `rank` failed the communicator (its failed word). The caller
+// fences (system scope) after the last one.
+JAX_MSCCLPP_DEVICE_INLINE void mark_failed(char* inbox, int rank) {
+  asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(failed_word(inbox)), "l"(uint64_t(rank) + 1) : "memory");
+}
+
 // One slot as read: the words and the epoch tag of each.
 struct PostedCall {
   CallWords words;

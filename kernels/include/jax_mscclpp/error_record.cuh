@@ -4,9 +4,13 @@
 // the host writes the timeout there (JAX_MSCCLPP_TIMEOUT_S, default 300 s) and may change it between
 // launches; the device reads it only after a wait has already spun for a while. When a wait expires (or a
 // call check finds a peer in another call, call_check.cuh), the first such thread of that rank fills `error`
-// (rank, peer, op, epoch, ...), publishes it with a system fence and `valid = 1`, and traps. The trap poisons
-// the CUDA context; the host then reads the record through its own pointer and reports it as a readable message
-// (runtime/gpu/runtime_config.h).
+// (rank, peer, op, epoch, ...) and publishes it with a system fence and `valid = 1`; the host reads the record
+// through its own pointer and reports it as a readable message (runtime/gpu/runtime_config.h). Then, as the host
+// set `stop_on_failure` (JAX_MSCCLPP_TRAP_ON_FAILURE):
+//   - trap (the default): the thread traps, which ends every kernel of the process's CUDA context and poisons it;
+//   - stop: the thread marks its rank's failed word (call_inbox.cuh) and its wait gives up: every later wait of
+//     the rank's kernels gives up too at its first slow-path check, so each kernel runs to its end in bounded time
+//     with outputs that are not valid, and the context stays usable. The host refuses the rank's later calls.
 #pragma once
 
 #include <cstdint>
@@ -55,8 +59,10 @@ struct ErrorRecord {
 
 // One per rank, in pinned mapped host memory (cudaHostAlloc(..., cudaHostAllocMapped)).
 struct RuntimeConfig {
-  uint64_t timeout_ns;     // 0 means kDefaultTimeoutNs
-  const char* call_inbox;  // device memory: the rank's call inbox (call_inbox.cuh), or null
+  uint64_t timeout_ns;       // 0 means kDefaultTimeoutNs
+  const char* call_inbox;    // device memory: the rank's call inbox (call_inbox.cuh), or null
+  uint32_t stop_on_failure;  // 1: a failed wait records and gives up instead of trapping (see above)
+  uint32_t unused;
   ErrorRecord error;
 };
 
@@ -69,11 +75,13 @@ struct WaitSite {
 
 #if defined(__CUDACC__)
 
-// Publishes `r` (block and thread filled in here) as the rank's error record, first caller only, and traps.
-// Never returns.
-__device__ __noinline__ inline void record_and_trap(const WaitSite& site, const ErrorRecord& r) {
+// Publishes `r` (block and thread filled in here) as the rank's error record, first caller only. Then traps
+// (never returns), or, where the host asked the rank to stop on failure, marks the rank's failed word and
+// returns: the caller's wait gives up.
+__device__ __noinline__ inline void record_failure(const WaitSite& site, const ErrorRecord& r) {
   if (site.config != nullptr) {
     ErrorRecord* rec = &site.config->error;
+    const bool stop = *reinterpret_cast<volatile uint32_t*>(&site.config->stop_on_failure) != 0u;
     if (atomicCAS(&rec->claimed, 0u, 1u) == 0u) {
       volatile ErrorRecord* v = rec;
       v->rank = r.rank;
@@ -96,13 +104,19 @@ __device__ __noinline__ inline void record_and_trap(const WaitSite& site, const 
       __threadfence_system();
       v->valid = 1u;
       __threadfence_system();
-    } else {
+    } else if (!stop) {
       // Another thread is writing the record: trapping now could abort the kernel before it is published,
       // leaving the host an anonymous launch failure. Give the writer a bounded moment (10 ms).
       volatile uint32_t* valid = &rec->valid;
       const uint64_t until = global_timer_ns() + 10000000ull;
       while (*valid == 0u && global_timer_ns() < until) {
       }
+    }
+    if (stop) {
+      const char* inbox = site.config->call_inbox;
+      if (inbox != nullptr) mark_failed(const_cast<char*>(inbox), site.rank);
+      __threadfence_system();
+      return;
     }
   }
   __trap();
@@ -118,9 +132,9 @@ JAX_MSCCLPP_DEVICE_INLINE void record_calls(const WaitSite& site, ErrorRecord& r
   }
 }
 
-// A wait at `site` that lasted longer than the timeout: fills the rank's error record and traps.
-__device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
-                                                 uint64_t observed, uint64_t waited_ns) {
+// A wait at `site` that lasted longer than the timeout: fills the rank's error record, then record_failure's end.
+__device__ __noinline__ inline void timed_out(const WaitSite& site, WaitOp op, uint64_t epoch, uint64_t observed,
+                                              uint64_t waited_ns) {
   ErrorRecord r{};
   r.rank = site.rank;
   r.peer = site.peer;
@@ -129,13 +143,13 @@ __device__ __noinline__ inline void timeout_trap(const WaitSite& site, WaitOp op
   r.observed = observed;
   r.waited_ns = waited_ns;
   record_calls(site, r);
-  record_and_trap(site, r);
+  record_failure(site, r);
 }
 
 // A wait at `site` that stopped because rank `failed_by` failed the communicator (call_inbox.cuh, the failed word):
-// fills the rank's error record and traps.
-__device__ __noinline__ inline void peer_failed_trap(const WaitSite& site, WaitOp op, uint64_t epoch,
-                                                     uint64_t observed, uint64_t waited_ns, int failed_by) {
+// fills the rank's error record, then record_failure's end.
+__device__ __noinline__ inline void peer_failed(const WaitSite& site, WaitOp op, uint64_t epoch, uint64_t observed,
+                                                uint64_t waited_ns, int failed_by) {
   ErrorRecord r{};
   r.rank = site.rank;
   r.peer = failed_by;
@@ -145,33 +159,41 @@ __device__ __noinline__ inline void peer_failed_trap(const WaitSite& site, WaitO
   r.observed = observed;
   r.waited_ns = waited_ns;
   record_calls(site, r);
-  record_and_trap(site, r);
+  record_failure(site, r);
 }
 
-// Spin bound. The clock is read once every 1024 polls and the timeout (host memory) and the rank's failed word
-// (device memory) only after the first clock read, so a wait that succeeds quickly touches none of them; the site
-// is only referenced (it must outlive the bound) and read on the slow path.
+// Spin bound. The clock, the timeout (host memory, at the first check) and the rank's failed word (device memory)
+// are read once every 1024 polls, so a wait that succeeds quickly touches none of them; the site is only
+// referenced (it must outlive the bound) and read on the slow path.
 class SpinBound {
  public:
   JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(&site) {}
 
-  // Call once per failed poll; traps (never returns) when the wait has lasted longer than the timeout.
-  JAX_MSCCLPP_DEVICE_INLINE void tick(WaitOp op, uint64_t epoch, uint64_t observed) {
-    if ((++spins_ & 1023u) != 0u) return;
+  // Call once per failed poll: true while the wait goes on. When the wait has lasted longer than the timeout, or
+  // the rank's failed word is set, it records the failure and traps, or (stop on failure) returns false: the wait
+  // gives up. Waits are written `while (!done && bound.tick(...))`.
+  [[nodiscard]] JAX_MSCCLPP_DEVICE_INLINE bool tick(WaitOp op, uint64_t epoch, uint64_t observed) {
+    if ((++spins_ & 1023u) != 0u) return true;
     const uint64_t now = global_timer_ns();
     if (start_ns_ == 0) {
       start_ns_ = now;
       uint64_t t = 0;
       if (site_->config != nullptr) t = *reinterpret_cast<volatile uint64_t*>(&site_->config->timeout_ns);
       timeout_ns_ = t == 0 ? kDefaultTimeoutNs : t;
-      return;
     }
     const char* inbox = site_->config != nullptr ? site_->config->call_inbox : nullptr;
     if (inbox != nullptr) {
       const uint64_t failed = load_relaxed_sys(failed_word(inbox));
-      if (failed != 0) peer_failed_trap(*site_, op, epoch, observed, now - start_ns_, int(failed) - 1);
+      if (failed != 0) {
+        peer_failed(*site_, op, epoch, observed, now - start_ns_, int(failed) - 1);
+        return false;
+      }
     }
-    if (now - start_ns_ > timeout_ns_) timeout_trap(*site_, op, epoch, observed, now - start_ns_);
+    if (now - start_ns_ > timeout_ns_) {
+      timed_out(*site_, op, epoch, observed, now - start_ns_);
+      return false;
+    }
+    return true;
   }
 
  private:

@@ -85,7 +85,8 @@ struct FifoDeviceHandle {
     if (pos >= load_acquire_sys(tail_cache) + size) {
       SpinBound bound(site);
       uint64_t t;
-      while (pos >= (t = load_acquire_sys(tail)) + size) bound.tick(WaitOp::kFifoPush, pos, t);
+      while (pos >= (t = load_acquire_sys(tail)) + size && bound.tick(WaitOp::kFifoPush, pos, t)) {
+      }
       fence_acq_rel_sys();
       atomicMax(reinterpret_cast<unsigned long long*>(tail_cache), static_cast<unsigned long long>(t));
     }
@@ -100,7 +101,8 @@ struct FifoDeviceHandle {
   JAX_MSCCLPP_DEVICE_INLINE void sync(uint64_t pos) const {
     SpinBound bound(site);
     uint64_t t;
-    while ((t = load_acquire_sys(tail)) <= pos) bound.tick(WaitOp::kFifoSync, pos, t);
+    while ((t = load_acquire_sys(tail)) <= pos && bound.tick(WaitOp::kFifoSync, pos, t)) {
+    }
   }
 #endif
 };

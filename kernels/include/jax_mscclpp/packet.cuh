@@ -44,7 +44,8 @@ struct alignas(8) LL8Packet {
   JAX_MSCCLPP_DEVICE_INLINE uint32_t read(uint32_t f, const WaitSite& site) const {
     uint32_t value;
     SpinBound bound(site);
-    while (!poll(f, value)) bound.tick(WaitOp::kPacketRead, f, 0);
+    while (!poll(f, value) && bound.tick(WaitOp::kPacketRead, f, 0)) {
+    }
     return value;
   }
 #endif
@@ -80,7 +81,8 @@ struct alignas(16) LL16Packet {
   JAX_MSCCLPP_DEVICE_INLINE uint2 read(uint32_t f, const WaitSite& site) const {
     uint2 value;
     SpinBound bound(site);
-    while (!poll(f, value)) bound.tick(WaitOp::kPacketRead, f, 0);
+    while (!poll(f, value) && bound.tick(WaitOp::kPacketRead, f, 0)) {
+    }
     return value;
   }
 #endif

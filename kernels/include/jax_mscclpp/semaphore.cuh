@@ -32,8 +32,7 @@ JAX_MSCCLPP_DEVICE_INLINE void wait_inbound(const uint64_t* inbound, uint64_t* e
   SpinBound bound(site);
   for (;;) {
     const uint64_t v = kAcquire ? load_acquire_sys(inbound) : load_relaxed_sys(inbound);
-    if (reached(v, target)) return;
-    bound.tick(op, target, v);
+    if (reached(v, target) || !bound.tick(op, target, v)) return;
   }
 }
 

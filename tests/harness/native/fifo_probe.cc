@@ -11,7 +11,7 @@
 namespace jax_mscclpp::cuda {
 
 FifoProbe::FifoProbe(int device, uint32_t fifo_size, double timeout_s)
-    : device_(device), fifo_size_(fifo_size), config_(0, timeout_s) {
+    : device_(device), fifo_size_(fifo_size), config_(0, timeout_s, /*stop_on_failure=*/false) {
   DeviceGuard g(device);
   proxy_ = std::make_unique<ProxyService>(device, fifo_size);
   proxy_->set_custom_handler(1, [this](const ProxyTrigger& t) {
