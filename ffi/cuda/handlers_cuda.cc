@@ -7,7 +7,9 @@
 // launch depends on is fixed per (communicator, plan, shapes), and the epoch lives in device memory, so a call may
 // be recorded once and replayed; each handler is registered with and without XLA's command-buffer trait
 // (call_decoding.h, kOutsideGraphsSuffix) and the lowering picks one per call.
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "call_decoding.h"
 #include "collective_types.h"
@@ -24,6 +26,19 @@ namespace ffi = xla::ffi;
 
 namespace jax_mscclpp {
 namespace {
+
+// The end of a call launched on `rank`: where its failing kernels stop rather than trap, the outputs are poisoned
+// should the rank have failed by the end of the call (collectives/collective.h, poison_outputs_if_failed).
+ffi::Error finished(cuda::GpuRank& rank, cudaStream_t stream, std::initializer_list<std::pair<void*, size_t>> outputs) {
+  if (!rank.rank_context().config().stops_on_failure()) return ffi::Error::Success();
+  for (const auto& [out, bytes] : outputs) {
+    const cudaError_t err = poison_outputs_if_failed(rank.context(), out, bytes, stream);
+    if (err != cudaSuccess)
+      return ffi::Error(ffi::ErrorCode::kInternal,
+                        std::string("jax_mscclpp: launching the failed-output check failed: ") + cudaGetErrorString(err));
+  }
+  return ffi::Error::Success();
+}
 
 std::string where(int64_t plan_id, int64_t comm_id, int32_t device) {
   return "plan " + std::to_string(plan_id) + " of communicator " + std::to_string(comm_id) + " on device " +
@@ -46,7 +61,7 @@ const char* plan_launch_hint(cudaError_t err) {
 // One call of a bound plan. PLAN.md's geometry: block_count = input count / input blocks, and the output holds
 // output blocks * block_count elements (what the host backend runs, since plans are verified to have the
 // collective's block layout).
-ffi::Error run_plan_cuda(const cuda::GpuRank& rank, const CollectiveContext& ctx, cudaStream_t stream,
+ffi::Error run_plan_cuda(cuda::GpuRank& rank, const CollectiveContext& ctx, cudaStream_t stream,
                          int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t comm_id,
                          int32_t dtype, int32_t op, int64_t plan_id) {
   const cuda::ExecutorPlan* plan = rank.plan(plan_id);
@@ -67,7 +82,7 @@ ffi::Error run_plan_cuda(const cuda::GpuRank& rank, const CollectiveContext& ctx
     return ffi::Error(ffi::ErrorCode::kInternal, "jax_mscclpp: launching " + where(plan_id, comm_id, device) +
                                                      " failed: " + cudaGetErrorString(err) +
                                                      plan_launch_hint(err));
-  return ffi::Error::Success();
+  return finished(rank, stream, {{y->untyped_data(), y->size_bytes()}});
 }
 
 // The rank of communicator `comm_id` on `device`, or null.
@@ -119,7 +134,7 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
     return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_mscclpp: launching ") +
                                                      collective_name(kCollective) + " failed: " +
                                                      cudaGetErrorString(err));
-  return ffi::Error::Success();
+  return finished(*rank, stream, {{y->untyped_data(), y->size_bytes()}});
 }
 
 // The permutation (codes.def, kPermute): the attributes of the others and its destination table
@@ -143,7 +158,7 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
   if (err != cudaSuccess)
     return ffi::Error(ffi::ErrorCode::kInternal,
                       std::string("jax_mscclpp: launching permute failed: ") + cudaGetErrorString(err));
-  return ffi::Error::Success();
+  return finished(*rank, stream, {{y->untyped_data(), y->size_bytes()}});
 }
 
 // What every collective's handler takes (call_decoding.h); the permutation adds its destination table.
@@ -252,7 +267,8 @@ ffi::Error epilogue_cuda(Epilogue kind, cudaStream_t stream, int32_t device, ffi
   if (err != cudaSuccess)
     return ffi::Error(ffi::ErrorCode::kInternal,
                       std::string("jax_mscclpp: launching the fused all_reduce failed: ") + cudaGetErrorString(err));
-  return ffi::Error::Success();
+  return finished(*rank, stream, {{new_residual.untyped_data(), new_residual.size_bytes()},
+                                  {normed, normed != nullptr ? x.size_bytes() : 0}});
 }
 
 ffi::Error all_reduce_residual_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer residual,

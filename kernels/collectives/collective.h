@@ -100,4 +100,10 @@ cudaError_t launch_permute(const CollectiveContext& ctx, int32_t algorithm, cons
                            uint64_t block_count, int32_t dtype, int32_t send_to, int32_t recv_from,
                            cudaStream_t stream, int32_t max_blocks = 0);
 
+// For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
+// kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set
+// by then, so that the outputs of a failed call, and of every call after it, cannot pass for results. Nothing is
+// written otherwise. `out` null or `bytes` 0: nothing to do.
+cudaError_t poison_outputs_if_failed(const CollectiveContext& ctx, void* out, uint64_t bytes, cudaStream_t stream);
+
 }  // namespace jax_mscclpp

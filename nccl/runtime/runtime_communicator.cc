@@ -12,6 +12,7 @@
 #include "check.h"
 #include "collectives/collective.h"
 #include "dtype_codes.h"
+#include "jax_mscclpp/block_layout.h"
 #include "jax_mscclpp/codes.h"
 #include "selection_table.h"
 
@@ -119,12 +120,19 @@ cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) 
   const int32_t collective = collective_of(op.function);
   const size_t element = nccl_dtype_bytes(op.dtype);
   cuda::DeviceGuard guard(device_);
-  if (reduces(collective)) {
-    return launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count,
-                             reduction_dtype_code(op.dtype), reduce_op_code(op.op), op.stream);
-  }
-  return launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count * element,
-                           codes::kU8, codes::kSum, op.stream);
+  const cudaError_t launched =
+      reduces(collective)
+          ? launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count,
+                              reduction_dtype_code(op.dtype), reduce_op_code(op.op), op.stream)
+          : launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count * element,
+                              codes::kU8, codes::kSum, op.stream);
+  if (launched != cudaSuccess) return launched;
+  return poisoned_if_failed(op.recv, output_blocks(collective, size_t(nranks())) * op.count * element, op.stream);
+}
+
+cudaError_t RuntimeCommunicator::poisoned_if_failed(void* out, uint64_t bytes, cudaStream_t stream) const {
+  if (!rank_->rank_context().config().stops_on_failure()) return cudaSuccess;
+  return poison_outputs_if_failed(rank_->context(), out, bytes, stream);
 }
 
 cudaError_t RuntimeCommunicator::launch_permute(const Operation* send, const Operation* recv,
@@ -133,10 +141,11 @@ cudaError_t RuntimeCommunicator::launch_permute(const Operation* send, const Ope
   const Operation& any = send != nullptr ? *send : *recv;
   const uint64_t bytes = static_cast<uint64_t>(any.count) * nccl_dtype_bytes(any.dtype);
   cuda::DeviceGuard guard(device_);
-  return jax_mscclpp::launch_permute(rank_->context(), algorithm, send != nullptr ? send->send : nullptr,
-                                     recv != nullptr ? recv->recv : nullptr, bytes, codes::kU8,
-                                     send != nullptr ? send->peer : -1, recv != nullptr ? recv->peer : -1,
-                                     any.stream);
+  const cudaError_t launched = jax_mscclpp::launch_permute(
+      rank_->context(), algorithm, send != nullptr ? send->send : nullptr, recv != nullptr ? recv->recv : nullptr,
+      bytes, codes::kU8, send != nullptr ? send->peer : -1, recv != nullptr ? recv->peer : -1, any.stream);
+  if (launched != cudaSuccess || recv == nullptr) return launched;
+  return poisoned_if_failed(recv->recv, bytes, any.stream);
 }
 
 }  // namespace jax_mscclpp::nccl

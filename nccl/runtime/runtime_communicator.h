@@ -54,6 +54,10 @@ class RuntimeCommunicator {
   std::string failure() const;
 
  private:
+  // After a launch: where failing kernels stop, the operation's output is poisoned should the rank have failed by
+  // its end (collectives/collective.h, poison_outputs_if_failed).
+  cudaError_t poisoned_if_failed(void* out, uint64_t bytes, cudaStream_t stream) const;
+
   BootstrapClient bootstrap_;
   int device_ = 0;
   bool shares_gpu_ = false;

@@ -153,17 +153,19 @@ def check_data_movement(jm, n, mine, run, inputs, check, counts):
 
 def check_recovery(jax, jm, mesh, mine, n, global_array, inputs) -> int:
     """JAX_MSCCLPP_TRAP_ON_FAILURE=0: rank 0 calls psum where the others call pmax (mismatched calls). The kernels
-    stop rather than trap, so each process's GPU context stays usable: the program that failed returns, the next
-    call of it is refused with the record (ABORTED), and a program lowered afterwards runs on a fresh communicator
-    and is right. Prints one line per step; exit status 0 when every step went as said."""
+    stop rather than trap, so each process's GPU context stays usable: the program that failed returns outputs
+    with every bit set (NaN), the next call of it is refused with the record (ABORTED), and a program lowered
+    afterwards runs on a fresh communicator and is right. Prints one line per step; exit status 0 when every step
+    went as said."""
     from jax.sharding import PartitionSpec as P
 
     x = inputs(5, 1000, np.float32)
     body = (lambda v: jm.psum(v, "x", algorithm="1pa_ll")) if mine == 0 else (
         lambda v: jm.pmax(v, "x", algorithm="1pa_ll"))
     failing = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P()))
-    jax.block_until_ready(failing(global_array(x)))
-    print(f"rank {mine}: the mismatched call returned", flush=True)
+    poisoned = np.asarray(failing(global_array(x)).addressable_data(0))
+    print(f"rank {mine}: the mismatched call returned, {'all NaN' if np.isnan(poisoned).all() else 'NOT POISONED'}",
+          flush=True)
     for line in jm.Communicator(mesh, "x").errors():
         print(f"rank {mine}: record: {line}", flush=True)
     try:

@@ -76,7 +76,7 @@ JAX_MSCCLPP_DEVICE_INLINE uint64_t* call_slot(const char* inbox, int sender, uin
          (uint64_t(sender) * 2 + (epoch & 1)) * kCallSlotWords;
 }
 
-JAX_MSCCLPP_DEVICE_INLINE uint64_t* failed_word(const char* inbox) {
+JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t* failed_word(const char* inbox) {
   return const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(inbox));
 }
 
