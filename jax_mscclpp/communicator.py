@@ -12,12 +12,12 @@ from __future__ import annotations
 import atexit
 import itertools
 import operator
-import os
 import threading
 from typing import Sequence
 
 import numpy as np
 
+from . import settings
 from ._native import CUDA_BUILT, native
 
 # Registered scratch per rank on CPU devices, all of it (every protocol's region, both halves), unless
@@ -211,9 +211,9 @@ class Communicator:
         self.num_groups = len(self.group_of_partition) // self.world_size
         self.devices = _mesh_devices(mesh)
         self.platform = self.devices[0].platform if self.devices else "cpu"
-        if scratch_bytes is None and os.environ.get("JAX_MSCCLPP_SCRATCH_BYTES", "").strip():
-            scratch_bytes = _check_scratch_bytes(os.environ["JAX_MSCCLPP_SCRATCH_BYTES"].strip(),
-                                                 "JAX_MSCCLPP_SCRATCH_BYTES")
+        named = settings.value_of(settings.ENV_SCRATCH_BYTES)
+        if scratch_bytes is None and named is not None:
+            scratch_bytes = _check_scratch_bytes(named, settings.ENV_SCRATCH_BYTES)
         if scratch_bytes is None:
             scratch_bytes = _default_scratch_bytes(self.platform)
         if scratch_bytes < _MIN_SCRATCH_BYTES_PER_RANK * self.world_size:

@@ -34,7 +34,7 @@ ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
 ENV_TRAP_ON_FAILURE = "JAX_MSCCLPP_TRAP_ON_FAILURE"
 
 
-def _value(name: str) -> str | None:
+def value_of(name: str) -> str | None:
     """The variable's value, stripped; None when unset or empty (both mean: the default)."""
     value = os.environ.get(name)
     if value is None or not value.strip():
@@ -47,7 +47,7 @@ def _refuse(name: str, value: str, accepted: str):
 
 
 def _positive_number(name: str, default: str) -> None:
-    value = _value(name)
+    value = value_of(name)
     if value is None:
         return
     try:
@@ -59,7 +59,7 @@ def _positive_number(name: str, default: str) -> None:
 
 
 def _positive_integer(name: str, accepted: str) -> None:
-    value = _value(name)
+    value = value_of(name)
     if value is None:
         return
     if not value.isdigit() or int(value) == 0:
@@ -67,14 +67,14 @@ def _positive_integer(name: str, accepted: str) -> None:
 
 
 def _one_of(name: str, choices: tuple, accepted: str) -> None:
-    value = _value(name)
+    value = value_of(name)
     if value is not None and value not in choices:
         _refuse(name, value, accepted)
 
 
 def _check(name: str, kind: str, default: str) -> None:
     """One variable by its kind (settings.def); the algorithm's name is checked where it is read."""
-    value = _value(name)
+    value = value_of(name)
     if value is None or kind == "kAlgorithmName":
         return
     if kind == "kPositiveNumber":
@@ -101,7 +101,7 @@ def check_environment() -> None:
 
 def current() -> dict[str, str | None]:
     """Every variable's value in this process (None: unset, the default), for ``info()``."""
-    return {name: _value(name) for name in SETTINGS}
+    return {name: value_of(name) for name in SETTINGS}
 
 
 def forced_algorithm() -> str | None:
@@ -111,7 +111,7 @@ def forced_algorithm() -> str | None:
     from . import plans
     from ._types import ALGORITHMS_OF, Collective
 
-    value = _value(ENV_ALGORITHM)
+    value = value_of(ENV_ALGORITHM)
     if value is None:
         return None
     builtin = sorted({name for names in ALGORITHMS_OF.values() for name in names} | {"lax"})
@@ -124,13 +124,14 @@ def forced_algorithm() -> str | None:
 def command_buffers() -> str:
     """JAX_MSCCLPP_COMMAND_BUFFERS: "0", "1" or "" (unset), checked."""
     _one_of(ENV_COMMAND_BUFFERS, ("0", "1"), "0, 1 or unset")
-    return _value(ENV_COMMAND_BUFFERS) or ""
+    return value_of(ENV_COMMAND_BUFFERS) or ""
 
 
 def stops_on_failure() -> bool:
     """JAX_MSCCLPP_TRAP_ON_FAILURE=0: a failing GPU kernel stops rather than traps (kernels/include/jax_mscclpp/
     error_record.cuh), so the process's GPU context stays usable."""
-    return _value(ENV_TRAP_ON_FAILURE) == "0"
+    return value_of(ENV_TRAP_ON_FAILURE) == "0"
 
 
-__all__ = ["SETTINGS", "check_environment", "command_buffers", "current", "forced_algorithm", "stops_on_failure"]
+__all__ = ["SETTINGS", "check_environment", "command_buffers", "current", "forced_algorithm", "stops_on_failure",
+           "value_of"]

@@ -26,6 +26,8 @@ import re
 import threading
 import warnings
 
+from . import settings
+
 FORMAT = "jax_mscclpp.tuning/1"
 ENV_FILE = "JAX_MSCCLPP_TUNING_FILE"
 ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
@@ -39,8 +41,7 @@ _topologies: dict = {}
 
 def _named_file() -> str | None:
     """JAX_MSCCLPP_TUNING_FILE's value, stripped; None when it is unset or empty (both mean: the default file)."""
-    value = os.environ.get(ENV_FILE, "").strip()
-    return value or None
+    return settings.value_of(ENV_FILE)
 
 
 def cache_dir() -> str:

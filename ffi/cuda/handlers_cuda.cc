@@ -30,9 +30,8 @@ namespace {
 // The end of a call launched on `rank`: where its failing kernels stop rather than trap, the outputs are poisoned
 // should the rank have failed by the end of the call (collectives/collective.h, poison_outputs_if_failed).
 ffi::Error finished(cuda::GpuRank& rank, cudaStream_t stream, std::initializer_list<std::pair<void*, size_t>> outputs) {
-  if (!rank.rank_context().config().stops_on_failure()) return ffi::Error::Success();
   for (const auto& [out, bytes] : outputs) {
-    const cudaError_t err = poison_outputs_if_failed(rank.context(), out, bytes, stream);
+    const cudaError_t err = rank.poison_outputs_if_failed(out, bytes, stream);
     if (err != cudaSuccess)
       return ffi::Error(ffi::ErrorCode::kInternal,
                         std::string("jax_mscclpp: launching the failed-output check failed: ") + cudaGetErrorString(err));
@@ -102,7 +101,7 @@ ffi::Error refusal(cuda::GpuRank* rank, int64_t comm_id, int32_t device) {
     return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jax_mscclpp: communicator " + std::to_string(comm_id) +
                                                                " has no rank on device " + std::to_string(device));
   const cuda::RuntimeConfigHost& config = rank->rank_context().config();
-  if (!config.has_error()) return ffi::Error::Success();
+  if (!config.stopped_on_failure()) return ffi::Error::Success();
   const WaitOp op = config.failure_op();
   const ffi::ErrorCode code = op == WaitOp::kCallMismatch || op == WaitOp::kPeerFailed
                                   ? ffi::ErrorCode::kAborted

@@ -112,7 +112,7 @@ int32_t RuntimeCommunicator::algorithm_for(const Operation& op, bool nccl_can_ru
 
 std::string RuntimeCommunicator::failure() const {
   const cuda::RuntimeConfigHost& config = rank_->rank_context().config();
-  return config.has_error() && config.stops_on_failure() ? config.error_message() : std::string();
+  return config.stopped_on_failure() ? config.error_message() : std::string();
 }
 
 cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) const {
@@ -127,12 +127,8 @@ cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) 
           : launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count * element,
                               codes::kU8, codes::kSum, op.stream);
   if (launched != cudaSuccess) return launched;
-  return poisoned_if_failed(op.recv, output_blocks(collective, size_t(nranks())) * op.count * element, op.stream);
-}
-
-cudaError_t RuntimeCommunicator::poisoned_if_failed(void* out, uint64_t bytes, cudaStream_t stream) const {
-  if (!rank_->rank_context().config().stops_on_failure()) return cudaSuccess;
-  return poison_outputs_if_failed(rank_->context(), out, bytes, stream);
+  return rank_->poison_outputs_if_failed(op.recv, output_blocks(collective, size_t(nranks())) * op.count * element,
+                                         op.stream);
 }
 
 cudaError_t RuntimeCommunicator::launch_permute(const Operation* send, const Operation* recv,
@@ -145,7 +141,7 @@ cudaError_t RuntimeCommunicator::launch_permute(const Operation* send, const Ope
       rank_->context(), algorithm, send != nullptr ? send->send : nullptr, recv != nullptr ? recv->recv : nullptr,
       bytes, codes::kU8, send != nullptr ? send->peer : -1, recv != nullptr ? recv->peer : -1, any.stream);
   if (launched != cudaSuccess || recv == nullptr) return launched;
-  return poisoned_if_failed(recv->recv, bytes, any.stream);
+  return rank_->poison_outputs_if_failed(recv->recv, bytes, any.stream);
 }
 
 }  // namespace jax_mscclpp::nccl

@@ -8,7 +8,8 @@
 //   - shares_gpu(): two ranks drive one physical GPU (processes sharing a device), where NVIDIA's NCCL refuses to
 //     run; then every operation we have a kernel for runs here at any size.
 //   - algorithm_for(): the algorithm of ours that runs an operation, from the selection table shared with the JAX
-//     path (selection_table.h) beneath the tuning file of the topology the communicator spans (tuning_file.h), or -1 when the real NCCL should (an operation, dtype or reduction we do not run, or
+//     path (selection_table.h) beneath the tuning file of the topology the communicator spans (tuning_file.h),
+//     or -1 when the real NCCL should (an operation, dtype or reduction we do not run, or
 //     a size the table gives to NCCL while NCCL can run).
 //   - launch() / launch_permute(): enqueue on the operation's stream, capture-safe (no host state per call); every
 //     rank must launch the same sequence (kernels/collectives/collective.h).
@@ -54,10 +55,6 @@ class RuntimeCommunicator {
   std::string failure() const;
 
  private:
-  // After a launch: where failing kernels stop, the operation's output is poisoned should the rank have failed by
-  // its end (collectives/collective.h, poison_outputs_if_failed).
-  cudaError_t poisoned_if_failed(void* out, uint64_t bytes, cudaStream_t stream) const;
-
   BootstrapClient bootstrap_;
   int device_ = 0;
   bool shares_gpu_ = false;

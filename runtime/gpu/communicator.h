@@ -38,6 +38,10 @@ class GpuRank {
   const CollectiveContext& context() const { return device_; }
   RankContext& rank_context() { return *ctx_; }
   bool port_channels() const { return port_channels_; }
+  // After a call launched on `stream`: where this rank's failing kernels stop rather than trap, enqueues the
+  // poisoning of `bytes` of its output `out` should the rank have failed by the end of the call
+  // (collectives/collective.h, poison_outputs_if_failed); nothing otherwise.
+  cudaError_t poison_outputs_if_failed(void* out, size_t bytes, cudaStream_t stream);
 
   // Makes execution plan `plan_id` runnable on this rank: builds its executor tables over this rank's
   // channels (context()). Once per id: binding an id again does nothing. Needs finalize(). Throws

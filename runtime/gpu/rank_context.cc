@@ -1,6 +1,5 @@
 #include "rank_context.h"
 
-#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 
@@ -194,13 +193,7 @@ int stream_blocks_setting() {
 }
 
 size_t gpu_scratch_bytes_setting() {
-  const char* value = setting_value(Setting::kScratchBytes);
-  if (value == nullptr) return kGpuScratchBytes;
-  const uint64_t bytes = settings_detail::parse_positive_integer(value);
-  if (bytes > 0) return static_cast<size_t>(bytes);
-  std::fprintf(stderr, "jax_mscclpp: ignoring JAX_MSCCLPP_SCRATCH_BYTES=\"%s\" (not a positive integer); using %zu\n",
-               value, kGpuScratchBytes);
-  return kGpuScratchBytes;
+  return static_cast<size_t>(positive_integer_setting(Setting::kScratchBytes, kGpuScratchBytes));
 }
 
 RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes) {

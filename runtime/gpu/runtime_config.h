@@ -39,6 +39,8 @@ class RuntimeConfigHost {
 
   bool stops_on_failure() const { return host_->stop_on_failure != 0; }
   bool has_error() const;
+  // A kernel of this rank failed and stopped: the context is usable, the rank's communicator is not.
+  bool stopped_on_failure() const { return stops_on_failure() && has_error(); }
   // What failed (the record's WaitOp); kNone without a record.
   WaitOp failure_op() const;
   std::string error_message(const PlanNames& plan_name = {}) const;

@@ -15,25 +15,19 @@ enum class Setting {
 #include "jax_mscclpp/settings.def"
 };
 
-constexpr const char* setting_name(Setting setting) {
-  switch (setting) {
-#define JAX_MSCCLPP_SETTING(enumerator, name, kind, default_value, what) \
-  case Setting::enumerator:                                            \
-    return name;
+// Every row's name and default (in words; for kPositiveInteger rows, the number), indexed by Setting.
+struct SettingRow {
+  const char* name;
+  const char* default_value;
+};
+inline constexpr SettingRow kSettingRows[] = {
+#define JAX_MSCCLPP_SETTING(enumerator, name, kind, default_value, what) {name, default_value},
 #include "jax_mscclpp/settings.def"
-  }
-  return "";
-}
+};
 
-// The row's default, in words (for kPositiveInteger rows: the number).
+constexpr const char* setting_name(Setting setting) { return kSettingRows[static_cast<int>(setting)].name; }
 constexpr const char* setting_default(Setting setting) {
-  switch (setting) {
-#define JAX_MSCCLPP_SETTING(enumerator, name, kind, default_value, what) \
-  case Setting::enumerator:                                            \
-    return default_value;
-#include "jax_mscclpp/settings.def"
-  }
-  return "";
+  return kSettingRows[static_cast<int>(setting)].default_value;
 }
 
 // The variable's value; nullptr when it is unset or empty (both mean: the default).
@@ -51,10 +45,9 @@ inline uint64_t parse_positive_integer(const char* text) {
 }
 }  // namespace settings_detail
 
-// A kPositiveInteger row's value: the variable's, else its default; a value that is not a positive integer
-// gives the default and a line on stderr.
-inline uint64_t positive_integer_setting(Setting setting) {
-  const uint64_t fallback = settings_detail::parse_positive_integer(setting_default(setting));
+// A kPositiveInteger row's value: the variable's, else `fallback`; a value that is not a positive integer gives
+// `fallback` and a line on stderr.
+inline uint64_t positive_integer_setting(Setting setting, uint64_t fallback) {
   const char* value = setting_value(setting);
   if (value == nullptr) return fallback;
   const uint64_t v = settings_detail::parse_positive_integer(value);
@@ -62,6 +55,11 @@ inline uint64_t positive_integer_setting(Setting setting) {
   std::fprintf(stderr, "jax_mscclpp: ignoring %s=\"%s\" (not a positive integer); using %llu\n",
                setting_name(setting), value, static_cast<unsigned long long>(fallback));
   return fallback;
+}
+
+// The same with the row's default, for rows whose default is a number.
+inline uint64_t positive_integer_setting(Setting setting) {
+  return positive_integer_setting(setting, settings_detail::parse_positive_integer(setting_default(setting)));
 }
 
 }  // namespace jax_mscclpp
