@@ -16,7 +16,9 @@ works. The process then exits normally: its exit status says whether every scena
 ``--launch N`` runs the multi-process forms instead (N processes under ``jax.distributed``, one device each:
 GPUs): a peer process killed mid-collective (SIGKILL during a chain of calls), a process that stops taking part,
 and a process that calls a different size or op. Each surviving process reports when and how its call failed
-and whether it could exit; the report gives time to error after the kill and every process's exit status.
+and whether it could exit; the report gives time to error after the kill and every process's exit status. Where
+GPU kernels stop instead of trapping (``JAX_MSCCLPP_TRAP_ON_FAILURE=0``) a failed call returns: each process then
+reports whether its outputs were poisoned and how the program's next call was refused.
 """
 
 from __future__ import annotations
@@ -248,7 +250,7 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
     import jax_mscclpp as jm
-    from .. import _compat
+    from .. import _compat, settings
     from ..communicator import Communicator
     from ..testing import faults
 
@@ -299,7 +301,7 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
         try:
             deadline = time.monotonic() + timeout_s * 3 + delay_s + 30
             while time.monotonic() < deadline:  # a peer killed mid-chain: the error comes on some call
-                jax.block_until_ready(program(data))
+                out = jax.block_until_ready(program(data))
                 if scenario != "killed_peer":
                     break
             result["raised"] = False
@@ -307,6 +309,15 @@ def child(scenario: str, timeout_s: float, delay_s: float, heartbeat_s: int) -> 
             result["raised"] = True
             result["error"] = f"{type(e).__name__}: {e}"[:1500]
         result["started_at"], result["failed_at"] = started, time.time()
+        if not result["raised"] and settings.stops_on_failure():
+            # Kernels that stop instead of trapping: the failed call returns with its outputs poisoned (all bits
+            # set), and the program's next call is refused with the record (docs/reliability.md).
+            result["outputs_poisoned"] = bool(np.isnan(np.asarray(out.addressable_shards[0].data)).all())
+            try:
+                jax.block_until_ready(program(data))
+                result["next_call_error"] = None
+            except Exception as e:  # noqa: BLE001
+                result["next_call_error"] = f"{type(e).__name__}: {e}"[:1500]
         try:  # inside the block: a record's message quotes the limit in force when it is read
             result["comm_errors"] = comm.errors()[:8]
         except Exception as e:  # noqa: BLE001
@@ -368,7 +379,9 @@ def run_multi_process(processes: int, scenario: str, timeout_s: float, delay_s: 
                 line["time_to_error_s"] = round(line["failed_at"] - reference, 3)
         log(f"process {r['process']}: exit status {r['exit_status']} ({r.get('exit_took_s')} s after reporting); "
             + "; ".join(f"raised={line.get('raised')} time_to_error={line.get('time_to_error_s')} "
-                        f"{(line.get('error') or '')[:200]}" for line in r["reports"] if "raised" in line))
+                        + (f"outputs_poisoned={line['outputs_poisoned']} next call: "
+                           f"{(line['next_call_error'] or 'not refused')[:200]} " if "outputs_poisoned" in line else "")
+                        + f"{(line.get('error') or '')[:200]}" for line in r["reports"] if "raised" in line))
         if not any("raised" in line for line in r["reports"]):  # no report: where it was (Python stacks), if shown
             tail, marker = r["output_tail"], "THREADS OF A PROCESS STILL IN ITS CALL"
             stacks = tail[tail.find(marker):] if marker in tail else ""

@@ -2,8 +2,8 @@
 // inbox (docs/architecture.md, "Call checks"). The protocol that uses them is call_check.cuh; error records
 // (error_record.cuh) carry the words too, so that a timeout can say which calls the ranks were in.
 //
-// Each rank's registered scratch is followed by its call inbox (at call_inbox_offset): first the "failed" word
-// (kFailedWordBytes), then one slot per (sender, epoch parity), kCallSlotWords words each: [call | count] then
+// Each rank's registered scratch is followed by its call inbox (at call_inbox_offset): first the "failed" word and
+// the "recorded" word (kFailedWordBytes), then one slot per (sender, epoch parity), kCallSlotWords words each: [call | count] then
 // [variant | unused], every word tagged with uint32(epoch) in its upper half. A rank posts into its own row too,
 // so its latest call can be read beside its peers' when a wait times out.
 //
@@ -12,6 +12,10 @@
 // their own failed word on their slow path (error_record.cuh, SpinBound) and stop with a record naming that
 // rank, so a peer stuck waiting for data the mismatched call never sends fails at once, not at its time limit.
 // The word is never cleared: the communicator stays failed (the host makes a new one).
+//
+// The recorded word is written by its own rank only, where kernels stop instead of trapping: nonzero once the rank
+// has claimed its error record (error_record.cuh, record_failure). Every thread of every kernel still queued gives
+// up its waits one by one; with the word set each gives up at once, without another record or a host access.
 #pragma once
 
 #include <cstdint>
@@ -59,7 +63,7 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE uint32_t epilogue_variant(int32_t epilogue, uint6
 }
 
 constexpr int kCallSlotWords = 4;  // 32 bytes: two 16-byte halves, each moved by one vector access
-constexpr uint64_t kFailedWordBytes = 16;  // the failed word, padded so that the slots stay 16-byte aligned
+constexpr uint64_t kFailedWordBytes = 16;  // the failed and recorded words; the slots stay 16-byte aligned
 
 // Where the call inbox starts after a registered scratch of `scratch_bytes`, and its size for `nranks` senders.
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t call_inbox_offset(uint64_t scratch_bytes) {
@@ -79,6 +83,8 @@ JAX_MSCCLPP_DEVICE_INLINE uint64_t* call_slot(const char* inbox, int sender, uin
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t* failed_word(const char* inbox) {
   return const_cast<uint64_t*>(reinterpret_cast<const uint64_t*>(inbox));
 }
+
+JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t* recorded_word(const char* inbox) { return failed_word(inbox) + 1; }
 
 // Tells the rank whose call inbox is `inbox` that rank `rank` failed the communicator (its failed word). The caller
 // fences (system scope) after the last one.

@@ -76,8 +76,9 @@ struct WaitSite {
 #if defined(__CUDACC__)
 
 // Publishes `r` (block and thread filled in here) as the rank's error record, first caller only. Then traps
-// (never returns), or, where the host asked the rank to stop on failure, marks the rank's failed word and
-// returns: the caller's wait gives up.
+// (never returns), or, where the host asked the rank to stop on failure, marks the rank's failed word (unless a
+// peer's mark is there already, which names the rank that failed first) and its recorded word, and returns: the
+// caller's wait gives up.
 __device__ __noinline__ inline void record_failure(const WaitSite& site, const ErrorRecord& r) {
   if (site.config != nullptr) {
     ErrorRecord* rec = &site.config->error;
@@ -114,7 +115,10 @@ __device__ __noinline__ inline void record_failure(const WaitSite& site, const E
     }
     if (stop) {
       const char* inbox = site.config->call_inbox;
-      if (inbox != nullptr) mark_failed(const_cast<char*>(inbox), site.rank);
+      if (inbox != nullptr) {
+        if (load_relaxed_sys(failed_word(inbox)) == 0) mark_failed(const_cast<char*>(inbox), site.rank);
+        store_relaxed_sys(recorded_word(inbox), 1);
+      }
       __threadfence_system();
       return;
     }
@@ -164,7 +168,8 @@ __device__ __noinline__ inline void peer_failed(const WaitSite& site, WaitOp op,
 
 // Spin bound. The clock, the timeout (host memory, at the first check) and the rank's failed word (device memory)
 // are read once every 1024 polls, so a wait that succeeds quickly touches none of them; the site is only
-// referenced (it must outlive the bound) and read on the slow path.
+// referenced (it must outlive the bound) and read on the slow path. A failed rank whose recorded word is set
+// (call_inbox.cuh) gives up without a record: its record is claimed.
 class SpinBound {
  public:
   JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(&site) {}
@@ -185,7 +190,9 @@ class SpinBound {
     if (inbox != nullptr) {
       const uint64_t failed = load_relaxed_sys(failed_word(inbox));
       if (failed != 0) {
-        peer_failed(*site_, op, epoch, observed, now - start_ns_, int(failed) - 1);
+        if (load_relaxed_sys(recorded_word(inbox)) == 0) {
+          peer_failed(*site_, op, epoch, observed, now - start_ns_, int(failed) - 1);
+        }
         return false;
       }
     }
