@@ -14,6 +14,8 @@
 #   soak_shared      the soak with 2 and 4 processes sharing GPU 0, checked against CPU devices
 #   churn            communicators made, used and destroyed, with port channels and without
 #   faults           a killed peer, a stalled peer and mismatched calls between two processes
+#   stop_mode        what kernels that stop instead of trapping cost a model (decode and train against lax, with
+#                    JAX_MSCCLPP_TRAP_ON_FAILURE=0: compare their ratios with decode and train), and the faults then
 #   copy_engine      the copy engines' peer-to-peer rate (bench/device/copy_engine_rate.py)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -63,8 +65,16 @@ faults() {
     --heartbeat 15 --out "$OUT/faults-2proc.json"
 }
 copy_engine() { python3 bench/device/copy_engine_rate.py --out "$OUT/copy-engine.json"; }
+stop_mode() {
+  JAX_MSCCLPP_TRAP_ON_FAILURE=0 python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 \
+    --steps 32 --out "$OUT/decode-stop-mode.json"
+  JAX_MSCCLPP_TRAP_ON_FAILURE=0 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 \
+    --out "$OUT/train-stop-mode.json"
+  JAX_MSCCLPP_TRAP_ON_FAILURE=0 XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.soak.faults \
+    --launch 2 --timeout 10 --heartbeat 15 --out "$OUT/faults-2proc-stop-mode.json"
+}
 
-RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults copy_engine"
+RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then
