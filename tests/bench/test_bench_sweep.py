@@ -68,4 +68,8 @@ def test_auto_that_emits_lax_reports_lax_timings(mesh4, monkeypatch):
     (record,) = sweep.Runner(mesh4, settings).run()
     assert record.chosen == "lax" and record.same_program_as_lax and record.check == "ok"
     assert record.ours_us == record.lax_us and record.ours_dispatch_us == record.lax_dispatch_us
-    assert record.speedup == pytest.approx(1.0)
+    # lax's per-call estimate (chained minus trivial) can come out at or below zero on a busy CPU: no ratio then
+    if record.lax_us > 0:
+        assert record.speedup == pytest.approx(1.0)
+    else:
+        assert record.speedup is None
