@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kPoisonThreads) poison_if_failed_kernel(const 
 
 cudaError_t poison_outputs_if_failed(const CollectiveContext& ctx, void* out, uint64_t bytes, cudaStream_t stream) {
   if (out == nullptr || bytes == 0 || ctx.scratch == nullptr) return cudaSuccess;
-  const bool vector = (reinterpret_cast<uintptr_t>(out) & 15) == 0;  // XLA's buffers are
+  const bool vector = (reinterpret_cast<uintptr_t>(out) & 15) == 0;  // as XLA's buffers always are
   const uint64_t work = vector ? bytes / 16 : bytes;
   uint64_t blocks = (work + kPoisonThreads - 1) / kPoisonThreads;
   if (blocks < 1) blocks = 1;

@@ -19,7 +19,6 @@
 namespace jax_mscclpp::nccl {
 namespace {
 
-
 // What each rank tells the others at setup, before its endpoint bytes.
 struct Identity {
   char gpu_uuid[16];

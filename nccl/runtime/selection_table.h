@@ -9,12 +9,11 @@
 
 namespace jax_mscclpp::nccl {
 
-// The selection over `tuned` rules (consulted first, any world), then the built-in GPU rules; see below.
+// The algorithm (codes.def) for a GPU call of `collective` with `nbytes` of input per rank over `world` ranks,
+// over the `tuned` rules (consulted first, any world), then the built-in GPU rules: the first matching rule's;
+// where that is the framework's own collective, -1 when `nccl_can_run`, else the first later matching rule of
+// ours, else the collective's any-size algorithm.
 int32_t select_algorithm(const std::vector<TunedRule>& tuned, int32_t collective, uint64_t nbytes, int world,
                          bool nccl_can_run);
-//
-// The algorithm (codes.def) for a GPU call of `collective` with `nbytes` of input per rank over `world` ranks:
-// the first matching rule's; where that is the framework's own collective, -1 when `nccl_can_run`, else the first
-// later matching rule of ours, else the collective's any-size algorithm.
 
 }  // namespace jax_mscclpp::nccl
