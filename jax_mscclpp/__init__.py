@@ -27,6 +27,9 @@ from . import fused
 from .communicator import Communicator
 from .explain import explain
 from .info import info
+# Bound as the package's attribute here: JAX_MSCCLPP_NCCL=1's start-up hook may have loaded the module before
+# the package (jax_plugins/jax_mscclpp_nccl.py), and then no import of it sets that attribute.
+from . import nccl_backend
 from .nccl_backend import enable_nccl_backend
 from .overlap import psum_done, psum_start, value_and_psum_grad
 from .plans import register_algorithm, unregister_algorithm

@@ -2,7 +2,8 @@
 
 JAX's typing of values inside ``shard_map`` (which mesh axes a value varies over, "vma") and the lowering
 context's view of the mesh are internal APIs that move between JAX releases. Everything that touches them goes
-through this module, which is tested on the CI's JAX (0.10) and the GPU machine's (0.11).
+through this module, which CI tests on the oldest and the newest supported jax (0.10.2 and 0.12.0.1; the range:
+``_jax_versions.py``), and the GPU machines on 0.11.2.
 """
 
 from __future__ import annotations
@@ -182,11 +183,46 @@ def collective_axes(params: dict) -> tuple:
     return tuple(axes) if isinstance(axes, (tuple, list)) else (axes,)
 
 
+# ---- lax.ppermute's arguments ------------------------------------------------------------------------------
+#
+# jax 0.10's lax.ppermute takes any iterable of pairs as ``perm`` and numbers the ranks of a tuple of axes row-major
+# in the mesh's order, whatever order the tuple names them in. jax 0.11 and 0.12 take a list or tuple only
+# (TypeError otherwise), and refuse a tuple of axes named in another order than the mesh's (RuntimeError at
+# lowering), unless ``jax_raise_on_ppermute_sort_diff`` is off: then they number the ranks in the order the tuple
+# names them, as lax.axis_index and all_gather do.
+
+_PPERMUTE_SORT_DIFF = getattr(_config, "raise_on_ppermute_sort_diff", None)  # absent in jax 0.10
+
+
+def check_ppermute_perm(perm: Any) -> None:
+    """Raises the TypeError lax.ppermute raises where the installed lax refuses ``perm``'s type: lax's own
+    argument check, run on an empty pytree, which binds nothing and needs no bound axis."""
+    lax.ppermute((), (), perm)
+
+
 def in_mesh_order(axes: tuple) -> tuple:
-    """``axes`` in the order of the mesh where the caller is being traced (lax.ppermute numbers the ranks of a
-    tuple of axes row-major in that order, whatever order the tuple names them in)."""
+    """``axes`` in the order of the mesh where the caller is being traced."""
     order = {name: i for i, name in enumerate(_mesh.get_abstract_mesh().axis_names)}
     return tuple(sorted(axes, key=lambda a: order.get(a, len(order))))
+
+
+def ppermute_rank_axes(axes: tuple) -> tuple:
+    """The axes of a ppermute over ``axes`` in the order whose row-major ranks the installed lax.ppermute numbers
+    its pairs by; RuntimeError where lax.ppermute refuses the order the tuple names them in (only axes of more
+    than one rank count: the others change no rank's number)."""
+    mesh_order = in_mesh_order(axes)
+    if _PPERMUTE_SORT_DIFF is None:
+        return mesh_order
+    if not _PPERMUTE_SORT_DIFF.value:
+        return tuple(axes)
+    sizes = bound_axis_sizes()
+    if [a for a in axes if sizes.get(a, 1) > 1] != [a for a in mesh_order if sizes.get(a, 1) > 1]:
+        raise RuntimeError(
+            f"jax_mscclpp.ppermute: the axes {tuple(axes)} are not in the mesh's order {mesh_order}, which "
+            "lax.ppermute refuses in this jax: make sure that the axis_name passed is in the same order as the "
+            "axis_names declared on the mesh, or, to number the ranks in the order named, turn the check off with "
+            "jax.config.update('jax_raise_on_ppermute_sort_diff', False)")
+    return mesh_order
 
 
 def traced_platform() -> str | None:
@@ -290,7 +326,9 @@ __all__ = [
     "function_debug_info",
     "is_jaxpr",
     "jaxpr_and_consts",
+    "check_ppermute_perm",
     "in_mesh_order",
+    "ppermute_rank_axes",
     "mesh_axes",
     "pvary_abstract_eval",
     "pvary_p",

@@ -30,9 +30,18 @@ def reset() -> int:
     lowered again on its next call, with fresh communicators. Returns how many communicators were destroyed.
 
     Call it after a failed collective call, before running again programs compiled before the failure; also the
-    way to free every communicator's scratch. Programs must not be running meanwhile."""
+    way to free every communicator's scratch. It first waits for every program whose results are still alive
+    (``jax.live_arrays()``): JAX dispatches asynchronously, so a program called just before may not have run yet,
+    and destroying its communicator under it would leave the ranks that had started waiting, until their time
+    limit, for those that had not. A program whose results were all dropped is not waited for: it must not be
+    running meanwhile."""
     import jax
 
+    for array in jax.live_arrays():
+        try:
+            array.block_until_ready()
+        except Exception:  # noqa: BLE001 - a failed program's results: its failure was reported where it was read
+            pass
     live = Communicator.live()
     for comm in live:
         comm.destroy()

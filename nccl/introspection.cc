@@ -15,6 +15,11 @@ JAX_MSCCLPP_NCCL_EXPORT int jax_mscclpp_nccl_group_depth(void) { return group_de
 
 JAX_MSCCLPP_NCCL_EXPORT int jax_mscclpp_nccl_is_ours(ncclComm_t comm) { return our_communicator(comm) != nullptr; }
 
+JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_backend(ncclComm_t comm) {
+  const OurCommunicator* ours = our_communicator(comm);
+  return ours != nullptr && setup_state(ours) != ncclInProgress ? ours->backend.c_str() : "";
+}
+
 JAX_MSCCLPP_NCCL_EXPORT ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t comm) {
   return real_communicator(comm);
 }

@@ -14,6 +14,8 @@ ncclResult_t fail(ncclResult_t code, const std::string& text) {
 
 void clear_last_error() { this_thread_error.clear(); }
 
+void restore_last_error(const std::string& text) { this_thread_error = text; }
+
 const char* last_error() { return this_thread_error.c_str(); }
 
 const char* result_description(ncclResult_t result) {

@@ -15,6 +15,8 @@ namespace jax_mscclpp::nccl {
 // Records `text` (prefixed with this library's name) as this thread's last error and returns `code`.
 ncclResult_t fail(ncclResult_t code, const std::string& text);
 void clear_last_error();
+// Sets this thread's last error back to `text`, a value last_error() returned (prefix included).
+void restore_last_error(const std::string& text);
 // This thread's last error, "" when the latest call did not fail here.
 const char* last_error();
 // A short description of `result`, for when there is no real library to ask.

@@ -7,7 +7,9 @@
 // either kind (NCCL's own contract); a null handle is never ours.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <string>
 
 #include "jax_mscclpp_nccl/nccl_api.h"
 
@@ -16,12 +18,22 @@ namespace jax_mscclpp::nccl {
 constexpr std::uint64_t kOurCommunicatorMagic = 0x5050'4C43'4353'4D4AULL;  // bytes "JMSCCLPP" in memory order
 
 class RuntimeCommunicator;  // runtime/runtime_communicator.h
+struct PendingSetup;        // runtime/our_runtime.cc: a setup that runs on another thread
 
+// `setup` is ncclInProgress while a setup of our id runs elsewhere (a non-blocking config, or an init inside a
+// group, until the outermost ncclGroupEnd): `real`, `runtime`, `setup_error` and `backend` are written by that setup
+// before it stores the result into `setup` (release); a caller reads `setup` first (acquire; ncclCommGetAsyncError
+// does), and only then the rest. NCCL's rule makes that the caller's order: a communicator is not used before its
+// init completed.
 struct OurCommunicator {
   std::uint64_t magic;            // kOurCommunicatorMagic while alive, 0 once released
   const OurCommunicator* self;    // this object's own address
   ncclComm_t real;                // the real library's communicator; null for one of ours where it cannot run
   RuntimeCommunicator* runtime;   // our runtime's communicator for the same ranks, or null (the real one alone)
+  std::atomic<int> setup{ncclSuccess};  // ncclInProgress, or the setup's result
+  std::string setup_error;        // the failed setup's text (ncclGetLastError of this communicator)
+  std::string backend;            // which runtime runs it and why (jax_mscclpp_nccl_backend)
+  PendingSetup* pending = nullptr;  // the setup running elsewhere, until it is collected
 };
 
 // A new handle wrapping `real`; `real` itself (unwrapped, then a foreign communicator) if memory runs out, and
@@ -34,6 +46,10 @@ ncclComm_t wrap_runtime_communicator(RuntimeCommunicator* runtime, ncclComm_t re
 OurCommunicator* our_communicator(ncclComm_t comm);
 // What the real library knows `comm` as: the wrapped communicator of ours, any other handle unchanged.
 ncclComm_t real_communicator(ncclComm_t comm);
+// Whether `ours` is ready for calls (its setup completed): ncclSuccess, ncclInProgress, or the setup's failure.
+inline ncclResult_t setup_state(const OurCommunicator* ours) {
+  return static_cast<ncclResult_t>(ours->setup.load(std::memory_order_acquire));
+}
 // Frees one of ours (after the real library destroyed what it wraps); its magic is cleared first.
 void release_our_communicator(OurCommunicator* ours);
 

@@ -8,15 +8,18 @@
 //     run too (no two ranks on one GPU, and the real library opens), it holds a real communicator for the same
 //     ranks, made through our bootstrap, for the operations ours leaves to it. Otherwise it has none, and a call
 //     that needs one fails with ncclInvalidUsage naming it.
-//   - submit: an operation on one of our communicators with a runtime. Outside a group it is launched at once;
-//     inside one (group_depth.h) it is queued, and the outermost ncclGroupEnd launches the calling thread's queue
-//     in order (end_group), a communicator's sends and receives as one permutation call. Returns false when our
-//     runtime does not run it (the caller forwards it), true with *result set otherwise.
+//   - submit: an operation on one of our communicators with a runtime (operations.cc says which of ours runs it:
+//     a collective kernel, point-to-point messages, or a composition of both, compositions.h). Outside a group it
+//     is launched at once; inside one (group_depth.h) it is queued, and the outermost ncclGroupEnd launches the
+//     calling thread's queue (end_group): the collectives in order, then each communicator's sends and receives as
+//     one point-to-point group (collective.h, launch_p2p_group). Returns false when our runtime does not run it
+//     (the caller forwards it), true with *result set otherwise.
 //   - Every result other than ncclSuccess comes with this thread's last error (last_error.h).
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "api_function.h"
 #include "jax_mscclpp_nccl/nccl_api.h"
@@ -25,7 +28,9 @@
 namespace jax_mscclpp::nccl {
 
 // One communication call as NCCL's API describes it. `count` is NCCL's: elements per rank for all-reduce,
-// all-gather (sendcount), reduce-scatter (recvcount), all-to-all (per peer), send and recv.
+// all-gather (sendcount), reduce-scatter (recvcount), all-to-all (per peer), broadcast, reduce, gather and scatter
+// (per rank), send and recv. `root`: the root rank of broadcast, reduce, gather and scatter; `peer`: the other rank
+// of send and recv.
 struct Operation {
   ApiFunction function;
   const void* send;
@@ -34,6 +39,7 @@ struct Operation {
   ncclDataType_t dtype;
   ncclRedOp_t op;
   int peer;
+  int root;
   cudaStream_t stream;
 };
 
@@ -45,10 +51,51 @@ ncclResult_t init_our_communicator(ncclComm_t* comm, int nranks, const ncclUniqu
 // ncclCommSplit of one of ours with a runtime: collective over the parent's ranks.
 ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key, ncclComm_t* newcomm,
                                     ncclConfig_t* config);
+// ---- lifecycle (runtime/our_runtime.cc; the setup itself: runtime/communicator_setup.h) ----
+// init_our_communicator, by where it is called: outside a group with a blocking config (or none), the setup runs
+// on the calling thread and *comm is set on success only; with config->blocking == 0, *comm is set at once, the
+// setup runs on a thread of its own and the result is ncclInProgress (ncclCommGetAsyncError says ncclInProgress
+// until it ends, then its result); inside a group, *comm is set at once and the setup waits for the outermost
+// ncclGroupEnd, run_group_setups.
+// The calling thread's inits of its group, concurrently (one thread may init several ranks): ncclSuccess, or the
+// first failure (with its last error); ncclInProgress when one of them is non-blocking (then all go on in the
+// background).
+ncclResult_t run_group_setups();
+// ncclGroupSimulateEnd: the calling thread's inits of its group are not made; their communicators report
+// ncclInvalidUsage (async error and last error) and are still to be destroyed.
+void discard_group_setups();
+// ncclCommShrink of one of ours with a runtime: a split in which the ranks of `exclude` take no color. Collective
+// over the parent's ranks, the excluded ones included (they get a null communicator).
+ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude, int count, ncclComm_t* newcomm,
+                                     ncclConfig_t* config);
+// Before a communicator of ours is ended: true when its setup still runs elsewhere (it is interrupted, and frees all
+// it makes when it ends: the handle is not to be used again), false when the caller ends it as any other.
+bool release_pending_setup(OurCommunicator* ours);
+// The record of the runtime's failed kernel (runtime_failed), "" when none failed.
+std::string runtime_failure(const OurCommunicator* ours);
+// ncclMemAlloc / ncclMemFree while our runtime is on (runtime/buffers.cc): device memory from cuMem (exportable as a
+// POSIX file descriptor, as NVIDIA's ncclMemAlloc makes it), cudaMalloc where the driver lacks it. owns_buffer: the
+// pointer is one allocate_buffer returned and free_buffer has not freed.
+ncclResult_t allocate_buffer(void** ptr, size_t size);
+bool owns_buffer(void* ptr);
+ncclResult_t free_buffer(void* ptr);
 bool submit(ncclComm_t comm, const Operation& operation, ncclResult_t* result);
 ncclResult_t end_group();
-// Frees the runtime side of `ours` (after the real communicator, if any, is gone). `orderly`: wait for every rank
-// first (destroy), else not (abort).
+// Drops the calling thread's queue without launching it (ncclGroupSimulateEnd: nothing of the group runs).
+void discard_group();
+// The operations of the calling thread's queue, in order (operations.cc), and what ncclGroupSimulateEnd reports for
+// them (group_estimate.cc): microseconds, a launch latency per call and its bytes at NVLink speed.
+std::vector<Operation> queued_group();
+float estimate_group_microseconds(const std::vector<Operation>& operations);
+// ncclRedOpCreatePreMulSum / ncclRedOpDestroy on one of ours with a runtime and no real communicator (reduction
+// ops of NVIDIA's communicators are NVIDIA's): the reduction our compositions run (reduction_table.h).
+ncclResult_t create_premulsum(OurCommunicator* ours, ncclRedOp_t* op, void* scalar, ncclDataType_t dtype,
+                              ncclScalarResidence_t residence);
+ncclResult_t destroy_reduction(OurCommunicator* ours, ncclRedOp_t op);
+// Frees the runtime side of `ours` (after the real communicator, if any, is gone). `orderly` (destroy): first waits
+// for every rank at the root, at most a couple of seconds; else (abort), or where a rank did not come, the rank's
+// kernels are stopped from the host (every wait gives up at its next check, no trap) and the frees go to a thread
+// of their own, so the call returns at once; a new communicator can be made right after.
 void release_runtime(OurCommunicator* ours, bool orderly);
 // Rank, world size and device of a communicator of ours with a runtime.
 int runtime_rank(const OurCommunicator* ours);

@@ -23,7 +23,24 @@ ncclResult_t split_our_communicator(OurCommunicator*, int, int, ncclComm_t*, ncc
 }
 bool submit(ncclComm_t, const Operation&, ncclResult_t*) { return false; }
 ncclResult_t end_group() { return ncclSuccess; }
+void discard_group() {}
+ncclResult_t create_premulsum(OurCommunicator*, ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t) {
+  return not_built("ncclRedOpCreatePreMulSum");
+}
+ncclResult_t destroy_reduction(OurCommunicator*, ncclRedOp_t) { return not_built("ncclRedOpDestroy"); }
 void release_runtime(OurCommunicator*, bool) {}
+ncclResult_t run_group_setups() { return ncclSuccess; }
+void discard_group_setups() {}
+std::vector<Operation> queued_group() { return {}; }
+float estimate_group_microseconds(const std::vector<Operation>&) { return 0.0f; }
+ncclResult_t shrink_our_communicator(OurCommunicator*, const int*, int, ncclComm_t*, ncclConfig_t*) {
+  return not_built("ncclCommShrink");
+}
+bool release_pending_setup(OurCommunicator*) { return false; }
+std::string runtime_failure(const OurCommunicator*) { return ""; }
+ncclResult_t allocate_buffer(void**, size_t) { return not_built("ncclMemAlloc"); }
+bool owns_buffer(void*) { return false; }
+ncclResult_t free_buffer(void*) { return not_built("ncclMemFree"); }
 int runtime_rank(const OurCommunicator*) { return 0; }
 int runtime_nranks(const OurCommunicator*) { return 0; }
 bool runtime_failed(const OurCommunicator*) { return false; }

@@ -195,7 +195,13 @@ def test_clear_error(mesh8, case_id, fn, x, error, pattern):
 
 @pytest.mark.parametrize("case_id,ours,ref,x,out_specs", LIKE_LAX, ids=[c[0] for c in LIKE_LAX])
 def test_like_lax(mesh8, case_id, ours, ref, x, out_specs):
-    assert_same(run(ours, mesh8, x, out_specs), run(ref, mesh8, x, out_specs))
+    try:
+        want = run(ref, mesh8, x, out_specs)
+    except Exception as refused:  # noqa: BLE001 - this jax's lax refuses the call (a numpy perm from 0.11 on)
+        with pytest.raises(type(refused), match=re.escape(str(refused).splitlines()[0])):
+            run(ours, mesh8, x, out_specs)
+        return
+    assert_same(run(ours, mesh8, x, out_specs), want)
 
 
 def test_outside_shard_map(rng):

@@ -84,17 +84,58 @@ def test_pytree_and_odd_shapes(mesh8, rng):
                      mesh8, (tree,), P("x"), P("x"))
 
 
-def test_2d_mesh_tuple_of_axes(cpu_devices, rng):
+TUPLE_OF_AXES_CASES = [(("a", "b"), [(i, (3 * i + 1) % 8) for i in range(8)]), (("b", "a"), [(0, 7), (7, 0), (2, 3)]),
+                       ("b", [(0, 3), (3, 2), (2, 0)]), ("a", [(0, 1)])]
+
+
+def _2d_mesh(cpu_devices):
     # A device order of its own, so that the ranks of ("a", "b") are not the device ids.
-    mesh = Mesh(np.array(cpu_devices[:8])[[5, 2, 7, 0, 3, 6, 1, 4]].reshape(2, 4), ("a", "b"))
-    x = random_array(rng, (2 * 3, 4 * 5), "float32")
+    return Mesh(np.array(cpu_devices[:8])[[5, 2, 7, 0, 3, 6, 1, 4]].reshape(2, 4), ("a", "b"))
+
+
+def _ppermute_like_lax(mesh, x, axes, perm):
+    """Ours and lax's agree, or both refuse the call with the same exception type (jax 0.11 and newer refuse a
+    tuple of axes named out of the mesh's order while jax_raise_on_ppermute_sort_diff is on)."""
     specs = P("a", "b")
-    for axes, perm in [(("a", "b"), [(i, (3 * i + 1) % 8) for i in range(8)]), (("b", "a"), [(0, 7), (7, 0), (2, 3)]),
-                       ("b", [(0, 3), (3, 2), (2, 0)]), ("a", [(0, 1)])]:
-        compare_with_lax(lambda v: jm.ppermute(v, axes, perm), lambda v: lax.ppermute(v, axes, perm),
-                         mesh, (x,), specs, specs)
-    compare_with_lax(lambda v: jm.pbroadcast(v, ("a", "b"), 5), lambda v: lax.all_gather(v, ("a", "b"))[5],
+    try:
+        jax.block_until_ready(sharded(lambda v: lax.ppermute(v, axes, perm), mesh, specs, specs)(x))
+    except RuntimeError as refused:
+        assert "order" in str(refused), refused
+        with pytest.raises(RuntimeError, match="not in the mesh's order"):
+            sharded(lambda v: jm.ppermute(v, axes, perm), mesh, specs, specs)(x)
+        return
+    compare_with_lax(lambda v: jm.ppermute(v, axes, perm), lambda v: lax.ppermute(v, axes, perm),
                      mesh, (x,), specs, specs)
+
+
+def test_2d_mesh_tuple_of_axes(cpu_devices, rng):
+    mesh = _2d_mesh(cpu_devices)
+    x = random_array(rng, (2 * 3, 4 * 5), "float32")
+    for axes, perm in TUPLE_OF_AXES_CASES:
+        _ppermute_like_lax(mesh, x, axes, perm)
+    compare_with_lax(lambda v: jm.pbroadcast(v, ("a", "b"), 5), lambda v: lax.all_gather(v, ("a", "b"))[5],
+                     mesh, (x,), P("a", "b"), P("a", "b"))
+
+
+def test_2d_mesh_axes_out_of_order_with_lax_check_off(cpu_devices, rng):
+    """Where lax.ppermute can be told to take a tuple of axes out of the mesh's order (jax 0.11 and newer), it then
+    numbers the ranks in the order named, and so does ours."""
+    if not hasattr(jax.config, "jax_raise_on_ppermute_sort_diff"):
+        pytest.skip("this jax numbers a ppermute's ranks in the mesh's order always")
+    mesh = _2d_mesh(cpu_devices)
+    x = random_array(rng, (2 * 3, 4 * 5), "float32")
+    before = jax.config.jax_raise_on_ppermute_sort_diff
+    jax.config.update("jax_raise_on_ppermute_sort_diff", False)
+    try:
+        for axes, perm in TUPLE_OF_AXES_CASES:
+            _ppermute_like_lax(mesh, x, axes, perm)
+        in_mesh_order = sharded(lambda v: jm.ppermute(v, ("a", "b"), [(0, 7), (7, 0), (2, 3)]), mesh,
+                                P("a", "b"), P("a", "b"))(x)
+        named_order = sharded(lambda v: jm.ppermute(v, ("b", "a"), [(0, 7), (7, 0), (2, 3)]), mesh,
+                              P("a", "b"), P("a", "b"))(x)
+        assert not np.array_equal(np.asarray(in_mesh_order), np.asarray(named_order))
+    finally:
+        jax.config.update("jax_raise_on_ppermute_sort_diff", before)
 
 
 def test_one_device_axis(cpu_devices, rng):

@@ -17,6 +17,9 @@
 #   stop_mode        what kernels that stop instead of trapping cost a model (decode and train against lax, with
 #                    JAX_MSCCLPP_TRAP_ON_FAILURE=0: compare their ratios with decode and train), and the faults then
 #   copy_engine      the copy engines' peer-to-peer rate (bench/device/copy_engine_rate.py)
+#   nccl_clients     NCCL's real clients through our libnccl.so.2 in 2, 3 and 4 processes sharing GPU 0: nccl-tests
+#                    (MPI), torch.distributed, JAX's multi-process tests (bench/device/nccl_clients.py; carry
+#                    .devcache and .whl; everything at 2 processes, a core subset at 3 and 4; about 6 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -73,8 +76,15 @@ stop_mode() {
   JAX_MSCCLPP_TRAP_ON_FAILURE=0 XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.soak.faults \
     --launch 2 --timeout 10 --heartbeat 15 --out "$OUT/faults-2proc-stop-mode.json"
 }
+nccl_clients() {
+  local started=$SECONDS
+  python3 bench/device/nccl_clients.py --clients nccl_tests,torch,jax --processes 2,3,4 --full-at 2 --budget 330 \
+    --jax-jobs 2 --nccl-tests-jobs 2 --out "$OUT"
+  echo "nccl_clients: $((SECONDS - started)) s"
+}
 
 RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
+RECIPES+=" nccl_clients"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/p2p_layout.h"
 #include "jax_mscclpp/call_check.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
@@ -55,6 +56,12 @@ struct CollectiveContext {
   // This launch's call (jax_mscclpp/call_inbox.cuh): set per launch by launch_collective, launch_plan and
   // launch_all_reduce_epilogue. Every rank's call inbox lies at call_inbox_offset(scratch_bytes) in its scratch.
   CallWords call;
+  // The point-to-point engine (launch_p2p_group; collectives/p2p_layout.h): device array [nranks] of what this
+  // rank holds of each peer (its own entry zero), or null: the context has no p2p resources. The layout is the
+  // same on every rank; p2p_blocks is the most thread blocks one launch may use (all co-resident).
+  const P2PPeerHandle* p2p;
+  P2PLayout p2p_layout;
+  int32_t p2p_blocks;
 };
 
 // Collective, algorithm, dtype and op codes: jax_mscclpp/codes.def (as int32_t: jax_mscclpp/codes.h).
@@ -99,6 +106,39 @@ cudaError_t launch_collective(const CollectiveContext& ctx, int32_t collective, 
 cudaError_t launch_permute(const CollectiveContext& ctx, int32_t algorithm, const void* in, void* out,
                            uint64_t block_count, int32_t dtype, int32_t send_to, int32_t recv_from,
                            cudaStream_t stream, int32_t max_blocks = 0);
+
+// One message of a point-to-point group (launch_p2p_group).
+struct P2PMessage {
+  char* buffer;     // send: the data to send (read only); receive: where the data lands. Any alignment.
+  uint64_t bytes;   // may be 0 (nothing moves)
+  int32_t peer;     // any rank of the context, the rank itself included (a local copy)
+  int32_t receive;  // 0: send to peer; 1: receive from peer
+};
+
+// The most messages one launch takes: the messages travel by value in the kernel's parameters (16 bytes each,
+// plus 12 bytes of per-(peer, direction) table in the worst case), and 1024 of them fit the 32 KB parameter space
+// of sm_70+ with CUDA 12.1+. Splitting a larger group into several launches is not equivalent in general (the
+// messages of one launch progress together, those of the next wait for it), so a caller must refuse a group
+// that large rather than cut it.
+constexpr int kP2PMaxMessages = 1024;
+
+// Launches this rank's messages of one group on `stream` (NCCL's point-to-point semantics). Messages between a
+// pair of ranks are matched in order per direction: the k-th send of rank a to rank b (counting over every
+// launch of the communicator) pairs with the k-th receive of b from a, and the two have the same byte count. Only
+// the ranks named take part: a rank with no message launches nothing, and no rank waits for a third one. All
+// messages of one launch progress together (a send never waits for a receive of the same launch to finish
+// first), so any pattern NCCL accepts in one group runs: rings, both directions between a pair, several messages
+// to one peer, all-to-all-v, a rank sending to itself (the k-th self-send of a launch pairs with its k-th
+// self-receive, copied with cudaMemcpyAsync before the kernel; they must be in the same launch; their buffers are
+// the same or do not overlap). Buffers are the launch's until it ends on `stream`; then a send's buffer is free
+// (its data is in the receiver's slots, perhaps not yet received) and a receive's holds the data. Capture-safe:
+// no host state per call and no device buffer written by the host (CUDA graphs, XLA command buffers replay it).
+// Errors (nothing is enqueued): cudaErrorInvalidValue for a peer out of range, a receive flag other than 0 / 1, a
+// null buffer with bytes > 0, count < 0 or more than kP2PMaxMessages, unmatched self messages or self sizes that
+// differ; cudaErrorNotReady when a message to another rank moves bytes and the context has no p2p resources.
+// The protocol and why it cannot deadlock: docs/architecture.md, "Point-to-point groups".
+cudaError_t launch_p2p_group(const CollectiveContext& ctx, const P2PMessage* messages, int count,
+                             cudaStream_t stream);
 
 // For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
 // kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -223,17 +224,31 @@ BootstrapClient::~BootstrapClient() {
 }
 
 std::vector<std::string> BootstrapClient::all_gather(const std::string& mine, const char* what) {
-  const auto deadline = deadline_from_now();
+  return all_gather(mine, what, timeout_seconds());
+}
+
+std::vector<std::string> BootstrapClient::all_gather(const std::string& mine, const char* what, double limit_s) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000.0));
   std::vector<std::string> frames(nranks_);
-  bool ok = send_frame(socket_, mine, deadline);
+  bool ok = !interrupted_.load(std::memory_order_acquire) && send_frame(socket_, mine, deadline);
   for (int q = 0; ok && q < nranks_; ++q) ok = receive_frame(socket_, frames[q], deadline);
   if (!ok) {
+    if (interrupted_.load(std::memory_order_acquire)) {
+      throw std::runtime_error(std::string(what) + ": rank " + std::to_string(rank_) + " of " +
+                               std::to_string(nranks_) + " was aborted (ncclCommAbort)");
+    }
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%g", limit_s);
     throw std::runtime_error(std::string(what) + ": rank " + std::to_string(rank_) + " of " +
-                             std::to_string(nranks_) + " did not hear from every rank within " +
-                             std::to_string(static_cast<int>(timeout_seconds())) +
+                             std::to_string(nranks_) + " did not hear from every rank within " + limit +
                              " s (a rank is missing or gone; JAX_MSCCLPP_TIMEOUT_S)");
   }
   return frames;
+}
+
+void BootstrapClient::interrupt() {
+  // shutdown (not close): the descriptor stays valid for a thread inside poll or recv on it, which then returns.
+  if (!interrupted_.exchange(true, std::memory_order_acq_rel) && socket_ >= 0) ::shutdown(socket_, SHUT_RDWR);
 }
 
 }  // namespace jax_mscclpp::nccl

@@ -9,6 +9,7 @@
 // round times out; it holds no state another communicator shares.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -40,9 +41,15 @@ class BootstrapClient {
   // One round: every rank's frame, in rank order (this rank's own included). Throws std::runtime_error when the
   // root or a rank does not answer within the timeout, naming `what`.
   std::vector<std::string> all_gather(const std::string& mine, const char* what);
+  // The same round bounded by `limit_s` seconds instead of the process's timeout (a destroy's barrier).
+  std::vector<std::string> all_gather(const std::string& mine, const char* what, double limit_s);
+  // Ends this rank's connection to the root now, from any thread: a round in progress on another thread fails at
+  // once, later rounds fail, and the root ends (so every other rank's pending round fails too). Idempotent.
+  void interrupt();
 
  private:
   int socket_ = -1;
+  std::atomic<bool> interrupted_{false};
   int rank_;
   int nranks_;
 };

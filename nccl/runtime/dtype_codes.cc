@@ -32,3 +32,48 @@ int32_t reduce_op_code(ncclRedOp_t op) {
 }
 
 }  // namespace jax_mscclpp::nccl
+
+namespace jax_mscclpp::nccl {
+
+int32_t collective_code(ApiFunction function) {
+  switch (function) {
+    case ApiFunction::ncclAllReduce: return codes::kAllReduce;
+    case ApiFunction::ncclAllGather: return codes::kAllGather;
+    case ApiFunction::ncclReduceScatter: return codes::kReduceScatter;
+    case ApiFunction::ncclAlltoAll: return codes::kAllToAll;
+    default: return -1;
+  }
+}
+
+bool collective_reduces(int32_t code) { return code == codes::kAllReduce || code == codes::kReduceScatter; }
+
+std::optional<FoldElement> fold_element(ncclDataType_t dtype) {
+  switch (dtype) {
+    case ncclInt8: return FoldElement::kS8;
+    case ncclUint8: return FoldElement::kU8;
+    case ncclInt32: return FoldElement::kS32;
+    case ncclUint32: return FoldElement::kU32;
+    case ncclInt64: return FoldElement::kS64;
+    case ncclUint64: return FoldElement::kU64;
+    case ncclFloat16: return FoldElement::kF16;
+    case ncclFloat32: return FoldElement::kF32;
+    case ncclFloat64: return FoldElement::kF64;
+    case ncclBfloat16: return FoldElement::kBF16;
+    case ncclFloat8e4m3: return FoldElement::kF8E4M3;
+    case ncclFloat8e5m2: return FoldElement::kF8E5M2;
+    default: return std::nullopt;
+  }
+}
+
+std::optional<FoldOp> fold_op(ncclRedOp_t op) {
+  switch (op) {
+    case ncclSum: return FoldOp::kSum;
+    case ncclProd: return FoldOp::kProd;
+    case ncclMax: return FoldOp::kMax;
+    case ncclMin: return FoldOp::kMin;
+    case ncclAvg: return FoldOp::kAvg;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace jax_mscclpp::nccl

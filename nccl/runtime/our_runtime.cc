@@ -1,18 +1,18 @@
-// our_runtime.h over RuntimeCommunicator: ids, communicator setup and splits, the calling thread's group queue, the
-// call counts.
+// our_runtime.h over communicator_setup.h and RuntimeCommunicator: ids, inits (on the calling thread, on a thread
+// of their own for a non-blocking config, or at the outermost ncclGroupEnd for inits inside a group), splits and
+// shrinks, the ending of communicators and the queries (operations.cc: the operations and the group queue).
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
-#include "dtype_codes.h"
+#include "communicator_setup.h"
 #include "group_depth.h"
-#include "jax_mscclpp/codes.h"
 #include "jax_mscclpp/settings.h"
 #include "last_error.h"
 #include "our_runtime.h"
@@ -21,79 +21,119 @@
 #include "unique_id.h"
 
 namespace jax_mscclpp::nccl {
-namespace {
 
-// Calls counted per function and algorithm code; the last column counts those forwarded to the real NCCL.
-constexpr int kAlgorithmColumns = 32;
-constexpr int kNcclColumn = kAlgorithmColumns;
-std::array<std::array<std::atomic<uint64_t>, kAlgorithmColumns + 1>, static_cast<int>(ApiFunction::kCount)> counts{};
-
-void count(ApiFunction function, int column) {
-  if (column >= 0 && column <= kAlgorithmColumns) {
-    counts[static_cast<int>(function)][column].fetch_add(1, std::memory_order_relaxed);
-  }
-}
-
-const char* algorithm_name(int code) {
-  switch (code) {
-#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, ...) \
-  case code:                                               \
-    return name;
-#include "jax_mscclpp/codes.def"
-    default: return "?";
-  }
-}
-
-struct Queued {
-  RuntimeCommunicator* runtime;
-  Operation operation;
-  int32_t algorithm;
+// A setup running on another thread than its init's caller, and who frees what: the setup thread and the owner
+// (the caller's ncclCommDestroy / ncclCommAbort / the outermost ncclGroupEnd) each store their mark into `handoff`;
+// the second to come frees this record (and, when the owner let go first, the setup frees all it made).
+struct PendingSetup {
+  SetupRequest request;
+  bool nonblocking = false;
+  SetupInterrupt interrupt;
+  std::atomic<int> handoff{0};
 };
 
-thread_local std::vector<Queued> group_queue;
+namespace {
 
-ncclResult_t launched(cudaError_t error, const Operation& op, const RuntimeCommunicator& runtime) {
-  if (error == cudaSuccess) return ncclSuccess;
-  if (error == kRefusedAfterFailure)
-    return fail(ncclRemoteError, std::string(api_function_name(op.function)) + " on rank " +
-                                     std::to_string(runtime.rank()) + ": the communicator failed in an earlier call: " +
-                                     runtime.failure() + "; that call's outputs are not valid");
-  return fail(error == cudaErrorInvalidValue ? ncclInvalidArgument : ncclUnhandledCudaError,
-              std::string(api_function_name(op.function)) + " on rank " + std::to_string(runtime.rank()) + ": " +
-                  cudaGetErrorString(error));
-}
+constexpr int kSetupEnded = 1;
+constexpr int kOwnerGone = 2;
+// How long ncclCommDestroy waits for the other ranks to destroy theirs before it frees anyway.
+constexpr double kDestroyBarrierSeconds = 2.0;
 
-// The real library's communicator for the ranks of `runtime`, made through our bootstrap (rank 0's real id goes to
-// every rank), or null where the real NCCL cannot run. Collective. `config` as the caller gave it.
-ncclComm_t make_real_communicator(RuntimeCommunicator& runtime, ncclConfig_t* config) {
-  if (runtime.shares_gpu() || open_real_library() != ncclSuccess) {
-    clear_last_error();
-    return nullptr;
+// The inits of the calling thread's group, set up at its outermost ncclGroupEnd.
+thread_local std::vector<OurCommunicator*> group_setups;
+
+SetupRequest request_for(const BootstrapAddress& root, int rank, int nranks, const ncclConfig_t* config) {
+  SetupRequest request;
+  request.root = root;
+  request.rank = rank;
+  request.nranks = nranks;
+  int device = -1;
+  const cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) {
+    request.device = device;
+  } else {
+    request.device_error = std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error);
+    (void)cudaGetLastError();
   }
-  auto get_id = real<decltype(&ncclGetUniqueId)>(ApiFunction::ncclGetUniqueId);
-  auto init = real<decltype(&ncclCommInitRankConfig)>(ApiFunction::ncclCommInitRankConfig);
-  ncclUniqueId id{};
-  std::string mine(1, '\0');
-  if (runtime.rank() == 0 && get_id != nullptr && get_id(&id) == ncclSuccess) {
-    mine = std::string(1, '\1') + std::string(id.internal, sizeof(id.internal));
+  if (config != nullptr) {
+    // NCCL reads a config at the call: the copy is what a setup on another thread reads, `size` bytes of it.
+    request.has_config = true;
+    const size_t bytes = std::min(config->size, sizeof(ncclConfig_t));
+    std::memcpy(&request.config, config, bytes);
+    request.config.size = bytes;
   }
-  const auto frames = runtime.bootstrap().all_gather(mine, "ncclCommInitRank (NVIDIA's NCCL beside ours)");
-  if (frames[0].size() != 1 + sizeof(id.internal) || init == nullptr) return nullptr;
-  std::memcpy(id.internal, frames[0].data() + 1, sizeof(id.internal));
-  ncclComm_t real_one = nullptr;
-  if (init(&real_one, runtime.nranks(), id, runtime.rank(), config) != ncclSuccess) return nullptr;
-  return real_one;
+  return request;
 }
 
-ncclResult_t setup_failed(const char* function, const std::exception& error) {
-  return fail(ncclSystemError, std::string(function) + ": " + error.what());
+bool nonblocking(const ncclConfig_t* config) {
+  return config != nullptr && config->size >= offsetof(ncclConfig_t, blocking) + sizeof(int) && config->blocking == 0;
 }
 
-ncclResult_t launch_now(RuntimeCommunicator& runtime, const Operation& op, int32_t algorithm) {
-  count(op.function, algorithm);
-  if (op.function == ApiFunction::ncclSend) return launched(runtime.launch_permute(&op, nullptr, algorithm), op, runtime);
-  if (op.function == ApiFunction::ncclRecv) return launched(runtime.launch_permute(nullptr, &op, algorithm), op, runtime);
-  return launched(runtime.launch(op, algorithm), op, runtime);
+// Frees our runtime's communicator. Where its kernels may still run (an abort, a destroy whose peers did not all
+// come), they are stopped from the host first (RuntimeCommunicator::stop_kernels: every wait gives up at its next
+// check) and the frees, which wait for the device, go to a thread of their own: the caller returns at once.
+void free_runtime(RuntimeCommunicator* runtime, bool kernels_may_run) {
+  if (!kernels_may_run) {
+    delete runtime;
+    return;
+  }
+  runtime->stop_kernels();
+  runtime->bootstrap().interrupt();  // the other ranks' rounds with this one fail at once
+  try {
+    std::thread([runtime] {
+      (void)cudaSetDevice(runtime->device());
+      delete runtime;
+    }).detach();
+  } catch (const std::system_error&) {
+    delete runtime;  // no thread to be had: free here
+  }
+}
+
+// Frees what a setup made for an owner that let go of it (ncclCommAbort of a communicator still initialising).
+void free_abandoned(const SetupResult& made) {
+  if (made.real != nullptr) {
+    if (auto abort = real_if_present<decltype(&ncclCommAbort)>(ApiFunction::ncclCommAbort)) abort(made.real);
+  }
+  if (made.runtime != nullptr) free_runtime(made.runtime, /*kernels_may_run=*/false);
+}
+
+// The setup's outcome into `ours`, then its state (release: what the owner reads after the state). On the thread
+// that ran it, so that this thread's last error holds the text.
+void publish(OurCommunicator* ours, const SetupResult& made) {
+  ours->real = made.real;
+  ours->runtime = made.runtime;
+  ours->backend = made.backend;
+  if (made.code != ncclSuccess) {
+    fail(made.code, made.error);
+    ours->setup_error = last_error();
+  }
+  ours->setup.store(made.code, std::memory_order_release);
+}
+
+void run_pending(OurCommunicator* ours) {
+  PendingSetup* pending = ours->pending;
+  const SetupResult made = set_up_communicator(pending->request, &pending->interrupt);
+  if (pending->handoff.exchange(kSetupEnded, std::memory_order_acq_rel) == kOwnerGone) {
+    free_abandoned(made);
+    delete pending;
+    release_our_communicator(ours);
+    return;
+  }
+  publish(ours, made);
+}
+
+ncclResult_t start_pending(OurCommunicator* ours) {
+  try {
+    std::thread(run_pending, ours).detach();
+    return ncclInProgress;
+  } catch (const std::system_error& error) {
+    SetupResult made;
+    made.code = ncclSystemError;
+    made.error = std::string("ncclCommInitRank: cannot start the setup's thread: ") + error.what();
+    ours->pending->handoff.store(kSetupEnded);
+    publish(ours, made);
+    return ncclSystemError;
+  }
 }
 
 }  // namespace
@@ -109,7 +149,7 @@ ncclResult_t make_our_unique_id(ncclUniqueId* id) {
     clear_last_error();
     return ncclSuccess;
   } catch (const std::exception& error) {
-    return setup_failed("ncclGetUniqueId", error);
+    return fail(ncclSystemError, std::string("ncclGetUniqueId: ") + error.what());
   }
 }
 
@@ -121,18 +161,103 @@ ncclResult_t init_our_communicator(ncclComm_t* comm, int nranks, const ncclUniqu
     return fail(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of " +
                                          std::to_string(nranks) + " ranks");
   }
-  RuntimeCommunicator* runtime = nullptr;
-  try {
-    runtime = new RuntimeCommunicator(*decode_unique_id(id), rank, nranks);
-    ncclComm_t real_one = make_real_communicator(*runtime, config);
-    *comm = wrap_runtime_communicator(runtime, real_one);
-    if (*comm == nullptr) throw std::bad_alloc();
+  const SetupRequest request = request_for(*decode_unique_id(id), rank, nranks, config);
+  if (group_depth() > 0 || nonblocking(config)) {
+    ncclComm_t handle = wrap_runtime_communicator(nullptr, nullptr);
+    if (handle == nullptr) return fail(ncclSystemError, "ncclCommInitRank: out of host memory");
+    OurCommunicator* ours = our_communicator(handle);
+    ours->pending = new PendingSetup{request, nonblocking(config)};
+    ours->setup.store(ncclInProgress, std::memory_order_release);
+    *comm = handle;
     clear_last_error();
-    return ncclSuccess;
-  } catch (const std::exception& error) {
-    delete runtime;
-    return setup_failed("ncclCommInitRank", error);
+    if (group_depth() > 0) {
+      group_setups.push_back(ours);
+      return ncclSuccess;
+    }
+    return start_pending(ours);
   }
+  const SetupResult made = set_up_communicator(request, nullptr);
+  if (made.code != ncclSuccess) return fail(made.code, made.error);
+  *comm = wrap_runtime_communicator(made.runtime, made.real);
+  if (*comm == nullptr) {
+    free_abandoned(made);
+    return fail(ncclSystemError, "ncclCommInitRank: out of host memory");
+  }
+  our_communicator(*comm)->backend = made.backend;
+  clear_last_error();
+  return ncclSuccess;
+}
+
+ncclResult_t run_group_setups() {
+  std::vector<OurCommunicator*> setups;
+  setups.swap(group_setups);
+  if (setups.empty()) return ncclSuccess;
+  const bool any_nonblocking =
+      std::any_of(setups.begin(), setups.end(), [](OurCommunicator* o) { return o->pending->nonblocking; });
+  if (any_nonblocking) {
+    // NCCL's rule: a group with a non-blocking communicator returns ncclInProgress; each setup reports through
+    // its communicator's ncclCommGetAsyncError.
+    ncclResult_t result = ncclInProgress;
+    for (OurCommunicator* ours : setups)
+      if (start_pending(ours) != ncclInProgress) result = ncclSystemError;
+    return result;
+  }
+  // Concurrently: one thread may init several ranks of one communicator, which meet each other in every round.
+  std::vector<SetupResult> made(setups.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < setups.size(); ++i) {
+    try {
+      threads.emplace_back([&made, &setups, i] { made[i] = set_up_communicator(setups[i]->pending->request, nullptr); });
+    } catch (const std::system_error& error) {
+      made[i].code = ncclSystemError;
+      made[i].error = std::string("ncclCommInitRank: cannot start the setup's thread: ") + error.what();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  ncclResult_t first = ncclSuccess;
+  std::string first_error;
+  for (size_t i = 0; i < setups.size(); ++i) {
+    publish(setups[i], made[i]);
+    delete setups[i]->pending;
+    setups[i]->pending = nullptr;
+    if (first == ncclSuccess && made[i].code != ncclSuccess) first = made[i].code, first_error = made[i].error;
+  }
+  if (first != ncclSuccess) return fail(first, first_error);
+  clear_last_error();
+  return ncclSuccess;
+}
+
+void discard_group_setups() {
+  std::vector<OurCommunicator*> setups;
+  setups.swap(group_setups);
+  for (OurCommunicator* ours : setups) {
+    SetupResult never;
+    never.code = ncclInvalidUsage;
+    never.error = "ncclCommInitRank: its group ended in ncclGroupSimulateEnd, which makes nothing";
+    publish(ours, never);
+    delete ours->pending;
+    ours->pending = nullptr;
+  }
+}
+
+bool release_pending_setup(OurCommunicator* ours) {
+  PendingSetup* pending = ours->pending;
+  if (pending == nullptr) return false;
+  const auto queued = std::find(group_setups.begin(), group_setups.end(), ours);
+  if (queued != group_setups.end()) {
+    // Queued for a group that has not ended: it never started, and never will.
+    group_setups.erase(queued);
+  } else if (pending->handoff.exchange(kOwnerGone, std::memory_order_acq_rel) == 0) {
+    // Still running: interrupted, and it frees everything it makes when it ends.
+    pending->interrupt.interrupt();
+    return true;
+  } else {
+    // It ended: its outcome is published (or about to be, a few instructions away).
+    while (setup_state(ours) == ncclInProgress) std::this_thread::yield();
+  }
+  delete pending;
+  ours->pending = nullptr;
+  return false;
 }
 
 ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key, ncclComm_t* newcomm,
@@ -170,115 +295,45 @@ ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key,
     std::memcpy(id.internal, ids[members.front().second].data(), sizeof(id.internal));
     return init_our_communicator(newcomm, static_cast<int>(members.size()), id, new_rank, config);
   } catch (const std::exception& error) {
-    return setup_failed("ncclCommSplit", error);
+    return fail(ncclSystemError, std::string("ncclCommSplit: ") + error.what());
   }
 }
 
-bool submit(ncclComm_t comm, const Operation& operation, ncclResult_t* result) {
-  OurCommunicator* ours = our_communicator(comm);
-  if (ours == nullptr || ours->runtime == nullptr) return false;
-  RuntimeCommunicator& runtime = *ours->runtime;
-  const int32_t algorithm = runtime.algorithm_for(operation, ours->real != nullptr);
-  if (algorithm < 0) {
-    if (ours->real != nullptr) {
-      count(operation.function, kNcclColumn);
-      return false;
-    }
-    *result = fail(ncclInvalidUsage,
-                   std::string(api_function_name(operation.function)) + " (dtype " +
-                       std::to_string(operation.dtype) + ", op " + std::to_string(operation.op) +
-                       ") is not run by jax_mscclpp's runtime, and NVIDIA's NCCL cannot run on this communicator " +
-                       (runtime.shares_gpu() ? "(its ranks share a GPU)" : "(no real NCCL library opened)"));
-    return true;
+ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude, int count, ncclComm_t* newcomm,
+                                     ncclConfig_t* config) {
+  const int nranks = parent->runtime->nranks(), rank = parent->runtime->rank();
+  if (count < 0 || (count > 0 && exclude == nullptr))
+    return fail(ncclInvalidArgument, "ncclCommShrink: excludeRanksList is NULL or excludeRanksCount negative");
+  bool excluded = false;
+  for (int i = 0; i < count; ++i) {
+    if (exclude[i] < 0 || exclude[i] >= nranks)
+      return fail(ncclInvalidArgument, "ncclCommShrink: rank " + std::to_string(exclude[i]) + " of " +
+                                           std::to_string(nranks) + " ranks in excludeRanksList");
+    excluded = excluded || exclude[i] == rank;
   }
-  if (group_depth() > 0) {
-    group_queue.push_back({&runtime, operation, algorithm});
-    *result = ncclSuccess;
-    return true;
-  }
-  *result = launch_now(runtime, operation, algorithm);
-  return true;
-}
-
-ncclResult_t end_group() {
-  std::vector<Queued> queue;
-  queue.swap(group_queue);
-  ncclResult_t first_failure = ncclSuccess;
-  auto note = [&](ncclResult_t r) {
-    if (first_failure == ncclSuccess) first_failure = r;
-  };
-  // Collectives in order; each communicator's point-to-point calls as one permutation, after them.
-  std::vector<RuntimeCommunicator*> p2p_order;
-  for (const Queued& q : queue) {
-    const bool p2p = q.operation.function == ApiFunction::ncclSend || q.operation.function == ApiFunction::ncclRecv;
-    if (!p2p) {
-      note(launch_now(*q.runtime, q.operation, q.algorithm));
-    } else if (std::find(p2p_order.begin(), p2p_order.end(), q.runtime) == p2p_order.end()) {
-      p2p_order.push_back(q.runtime);
-    }
-  }
-  for (RuntimeCommunicator* runtime : p2p_order) {
-    const Operation* send = nullptr;
-    const Operation* recv = nullptr;
-    int32_t algorithm = -1;
-    int sends = 0, recvs = 0;
-    for (const Queued& q : queue) {
-      if (q.runtime != runtime) continue;
-      if (q.operation.function == ApiFunction::ncclSend) send = &q.operation, ++sends;
-      if (q.operation.function == ApiFunction::ncclRecv) recv = &q.operation, ++recvs;
-      algorithm = std::max(algorithm, q.algorithm);
-    }
-    if (sends > 1 || recvs > 1) {
-      note(fail(ncclInvalidUsage, "a group sends " + std::to_string(sends) + " and receives " +
-                                      std::to_string(recvs) + " times on one communicator of rank " +
-                                      std::to_string(runtime->rank()) +
-                                      "; jax_mscclpp's runtime runs at most one of each per group"));
-      continue;
-    }
-    if (send != nullptr && recv != nullptr &&
-        send->count * nccl_dtype_bytes(send->dtype) != recv->count * nccl_dtype_bytes(recv->dtype)) {
-      note(fail(ncclInvalidUsage, "a group's send and receive differ in size on rank " +
-                                      std::to_string(runtime->rank())));
-      continue;
-    }
-    const Operation& any = send != nullptr ? *send : *recv;
-    if (send != nullptr) count(ApiFunction::ncclSend, algorithm);
-    if (recv != nullptr) count(ApiFunction::ncclRecv, algorithm);
-    note(launched(runtime->launch_permute(send, recv, algorithm), any, *runtime));
-  }
-  if (first_failure == ncclSuccess) clear_last_error();
-  return first_failure;
+  return split_our_communicator(parent, excluded ? NCCL_SPLIT_NOCOLOR : 0, rank, newcomm, config);
 }
 
 void release_runtime(OurCommunicator* ours, bool orderly) {
-  if (ours->runtime == nullptr) return;
+  RuntimeCommunicator* runtime = ours->runtime;
+  if (runtime == nullptr) return;
+  ours->runtime = nullptr;
+  bool every_rank_came = false;
   if (orderly) {
     try {
-      ours->runtime->bootstrap().all_gather("", "ncclCommDestroy");
+      runtime->bootstrap().all_gather("", "ncclCommDestroy", kDestroyBarrierSeconds);
+      every_rank_came = true;
     } catch (const std::exception&) {
-      // A rank gone already: free ours anyway.
+      // A rank gone or late: its kernels with this one may never end; freed as by an abort.
     }
   }
-  delete ours->runtime;
-  ours->runtime = nullptr;
+  free_runtime(runtime, /*kernels_may_run=*/!every_rank_came);
 }
 
 int runtime_rank(const OurCommunicator* ours) { return ours->runtime->rank(); }
 int runtime_nranks(const OurCommunicator* ours) { return ours->runtime->nranks(); }
 bool runtime_failed(const OurCommunicator* ours) { return !ours->runtime->failure().empty(); }
+std::string runtime_failure(const OurCommunicator* ours) { return ours->runtime->failure(); }
 int runtime_device(const OurCommunicator* ours) { return ours->runtime->device(); }
-
-std::string call_counts() {
-  std::string text;
-  for (int f = 0; f < static_cast<int>(ApiFunction::kCount); ++f) {
-    for (int c = 0; c <= kAlgorithmColumns; ++c) {
-      const uint64_t n = counts[f][c].load(std::memory_order_relaxed);
-      if (n == 0) continue;
-      text += std::string(api_function_name(static_cast<ApiFunction>(f))) + " " +
-              (c == kNcclColumn ? "nccl" : algorithm_name(c)) + " " + std::to_string(n) + "\n";
-    }
-  }
-  return text;
-}
 
 }  // namespace jax_mscclpp::nccl

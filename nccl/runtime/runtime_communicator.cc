@@ -1,9 +1,6 @@
 #include "runtime_communicator.h"
 
-#include <unistd.h>
-
 #include <cstring>
-#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -14,99 +11,78 @@
 #include "dtype_codes.h"
 #include "jax_mscclpp/block_layout.h"
 #include "jax_mscclpp/codes.h"
+#include "byte_frame.h"
 #include "selection_table.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
 
-// What each rank tells the others at setup, before its endpoint bytes.
-struct Identity {
-  char gpu_uuid[16];
-  int64_t host;
-  int64_t process;
-};
-
-int64_t host_identity() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a of the host name
-  for (const char* p = name; *p; ++p) h = (h ^ static_cast<unsigned char>(*p)) * 1099511628211ull;
-  return static_cast<int64_t>(h);
-}
-
-int32_t collective_of(ApiFunction function) {
-  switch (function) {
-    case ApiFunction::ncclAllReduce: return codes::kAllReduce;
-    case ApiFunction::ncclAllGather: return codes::kAllGather;
-    case ApiFunction::ncclReduceScatter: return codes::kReduceScatter;
-    case ApiFunction::ncclAlltoAll: return codes::kAllToAll;
-    case ApiFunction::ncclSend: case ApiFunction::ncclRecv: return codes::kPermute;
-    default: return -1;
-  }
-}
-
-bool reduces(int32_t collective) {
-  return collective == codes::kAllReduce || collective == codes::kReduceScatter;
+// The tuning file's rules in force, as one agreement field (agreement.h): every rank must select alike.
+AgreementField tuning_field(const std::vector<TunedRule>& rules) {
+  std::string bytes;
+  for (const TunedRule& r : rules)
+    bytes += std::to_string(r.collective) + "," + std::to_string(r.max_bytes) + "," + std::to_string(r.algorithm) + ";";
+  return {"tuning file rules (JAX_MSCCLPP_TUNING_FILE)",
+          std::to_string(rules.size()) + " rules, digest " + digest_hex(bytes)};
 }
 
 }  // namespace
 
-RuntimeCommunicator::RuntimeCommunicator(const BootstrapAddress& root, int rank, int nranks)
-    : bootstrap_(root, rank, nranks) {
+RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootstrap,
+                                         const std::vector<RankIdentity>& identities, const Backend& backend)
+    : bootstrap_(std::move(bootstrap)), shares_gpu_(backend.shares_gpu) {
+  const int rank = bootstrap_->rank(), nranks = bootstrap_->nranks();
   JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
   const cuda::RankOptions options =
       cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
   rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
-
-  cudaDeviceProp properties{};
-  JAX_MSCCLPP_CUDA_CHECK(cudaGetDeviceProperties(&properties, device_));
-  Identity mine{};
-  std::memcpy(mine.gpu_uuid, &properties.uuid, sizeof(mine.gpu_uuid));
-  mine.host = host_identity();
-  mine.process = static_cast<int64_t>(getpid());
-  const std::string frame = std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)) + rank_->endpoint();
-  const std::vector<std::string> frames = bootstrap_.all_gather(frame, "ncclCommInitRank (jax_mscclpp setup)");
-  std::vector<Identity> identities(nranks);
+  // The topology (and so the tuning file) follows from the identities, the same on every rank; its rules are
+  // compared in the endpoint round, the first that knows them.
+  tuned_ = &jax_mscclpp::nccl::tuned_rules(topology_name(identities[rank].gpu_name, nranks, backend.processes));
+  FrameWriter frame;
+  frame.text(encode_agreement({tuning_field(*tuned_)}));
+  const std::vector<std::string> frames =
+      bootstrap_->all_gather(frame.bytes() + rank_->endpoint(), "ncclCommInitRank (jax_mscclpp endpoints)");
+  std::vector<Agreement> agreements(nranks);
+  std::vector<std::string> endpoints(nranks);
   for (int q = 0; q < nranks; ++q) {
-    if (frames[q].size() < sizeof(Identity)) throw std::runtime_error("rank " + std::to_string(q) + " sent no identity");
-    std::memcpy(&identities[q], frames[q].data(), sizeof(Identity));
+    FrameReader in(frames[q]);
+    std::string fields;
+    if (!in.text(&fields) || !decode_agreement(fields, &agreements[q]))
+      throw std::runtime_error("rank " + std::to_string(q) + " sent no endpoint");
+    endpoints[q] = in.rest();
   }
-  // Every rank judges from the same identities, so all agree on shares_gpu_.
-  for (int q = 0; q < nranks; ++q) {
-    if (identities[q].host != mine.host) {
-      throw std::runtime_error("rank " + std::to_string(q) + " is on another host: jax_mscclpp's NCCL library runs "
-                               "communicators within one host");
-    }
-    for (int p = q + 1; p < nranks; ++p)
-      if (std::memcmp(identities[q].gpu_uuid, identities[p].gpu_uuid, sizeof(mine.gpu_uuid)) == 0) shares_gpu_ = true;
-  }
-  std::set<std::pair<int64_t, int64_t>> processes;
-  for (const Identity& id : identities) processes.insert({id.host, id.process});
-  tuned_ = &tuned_rules(topology_name(properties.name, nranks, static_cast<int>(processes.size())));
+  if (const std::string difference = agreement_difference(agreements); !difference.empty())
+    throw Disagreement(difference);
   for (int q = 0; q < nranks; ++q)
-    if (q != rank) rank_->connect(q, frames[q].substr(sizeof(Identity)));
+    if (q != rank) rank_->connect(q, endpoints[q]);
   rank_->finalize();
 }
 
-RuntimeCommunicator::~RuntimeCommunicator() = default;
+RuntimeCommunicator::~RuntimeCommunicator() {
+  if (abort_stream_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaStreamDestroy(abort_stream_));
+}
 
-int32_t RuntimeCommunicator::algorithm_for(const Operation& op, bool nccl_can_run) const {
-  const int32_t collective = collective_of(op.function);
-  const size_t element = nccl_dtype_bytes(op.dtype);
-  if (collective < 0 || element == 0) return -1;
-  int32_t dtype = codes::kU8;  // data that only moves goes as bytes
-  if (reduces(collective)) {
-    dtype = reduction_dtype_code(op.dtype);
-    if (dtype < 0 || reduce_op_code(op.op) < 0) return -1;
+void RuntimeCommunicator::stop_kernels() {
+  cuda::RankContext& context = rank_->rank_context();
+  // 1. The rank's waits stop rather than trap from now on (host memory the device reads at every slow-path check).
+  context.config().stop_on_failure_now();
+  // 2. Its failed word (a mark of its own) and its recorded word (no record is claimed: nothing failed on the
+  //    device), in device memory, through a stream of their own that waits for no other: every SpinBound of its
+  //    kernels, queued or stuck, gives up at its next check.
+  abort_words_ = {static_cast<uint64_t>(rank()) + 1, 1};
+  char* inbox = context.scratch() + call_inbox_offset(context.scratch_bytes());
+  cuda::DeviceGuard guard(device_);
+  if (abort_stream_ == nullptr && cudaStreamCreateWithFlags(&abort_stream_, cudaStreamNonBlocking) != cudaSuccess) {
+    abort_stream_ = nullptr;
+    return;
   }
-  // Per-rank input bytes, as the table counts them.
-  uint64_t nbytes = static_cast<uint64_t>(op.count) * element;
-  if (collective == codes::kReduceScatter || collective == codes::kAllToAll) nbytes *= static_cast<uint64_t>(nranks());
-  const int32_t algorithm = select_algorithm(*tuned_, collective, nbytes, nranks(), nccl_can_run && !shares_gpu_);
-  if (algorithm < 0) return -1;
-  const int32_t op_code = reduces(collective) ? reduce_op_code(op.op) : codes::kSum;
-  if (!collective_supported(collective, algorithm, dtype, op_code)) return -1;
-  return algorithm;
+  JAX_MSCCLPP_CUDA_IGNORE(cudaMemcpyAsync(inbox, abort_words_.data(), sizeof(abort_words_), cudaMemcpyHostToDevice,
+                                          abort_stream_));
+}
+
+bool RuntimeCommunicator::kernels_stopped() const {
+  return abort_stream_ == nullptr || cudaStreamQuery(abort_stream_) != cudaErrorNotReady;
 }
 
 std::string RuntimeCommunicator::failure() const {
@@ -116,11 +92,11 @@ std::string RuntimeCommunicator::failure() const {
 
 cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) const {
   if (!failure().empty()) return kRefusedAfterFailure;
-  const int32_t collective = collective_of(op.function);
+  const int32_t collective = collective_code(op.function);
   const size_t element = nccl_dtype_bytes(op.dtype);
   cuda::DeviceGuard guard(device_);
   const cudaError_t launched =
-      reduces(collective)
+      collective_reduces(collective)
           ? launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count,
                               reduction_dtype_code(op.dtype), reduce_op_code(op.op), op.stream)
           : launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count * element,
@@ -130,17 +106,30 @@ cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) 
                                          op.stream);
 }
 
-cudaError_t RuntimeCommunicator::launch_permute(const Operation* send, const Operation* recv,
-                                                int32_t algorithm) const {
+cudaError_t RuntimeCommunicator::launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const {
   if (!failure().empty()) return kRefusedAfterFailure;
-  const Operation& any = send != nullptr ? *send : *recv;
-  const uint64_t bytes = static_cast<uint64_t>(any.count) * nccl_dtype_bytes(any.dtype);
+  if (messages.empty()) return cudaSuccess;
   cuda::DeviceGuard guard(device_);
-  const cudaError_t launched = jax_mscclpp::launch_permute(
-      rank_->context(), algorithm, send != nullptr ? send->send : nullptr, recv != nullptr ? recv->recv : nullptr,
-      bytes, codes::kU8, send != nullptr ? send->peer : -1, recv != nullptr ? recv->peer : -1, any.stream);
-  if (launched != cudaSuccess || recv == nullptr) return launched;
-  return rank_->poison_outputs_if_failed(recv->recv, bytes, any.stream);
+  const cudaError_t launched =
+      launch_p2p_group(rank_->context(), messages.data(), static_cast<int>(messages.size()), stream);
+  if (launched != cudaSuccess) return launched;
+  for (const P2PMessage& m : messages) {
+    if (!m.receive) continue;
+    if (const cudaError_t e = rank_->poison_outputs_if_failed(m.buffer, m.bytes, stream); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+char* RuntimeCommunicator::staging() {
+  if (staging_.get() == nullptr) {
+    try {
+      cuda::DeviceGuard guard(device_);
+      staging_ = cuda::DeviceBuffer(device_, kStagingBytes);
+    } catch (const std::exception&) {
+      return nullptr;
+    }
+  }
+  return staging_.get();
 }
 
 }  // namespace jax_mscclpp::nccl

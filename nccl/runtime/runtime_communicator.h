@@ -3,63 +3,89 @@
 // and the NCCL operations it runs with the collective kernels (kernels/collectives/collective.h).
 //
 // Contracts:
-//   - Setup is collective: every rank constructs its RuntimeCommunicator with the same root and world size; a rank
+//   - Setup is collective, after the identity round (rank_identity.h) chose our runtime: every rank constructs its
+//     RuntimeCommunicator over its bootstrap client with the same identities; the endpoint round carries the
+//     tuning file's rules in force (agreement.h), and a difference throws Disagreement on every rank; a rank
 //     missing for the timeout (JAX_MSCCLPP_TIMEOUT_S) fails every rank's setup with an error naming it.
+//   - stop_kernels(): makes an abort visible to the device without waiting for any stream: the rank's waits stop
+//     instead of trapping, and its failed and recorded words are set (call_inbox.cuh), so every SpinBound of its
+//     kernels, running or queued, gives up at its next check and no record is written. kernels_stopped(): the
+//     words have reached the device (the kernels give up from then on).
 //   - shares_gpu(): two ranks drive one physical GPU (processes sharing a device), where NVIDIA's NCCL refuses to
 //     run; then every operation we have a kernel for runs here at any size.
-//   - algorithm_for(): the algorithm of ours that runs an operation, from the selection table shared with the JAX
-//     path (selection_table.h) beneath the tuning file of the topology the communicator spans (tuning_file.h),
-//     or -1 when the real NCCL should (an operation, dtype or reduction we do not run, or
-//     a size the table gives to NCCL while NCCL can run).
-//   - launch() / launch_permute(): enqueue on the operation's stream, capture-safe (no host state per call); every
-//     rank must launch the same sequence (kernels/collectives/collective.h).
+//   - The launches enqueue on the operation's stream, capture-safe (no host state per call). A collective kernel
+//     needs every rank to launch the same sequence (kernels/collectives/collective.h); point-to-point messages only
+//     the two ranks of each (launch_p2p_group). Which of them runs an operation is operations.cc's decision.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "agreement.h"
 #include "bootstrap.h"
 #include "communicator.h"
 #include "our_runtime.h"
+#include "rank_identity.h"
+#include "reduction_table.h"
 #include "tuning_file.h"
 
 namespace jax_mscclpp::nccl {
 
-// What launch() and launch_permute() return for an operation on a communicator whose kernel failed and stopped.
+// What the launches return for an operation on a communicator whose kernel failed and stopped.
 constexpr cudaError_t kRefusedAfterFailure = cudaErrorNotPermitted;
 
 class RuntimeCommunicator {
  public:
-  RuntimeCommunicator(const BootstrapAddress& root, int rank, int nranks);
+  RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootstrap, const std::vector<RankIdentity>& identities,
+                      const Backend& backend);
   ~RuntimeCommunicator();
 
-  int rank() const { return bootstrap_.rank(); }
-  int nranks() const { return bootstrap_.nranks(); }
+  int rank() const { return bootstrap_->rank(); }
+  int nranks() const { return bootstrap_->nranks(); }
   int device() const { return device_; }
   bool shares_gpu() const { return shares_gpu_; }
-  BootstrapClient& bootstrap() { return bootstrap_; }
+  BootstrapClient& bootstrap() { return *bootstrap_; }
+  void stop_kernels();
+  bool kernels_stopped() const;
 
-  // `nccl_can_run`: whether the real NCCL holds a communicator for these ranks.
-  int32_t algorithm_for(const Operation& op, bool nccl_can_run) const;
-  // A collective (not send / recv). cudaErrorInvalidValue for arguments our kernels refuse.
+  // ---- what the operations (operations.cc, compositions.cc) run on this rank ----
+  // The tuning file's rules of the topology the communicator spans (tuning_file.h), beneath which the built-in
+  // selection table decides (selection_table.h).
+  const std::vector<TunedRule>& tuned_rules() const { return *tuned_; }
+  // A collective kernel (collective.h: all-reduce, all-gather, reduce-scatter, all-to-all) of every rank.
+  // cudaErrorInvalidValue for arguments our kernels refuse.
   cudaError_t launch(const Operation& op, int32_t algorithm) const;
-  // One send and / or one receive of this rank (either may be null), as one permutation call of every rank.
-  cudaError_t launch_permute(const Operation* send, const Operation* recv, int32_t algorithm) const;
-  // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. launch() and
-  // launch_permute() then refuse every operation: kRefusedAfterFailure.
+  // This rank's point-to-point messages of one group (collective.h, launch_p2p_group: only the ranks named take
+  // part), then the poisoning of what it received where failing kernels stop.
+  cudaError_t launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const;
+  // This rank's staging buffer for composed reductions (compositions.h): staging_bytes() of device memory, allocated
+  // at the first use; null when it cannot be allocated.
+  char* staging();
+  static constexpr size_t staging_bytes() { return kStagingBytes; }
+  // The reductions made by ncclRedOpCreatePreMulSum on this communicator (values from ncclNumOps up).
+  ReductionTable& reductions() { return reductions_; }
+  // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. Every launch
+  // then refuses: kRefusedAfterFailure.
   std::string failure() const;
 
  private:
-  BootstrapClient bootstrap_;
+  std::unique_ptr<BootstrapClient> bootstrap_;
   int device_ = 0;
+  cudaStream_t abort_stream_ = nullptr;
+  std::array<uint64_t, 2> abort_words_{};  // the failed and recorded words stop_kernels copies, kept until freed
   bool shares_gpu_ = false;
   const std::vector<TunedRule>* tuned_ = nullptr;
   std::unique_ptr<cuda::GpuRank> rank_;
+  // The operations' state (above).
+  static constexpr size_t kStagingBytes = 16ull << 20;
+  cuda::DeviceBuffer staging_;
+  ReductionTable reductions_;
 };
 
 }  // namespace jax_mscclpp::nccl

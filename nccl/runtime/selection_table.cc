@@ -62,4 +62,14 @@ int32_t select_algorithm(const std::vector<TunedRule>& tuned, int32_t collective
   return -1;
 }
 
+std::string selection_rules_digest() {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over every field of every row
+  auto mix = [&h](int64_t v) {
+    for (int b = 0; b < 8; ++b) h = (h ^ static_cast<uint8_t>(v >> (8 * b))) * 1099511628211ull;
+  };
+  for (const Rule& r : kRules) mix(r.collective), mix(r.platform), mix(r.max_bytes), mix(r.algorithm), mix(r.world);
+  for (const AnySize& a : kAnySize) mix(a.collective), mix(a.algorithm);
+  return std::to_string(h);
+}
+
 }  // namespace jax_mscclpp::nccl

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tuning_file.h"
@@ -15,5 +16,9 @@ namespace jax_mscclpp::nccl {
 // ours, else the collective's any-size algorithm.
 int32_t select_algorithm(const std::vector<TunedRule>& tuned, int32_t collective, uint64_t nbytes, int world,
                          bool nccl_can_run);
+
+// A digest of the built-in rules compiled into this library (selection.def's rows, agreement.h): ranks built from
+// different tables would choose differently.
+std::string selection_rules_digest();
 
 }  // namespace jax_mscclpp::nccl

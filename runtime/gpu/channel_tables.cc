@@ -52,6 +52,16 @@ ChannelTables::ChannelTables(RankContext& ctx, const ChannelTableLayout& layout)
   if (has_port_) port_ = upload(ctx.device(), port);
   if (sb > 0) stream_ = upload(ctx.device(), stream);
   if (n <= kMaxSwitchMembers) switch_ = ctx.switch_channel_emulated();
+  if (n > 1 && ctx.p2p_layout().usable()) {
+    std::vector<P2PPeerHandle> p2p(n);
+    for (int p = 0; p < n; ++p)
+      if (p != me) p2p[p] = ctx.p2p_peer(p);
+    p2p_ = upload(ctx.device(), p2p);
+    has_p2p_ = true;
+    int blocks = sb;
+    if (blocks < 1) JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, ctx.device()));
+    p2p_blocks_ = blocks < kP2PMaxBlocks ? blocks : kP2PMaxBlocks;
+  }
 }
 
 CollectiveContext ChannelTables::collective_context(const RankContext& ctx) const {
@@ -70,6 +80,9 @@ CollectiveContext ChannelTables::collective_context(const RankContext& ctx) cons
   c.stream = c.stream_blocks > 0 ? stream_.get<D2DSemaphoreDeviceHandle>() : nullptr;
   c.epoch = ctx.epoch();
   for (int q = 0; q < c.nranks && q < kDirectPeers; ++q) c.peer_scratch[q] = ctx.peer_scratch(q);
+  c.p2p = has_p2p_ ? p2p_.get<P2PPeerHandle>() : nullptr;
+  c.p2p_layout = ctx.p2p_layout();
+  c.p2p_blocks = has_p2p_ ? p2p_blocks_ : 0;
   return c;
 }
 

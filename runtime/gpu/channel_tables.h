@@ -6,6 +6,9 @@
 // rank itself stay zero). The SwitchChannel is the emulated one over every rank's scratch when the world has at
 // most kMaxSwitchMembers ranks; a larger world has none (members and multicast null), and what needs one
 // (2PA-NVLS, plans with switch channels) is refused at launch with cudaErrorNotReady.
+// The point-to-point engine's table (launch_p2p_group) has one P2PPeerHandle per peer when the rank has p2p slots
+// (RankContext::p2p_layout), else none (launch_p2p_group refuses with cudaErrorNotReady); its launches use at most
+// min(stream blocks, or the multiprocessors where there are none, kP2PMaxBlocks) blocks.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +50,9 @@ class ChannelTables {
 
  private:
   DeviceBuffer memory_, port_, stream_;  // stream_: the streaming kernels' semaphores (collectives/stream.cuh)
+  DeviceBuffer p2p_;                     // the point-to-point engine's peer table (collectives/p2p_layout.h)
+  bool has_p2p_ = false;
+  int p2p_blocks_ = 0;
   bool has_port_ = false;
   int port_per_peer_ = 0;
   SwitchChannelDeviceHandle switch_{};

@@ -20,6 +20,7 @@ struct EndpointHeader {
   int32_t stream_slots;
   uint64_t stream_block_bytes;
   uint64_t stream_max_chunk;
+  uint64_t p2p_bytes;
 };
 
 }  // namespace
@@ -29,10 +30,16 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
       opts.stream_blocks < 0 || opts.stream_blocks > kEpochSlots)
     throw std::invalid_argument("jax_mscclpp: bad rank options");
   config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s, opts.stop_on_failure);
-  // The registered scratch, then the call inbox the kernels' call checks use (jax_mscclpp/call_check.cuh).
-  scratch_ = DeviceBuffer(opts.device, call_inbox_offset(opts.scratch_bytes) + call_inbox_bytes(opts.nranks));
+  if (opts_.p2p_bytes < 0) opts_.p2p_bytes = static_cast<int64_t>(p2p_default_bytes(opts.scratch_bytes));
+  p2p_layout_ = P2PLayout::of(opts.nranks, static_cast<uint64_t>(opts_.p2p_bytes));
+  // The registered scratch, then the call inbox the kernels' call checks use (jax_mscclpp/call_check.cuh), then
+  // the point-to-point region (p2p_layout.h): one allocation, so peers map all of it through one handle.
+  const size_t inbox_end = call_inbox_offset(opts.scratch_bytes) + call_inbox_bytes(opts.nranks);
+  scratch_ = DeviceBuffer(opts.device, p2p_layout_.usable()
+                                           ? p2p_region_offset(opts.scratch_bytes, opts.nranks) + p2p_layout_.region_bytes
+                                           : inbox_end);
   config_->set_call_inbox(scratch_.get() + call_inbox_offset(opts.scratch_bytes));
-  const size_t words = stream_semaphore_word(opts.nranks, 0, 0);
+  const size_t words = p2p_word(opts.nranks, 0);
   pool_ = DeviceBuffer(opts.device, words * sizeof(uint64_t));
   peer_scratch_.resize(opts.nranks);
   peer_pool_.resize(opts.nranks);
@@ -56,10 +63,15 @@ size_t RankContext::stream_semaphore_word(int sender, int block, int kind) const
   return first + ((static_cast<size_t>(sender) * opts_.stream_blocks + block) * kStreamKinds + kind) * 2;
 }
 
+size_t RankContext::p2p_word(int peer, int lane) const {
+  return stream_semaphore_word(opts_.nranks, 0, 0) + (static_cast<size_t>(peer) * kP2PLanes + lane) * kP2PWords;
+}
+
 std::string RankContext::endpoint() const {
   const StreamTuning& t = opts_.stream_tuning;
-  EndpointHeader h{kEndpointMagic, opts_.rank,  opts_.nranks,  opts_.channels_per_peer, opts_.stream_blocks,
-                   t.slots,        t.block_bytes, t.max_chunk};
+  EndpointHeader h{kEndpointMagic, opts_.rank,    opts_.nranks, opts_.channels_per_peer,
+                   opts_.stream_blocks, t.slots, t.block_bytes, t.max_chunk,
+                   static_cast<uint64_t>(opts_.p2p_bytes)};
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   out += MemoryHandle::make(scratch_.get(), scratch_.bytes(), opts_.device).serialize();
   out += MemoryHandle::make(pool_.get(), pool_.bytes(), opts_.device).serialize();
@@ -86,6 +98,11 @@ void RankContext::connect(int peer, const std::string& remote) {
         "jax_mscclpp: connect: rank " + std::to_string(peer) + " streams with other settings than rank " +
         std::to_string(opts_.rank) + " (JAX_MSCCLPP_STREAM_BLOCKS, _BLOCK_BYTES, _CHUNK and _SLOTS must be the same "
         "in every process, and the GPUs must have as many multiprocessors)");
+  if (h.p2p_bytes != static_cast<uint64_t>(opts_.p2p_bytes))
+    throw std::invalid_argument("jax_mscclpp: connect: rank " + std::to_string(peer) + " has " +
+                                std::to_string(h.p2p_bytes) + " bytes of point-to-point slots, rank " +
+                                std::to_string(opts_.rank) + " " + std::to_string(opts_.p2p_bytes) +
+                                " (every rank needs the same)");
   MemoryHandle scratch = MemoryHandle::deserialize(remote.substr(sizeof(h), hsize));
   MemoryHandle pool = MemoryHandle::deserialize(remote.substr(sizeof(h) + hsize, hsize));
   peer_scratch_[peer] = MappedMemory(scratch, opts_.device);
@@ -135,6 +152,19 @@ D2DSemaphoreDeviceHandle RankContext::stream_semaphore(int peer, int block, int 
   h.inbound = mine + stream_semaphore_word(peer, block, kind);
   h.expected = h.inbound + 1;
   h.remote_inbound = theirs + stream_semaphore_word(opts_.rank, block, kind);
+  h.site = site(peer);
+  return h;
+}
+
+P2PPeerHandle RankContext::p2p_peer(int peer) const {
+  check_peer(peer, 0);
+  if (!p2p_layout_.usable()) throw std::invalid_argument("jax_mscclpp: the rank has no point-to-point slots");
+  const uint64_t region = p2p_region_offset(opts_.scratch_bytes, opts_.nranks);
+  P2PPeerHandle h;
+  h.words = pool_.get<uint64_t>() + p2p_word(peer, 0);
+  h.remote_words = reinterpret_cast<uint64_t*>(peer_pool_[peer].get()) + p2p_word(opts_.rank, 0);
+  h.local_rings = scratch_.get() + region + p2p_layout_.rings_offset(peer, opts_.rank);
+  h.remote_rings = peer_scratch_[peer].get() + region + p2p_layout_.rings_offset(opts_.rank, peer);
   h.site = site(peer);
   return h;
 }

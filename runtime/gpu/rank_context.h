@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/collective.h"
+#include "collectives/p2p_layout.h"
 #include "jax_mscclpp/call_inbox.cuh"
 #include "jax_mscclpp/epoch.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
@@ -53,6 +54,10 @@ struct RankOptions {
   double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
   // A failing kernel stops instead of trapping (error_record.cuh): the process's JAX_MSCCLPP_TRAP_ON_FAILURE=0.
   bool stop_on_failure = stop_on_failure_setting();
+  // Bytes of slots of the point-to-point engine (kernels/collectives/p2p_layout.h), after the call inbox in the
+  // scratch allocation: < 0 p2p_default_bytes(scratch_bytes), 0 none (launch_p2p_group refuses). The same on
+  // every rank of a communicator (connect checks).
+  int64_t p2p_bytes = -1;
 };
 
 // The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its
@@ -103,9 +108,16 @@ class RankContext {
   static constexpr int kStreamKinds = 2;
   D2DSemaphoreDeviceHandle stream_semaphore(int peer, int block, int kind) const;
 
+  // The point-to-point engine's layout (a function of nranks and the p2p budget, the same on every rank) and what
+  // this rank holds of `peer` (kernels/collectives/p2p_layout.h): its counter words in this rank's pool, this
+  // rank's counter words in the peer's pool, and the slot rings of the pair in both regions.
+  const P2PLayout& p2p_layout() const { return p2p_layout_; }
+  P2PPeerHandle p2p_peer(int peer) const;
+
  private:
-  // Pool words: [epoch slots | channel semaphores | stream semaphores], each semaphore two words (inbound,
-  // expected) at a place that depends only on (sender, index, kind), the same on every rank.
+  // Pool words: [epoch slots | channel semaphores | stream semaphores | p2p counters], each semaphore two words
+  // (inbound, expected) at a place that depends only on (sender, index, kind), the same on every rank; the p2p
+  // counters kP2PWords per (peer, lane).
   static constexpr size_t kEpochWord = 0;
   static constexpr size_t kFirstSemaphoreWord = kEpochSlots;
   enum Kind { kMemory = 0, kPort = 1 };
@@ -113,9 +125,11 @@ class RankContext {
   // is the receiver's `expected` count.
   size_t semaphore_word(int sender, int index, Kind kind) const;
   size_t stream_semaphore_word(int sender, int block, int kind) const;
+  size_t p2p_word(int peer, int lane) const;
   void check_peer(int peer, int index) const;
 
   RankOptions opts_;
+  P2PLayout p2p_layout_{};
   std::unique_ptr<RuntimeConfigHost> config_;
   DeviceBuffer scratch_;
   DeviceBuffer pool_;

@@ -23,6 +23,8 @@ const char* op_name(uint32_t op) {
     case WaitOp::kFifoSync: return "proxy FIFO sync (flush)";
     case WaitOp::kUser: return "collective wait";
     case WaitOp::kCallCheck: return "call check (the peer's call words of this launch)";
+    case WaitOp::kP2PData: return "point-to-point receive (the peer's next chunk, launch_p2p_group)";
+    case WaitOp::kP2PCredit: return "point-to-point send (the peer's credit for a slot, launch_p2p_group)";
     default: return "wait";
   }
 }
@@ -132,6 +134,11 @@ void RuntimeConfigHost::set_timeout_seconds(double s) {
 
 void RuntimeConfigHost::set_call_inbox(const char* inbox) {
   reinterpret_cast<const char* volatile*>(&host_->call_inbox)[0] = inbox;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void RuntimeConfigHost::stop_on_failure_now() {
+  reinterpret_cast<volatile uint32_t*>(&host_->stop_on_failure)[0] = 1u;
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 

@@ -38,6 +38,9 @@ class RuntimeConfigHost {
   void set_call_inbox(const char* inbox);
 
   bool stops_on_failure() const { return host_->stop_on_failure != 0; }
+  // From now on a failing wait of this rank stops rather than traps, kernels already running included (they read
+  // the word at every slow-path check); for an abort of the rank's communicator (nccl/runtime_communicator.h).
+  void stop_on_failure_now();
   bool has_error() const;
   // A kernel of this rank failed and stopped: the context is usable, the rank's communicator is not.
   bool stopped_on_failure() const { return stops_on_failure() && has_error(); }

@@ -291,7 +291,141 @@ def our_runtime() -> dict:
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (pass_through, our_runtime, concurrent_first_calls, no_real_nccl,
+def _rank_library():
+    """Our library with the prototypes the lifecycle scenarios call."""
+    ours = load(os.environ["OUR_NCCL"])
+    ours.jax_mscclpp_nccl_backend.restype = ctypes.c_char_p
+    ours.jax_mscclpp_nccl_backend.argtypes = [ctypes.c_void_p]
+    ours.ncclCommInitRankConfig.argtypes = [ctypes.c_void_p, ctypes.c_int, UniqueId, ctypes.c_int, ctypes.c_void_p]
+    ours.ncclCommInitRank.argtypes = [ctypes.c_void_p, ctypes.c_int, UniqueId, ctypes.c_int]
+    return ours
+
+
+def _shared_id(ours, rank: int) -> UniqueId:
+    """Rank 0 makes the id and writes it to ID_FILE; the others wait for it there."""
+    import time
+
+    path = os.environ["ID_FILE"]
+    uid = UniqueId()
+    if rank == 0:
+        assert ours.ncclGetUniqueId(ctypes.byref(uid)) == NCCL_SUCCESS, last_error(ours)
+        with open(path + ".tmp", "wb") as f:
+            f.write(bytes(uid))
+        os.replace(path + ".tmp", path)
+        return uid
+    for _ in range(3000):
+        if os.path.exists(path):
+            ctypes.memmove(ctypes.byref(uid), open(path, "rb").read(), 128)
+            return uid
+        time.sleep(0.01)
+    raise TimeoutError("no id from rank 0")
+
+
+def lifecycle_rank() -> dict:
+    """One rank (RANK of NRANKS) of a communicator made from our id, with the real NCCL JAX_MSCCLPP_REAL_NCCL names:
+    init (a non-blocking config where NONBLOCKING=1, polled through ncclCommGetAsyncError), one all-reduce, the
+    backend chosen, what the stand-in received, destroy."""
+    import time
+
+    ours = _rank_library()
+    rank, nranks = int(os.environ["RANK"]), int(os.environ["NRANKS"])
+    uid = _shared_id(ours, rank)
+    comm = ctypes.c_void_p()
+    out: dict = {}
+    if os.environ.get("NONBLOCKING") == "1":
+        config = Config(size=ctypes.sizeof(Config), magic=0xCAFEBEEF, version=23007, blocking=0, splitShare=0)
+        out["init"] = ours.ncclCommInitRankConfig(ctypes.byref(comm), nranks, uid, rank, ctypes.byref(config))
+        states = []
+        state = ctypes.c_int(7)
+        for _ in range(6000):
+            ours.ncclCommGetAsyncError(comm, ctypes.byref(state))
+            if not states or states[-1] != state.value:
+                states.append(state.value)
+            if state.value != 7:
+                break
+            time.sleep(0.01)
+        out["async_states"] = states
+    else:
+        out["init"] = ours.ncclCommInitRank(ctypes.byref(comm), nranks, uid, rank)
+    out["init_error"] = last_error(ours, comm)
+    out["is_ours"] = ours.jax_mscclpp_nccl_is_ours(comm) if comm.value else 0
+    out["backend"] = ours.jax_mscclpp_nccl_backend(comm).decode() if comm.value else ""
+    if out["init"] in (NCCL_SUCCESS, 7) and comm.value:
+        out["allreduce"] = ours.ncclAllReduce(None, None, 33, 7, 0, comm, None)
+        out["destroy"] = ours.ncclCommDestroy(comm)
+    real = os.environ.get("JAX_MSCCLPP_REAL_NCCL")
+    out["calls"] = stand_in_view(real).stand_in_calls().decode().split(";") if real and os.path.exists(real) else []
+    return out
+
+
+def group_inits() -> dict:
+    """One thread inits NRANKS ranks of one communicator inside a group: deferred to the outermost ncclGroupEnd,
+    which runs them concurrently (each meets the others at the root)."""
+    ours = _rank_library()
+    nranks = int(os.environ["NRANKS"])
+    uid = UniqueId()
+    assert ours.ncclGetUniqueId(ctypes.byref(uid)) == NCCL_SUCCESS
+    comms = [ctypes.c_void_p() for _ in range(nranks)]
+    out: dict = {"start": ours.ncclGroupStart()}
+    out["inits"] = [ours.ncclCommInitRank(ctypes.byref(c), nranks, uid, r) for r, c in enumerate(comms)]
+    state = ctypes.c_int(-1)
+    ours.ncclCommGetAsyncError(comms[0], ctypes.byref(state))
+    out["state_in_group"] = state.value
+    out["end"] = ours.ncclGroupEnd()
+    out["end_error"] = last_error(ours)
+    out["states"] = []
+    for c in comms:
+        ours.ncclCommGetAsyncError(c, ctypes.byref(state))
+        out["states"].append(state.value)
+    out["backends"] = [ours.jax_mscclpp_nccl_backend(c).decode() for c in comms]
+    out["destroys"] = [ours.ncclCommDestroy(c) for c in comms]
+    real = os.environ.get("JAX_MSCCLPP_REAL_NCCL")
+    out["calls"] = stand_in_view(real).stand_in_calls().decode().split(";") if real and os.path.exists(real) else []
+    return out
+
+
+class SimInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("estimatedTime", ctypes.c_float)]
+
+
+def simulate_end() -> dict:
+    """ncclGroupSimulateEnd with our runtime on and no real library: it leaves the group, runs nothing now or at the
+    next ncclGroupEnd (an init queued in the simulated group is never made), and fills the estimate."""
+    ours = _rank_library()
+    uid = UniqueId()
+    assert ours.ncclGetUniqueId(ctypes.byref(uid)) == NCCL_SUCCESS
+    out: dict = {"start": ours.ncclGroupStart(), "depth_in": ours.jax_mscclpp_nccl_group_depth()}
+    comm = ctypes.c_void_p()
+    out["init_in_group"] = ours.ncclCommInitRank(ctypes.byref(comm), 1, uid, 0)
+    info = SimInfo(size=ctypes.sizeof(SimInfo), magic=0x74685283, version=23007, estimatedTime=-1.0)
+    out["simulate"] = ours.ncclGroupSimulateEnd(ctypes.byref(info))
+    out["estimate"] = info.estimatedTime
+    out["depth_after"] = ours.jax_mscclpp_nccl_group_depth()
+    out["next_group"] = [ours.ncclGroupStart(), ours.ncclGroupEnd()]
+    state = ctypes.c_int(-1)
+    out["async_error"] = (ours.ncclCommGetAsyncError(comm, ctypes.byref(state)), state.value)
+    out["last_error"] = last_error(ours, comm)
+    out["destroy"] = ours.ncclCommDestroy(comm)
+    out["simulate_null"] = ours.ncclGroupSimulateEnd(None)
+    return out
+
+
+def buffers_without_gpu() -> dict:
+    """ncclMemAlloc with our runtime on and no GPU: a CUDA failure reported, not a crash; ncclMemFree of a pointer
+    nobody allocated goes to the real library (none here: ncclSystemError)."""
+    ours = _rank_library()
+    ptr = ctypes.c_void_p()
+    out = {"alloc": ours.ncclMemAlloc(ctypes.byref(ptr), 1 << 20), "alloc_error": last_error(ours)}
+    out["free_foreign"] = ours.ncclMemFree(ctypes.c_void_p(0x1000))
+    window = ctypes.c_void_p()
+    ours.ncclGetPeerDevicePointer.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    out["peer_pointer"] = ours.ncclGetPeerDevicePointer(None, 0, 1, ctypes.byref(window))
+    return out
+
+
+SCENARIOS = {f.__name__: f for f in (pass_through, our_runtime, concurrent_first_calls, no_real_nccl, lifecycle_rank,
+                                     group_inits, simulate_end, buffers_without_gpu,
                                      enable_after_devices, enable_beside_other_nccl, enable_before_devices,
                                      enable_without_real_nccl, startup_variable, startup_without_variable)}
 

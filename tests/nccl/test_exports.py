@@ -29,7 +29,8 @@ def test_soname_is_libnccl_so_2(our_library):
 def test_header_table_is_read():
     functions = header_functions()
     assert {"ncclGetUniqueId", "ncclCommInitRankConfig", "ncclAllReduce", "ncclGroupEnd"} <= functions
-    assert len(functions) == 69
+    assert len(functions) == 70
+    assert "ncclGetPeerDevicePointer" in functions, "the device API's peer pointer, exported beside the LSA ones"
 
 
 def test_exports_every_function_xla_resolves(our_library):

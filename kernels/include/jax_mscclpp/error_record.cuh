@@ -33,6 +33,8 @@ enum class WaitOp : uint32_t {
   kCallCheck = 8,             // a peer's call words of this launch (call_check.cuh)
   kCallMismatch = 9,          // not a timeout: the peer's call words differ from this rank's (call_check.cuh)
   kPeerFailed = 10,           // not a timeout: a wait stopped because rank `peer` failed the communicator
+  kP2PData = 11,              // launch_p2p_group: no stream could move; the first waits for `peer`'s next chunk
+  kP2PCredit = 12,            // launch_p2p_group: no stream could move; the first waits for `peer`'s credit
 };
 
 constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;

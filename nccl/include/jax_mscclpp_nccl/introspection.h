@@ -13,6 +13,10 @@ extern "C" {
 int jax_mscclpp_nccl_group_depth(void);
 // 1 when `comm` is a communicator this library made (it wraps the real library's), 0 otherwise.
 int jax_mscclpp_nccl_is_ours(ncclComm_t comm);
+// Which runtime runs `comm` and why, as its setup decided ("jax_mscclpp's runtime: one host, NVIDIA's NCCL beside
+// it", "NVIDIA's NCCL: ranks 0 and 1 are on different hosts ..."); "" when it is not one of ours made from our id or
+// its setup has not completed. Valid until the communicator is destroyed.
+const char* jax_mscclpp_nccl_backend(ncclComm_t comm);
 // The real library's communicator behind `comm` (`comm` itself when it is not ours).
 ncclComm_t jax_mscclpp_nccl_real_communicator(ncclComm_t comm);
 // The path the real NCCL was opened from; "" before the first call that needed it, or when it could not be opened.

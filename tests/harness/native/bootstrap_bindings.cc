@@ -1,6 +1,8 @@
 // The NCCL-API library's rendezvous (nccl/runtime/bootstrap.h) and unique id, for tests without a GPU: a root, its
-// clients as ranks, rounds of all-gather, and the id's round trip.
+// clients as ranks, rounds of all-gather, and the id's round trip; the identities its ranks exchange at setup and
+// what they must agree on (nccl/runtime/rank_identity.h, agreement.h), and the decision every rank takes from them.
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -9,8 +11,10 @@
 #include <tuple>
 #include <vector>
 
+#include "agreement.h"
 #include "bindings.h"
 #include "bootstrap.h"
+#include "rank_identity.h"
 #include "unique_id.h"
 
 namespace nb = nanobind;
@@ -62,6 +66,53 @@ void register_bootstrap(nb::module_& m) {
       },
       "The id of a root as bytes, whether it decodes to the same root, and whether an id with another first byte "
       "(the real library's) is taken for ours.");
+
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  auto to_agreement = [](const Fields& fields) {
+    jax_mscclpp::nccl::Agreement a;
+    for (const auto& [name, value] : fields) a.push_back({name, value});
+    return a;
+  };
+  m.def(
+      "agreement_difference",
+      [to_agreement](const std::vector<Fields>& ranks) {
+        std::vector<jax_mscclpp::nccl::Agreement> all;
+        for (const Fields& r : ranks) all.push_back(to_agreement(r));
+        return jax_mscclpp::nccl::agreement_difference(all);
+      },
+      "agreement_difference of each rank's [(name, value)] fields: '' when all agree.");
+  m.def(
+      "choose_backend",
+      [to_agreement](const std::vector<std::tuple<std::string, int64_t, nb::bytes, std::string, std::string, Fields>>&
+                         ranks) {
+        // Each rank's identity goes through its frame's bytes and back, as setup sends it.
+        std::vector<jax_mscclpp::nccl::RankIdentity> identities;
+        for (size_t q = 0; q < ranks.size(); ++q) {
+          const auto& [host, process, uuid, runtime_refusal, real_refusal, fields] = ranks[q];
+          jax_mscclpp::nccl::RankIdentity r;
+          r.host = host;
+          r.process = process;
+          r.gpu_uuid.assign(uuid.c_str(), uuid.size());
+          r.gpu_name = uuid.size() > 0 ? "NVIDIA H200" : "";
+          r.runtime_refusal = runtime_refusal;
+          r.real_refusal = real_refusal;
+          r.agreement = to_agreement(fields);
+          identities.push_back(
+              jax_mscclpp::nccl::decode_identity(jax_mscclpp::nccl::encode_identity(r), static_cast<int>(q)));
+        }
+        const jax_mscclpp::nccl::Backend b = jax_mscclpp::nccl::choose_backend(identities);
+        return std::make_tuple(b.agreed, b.disagreement, b.ours, b.reason, b.shares_gpu, b.processes, b.real_refusal);
+      },
+      "choose_backend over ranks given as (host, process, gpu uuid bytes, runtime refusal, real refusal, fields): "
+      "(agreed, disagreement, ours, reason, shares_gpu, processes, real_refusal).");
+  m.def(
+      "decode_identity",
+      [](nb::bytes frame, int rank) {
+        return jax_mscclpp::nccl::decode_identity(std::string(frame.c_str(), frame.size()), rank).host;
+      },
+      "The host of an identity frame; RuntimeError naming the rank for bytes that are not one.");
+  m.def("this_host_identity", &jax_mscclpp::nccl::this_host_identity,
+        "NCCL_HOSTID where set, else the host name and the boot id.");
 }
 
 }  // namespace jax_mscclpp::cuda

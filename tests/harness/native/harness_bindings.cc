@@ -1,4 +1,5 @@
 // Python bindings of the harness kernels' ranks (harness_rank.h) and the proxy FIFO probe (fifo_probe.h).
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -66,7 +67,41 @@ void register_harness(nb::module_& m) {
       .def("record_start", &HarnessRank::record_start)
       .def("record_stop", &HarnessRank::record_stop)
       .def("elapsed_ms", &HarnessRank::elapsed_ms, nb::call_guard<nb::gil_scoped_release>())
-      .def("time_memcpy", &HarnessRank::time_memcpy, nb::call_guard<nb::gil_scoped_release>());
+      .def("time_memcpy", &HarnessRank::time_memcpy, nb::call_guard<nb::gil_scoped_release>())
+      .def("p2p_group", &HarnessRank::p2p_group, nb::arg("messages"),
+           "launch_p2p_group of [(buffer 0 input / 1 output / -1 null, offset, bytes, peer, receive 0/1)] on the "
+           "rank's stream (asynchronous)")
+      .def("capture_p2p_groups", &HarnessRank::capture_p2p_groups, nb::arg("groups"),
+           "captures the groups (lists of p2p_group's messages), one launch each, into a CUDA graph (replay())");
+
+  m.attr("P2P_MAX_MESSAGES") = kP2PMaxMessages;
+  m.def(
+      "p2p_layout",
+      [](int nranks, int64_t p2p_bytes, uint64_t scratch_bytes) {
+        const uint64_t budget = p2p_bytes < 0 ? p2p_default_bytes(scratch_bytes) : static_cast<uint64_t>(p2p_bytes);
+        const P2PLayout l = P2PLayout::of(nranks, budget);
+        nb::dict d;
+        d["budget"] = budget;
+        d["chunk"] = l.chunk;
+        d["slots"] = l.slots;
+        d["region_bytes"] = l.region_bytes;
+        d["lanes"] = kP2PLanes;
+        d["min_lane_bytes"] = kP2PMinLaneBytes;
+        return d;
+      },
+      nb::arg("nranks"), nb::arg("p2p_bytes") = -1, nb::arg("scratch_bytes") = 1 << 20,
+      "the point-to-point layout (kernels/collectives/p2p_layout.h) of a rank with these options");
+  m.def(
+      "p2p_lane_parts",
+      [](uint64_t bytes) {
+        std::vector<std::tuple<uint64_t, uint64_t>> parts;
+        for (uint32_t l = 0; l < p2p_lanes(bytes); ++l) {
+          const P2PLanePart p = p2p_lane_part(bytes, l);
+          parts.emplace_back(p.lo, p.hi);
+        }
+        return parts;
+      },
+      nb::arg("bytes"), "the lane parts [(lo, hi)] a message of `bytes` bytes is cut into");
 
   nb::class_<FifoProbe>(m, "FifoProbe")
       .def(nb::init<int, uint32_t, double>(), nb::arg("device") = 0, nb::arg("fifo_size") = 16,

@@ -135,9 +135,64 @@ void HarnessRank::capture(const HarnessParams& p) {
     raise_launch_error(launched);
   }
   JAX_MSCCLPP_CUDA_CHECK(ended);
+  instantiate(graph);
+}
+
+void HarnessRank::instantiate(cudaGraph_t graph) {
   const cudaError_t inst = cudaGraphInstantiate(&graph_, graph, 0);
   cudaGraphDestroy(graph);
   JAX_MSCCLPP_CUDA_CHECK(inst);
+}
+
+std::vector<P2PMessage> HarnessRank::p2p_messages(const std::vector<P2PSpec>& specs) const {
+  if (!is_built()) throw std::runtime_error("jax_mscclpp: build() the rank before launching");
+  std::vector<P2PMessage> out;
+  out.reserve(specs.size());
+  for (const auto& [which, offset, bytes, peer, receive] : specs) {
+    char* at = which < 0 ? nullptr : buffer(which, offset, bytes);
+    out.push_back(P2PMessage{at, bytes, peer, receive});
+  }
+  return out;
+}
+
+cudaError_t HarnessRank::launch_p2p(const std::vector<P2PMessage>& messages) {
+  return launch_p2p_group(gpu().context(), messages.data(), static_cast<int>(messages.size()), stream());
+}
+
+void HarnessRank::raise_p2p_error(cudaError_t e) const {
+  if (e == cudaErrorInvalidValue)
+    throw std::invalid_argument("jax_mscclpp: launch_p2p_group refused the group: a peer out of range, more than "
+                                "kP2PMaxMessages, unmatched self messages or self sizes that differ");
+  if (e == cudaErrorNotReady) throw std::invalid_argument("jax_mscclpp: the rank has no p2p resources");
+  JAX_MSCCLPP_CUDA_CHECK(e);
+}
+
+void HarnessRank::p2p_group(const std::vector<P2PSpec>& messages) {
+  const std::vector<P2PMessage> m = p2p_messages(messages);
+  DeviceGuard g(device());
+  raise_p2p_error(launch_p2p(m));
+}
+
+void HarnessRank::capture_p2p_groups(const std::vector<std::vector<P2PSpec>>& groups) {
+  std::vector<std::vector<P2PMessage>> messages;
+  for (const auto& group : groups) messages.push_back(p2p_messages(group));
+  DeviceGuard g(device());
+  if (graph_ != nullptr) {
+    JAX_MSCCLPP_CUDA_CHECK(cudaGraphExecDestroy(graph_));
+    graph_ = nullptr;
+  }
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  cudaError_t launched = cudaSuccess;
+  for (const auto& m : messages)
+    if (launched == cudaSuccess) launched = launch_p2p(m);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+  if (launched != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    raise_p2p_error(launched);
+  }
+  JAX_MSCCLPP_CUDA_CHECK(ended);
+  instantiate(graph);
 }
 
 void HarnessRank::replay(int times) {

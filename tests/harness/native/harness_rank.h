@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "channel_tables.h"
@@ -31,6 +32,14 @@ class HarnessRank : public VirtualRank {
   void capture(const HarnessParams& p);
   void replay(int times);
 
+  // One message of a point-to-point group over this rank's buffers: (buffer: 0 input, 1 output, -1 a null
+  // pointer; offset; bytes; peer; receive).
+  using P2PSpec = std::tuple<int, uint64_t, uint64_t, int, int>;
+  // launch_p2p_group (kernels/collectives/collective.h) of `messages` on this rank's stream (asynchronous).
+  void p2p_group(const std::vector<P2PSpec>& messages);
+  // Captures `groups`, launched one after another, into a CUDA graph on this rank's stream; replay() replays it.
+  void capture_p2p_groups(const std::vector<std::vector<P2PSpec>>& groups);
+
   void record_start();
   void record_stop();
   float elapsed_ms();
@@ -43,6 +52,10 @@ class HarnessRank : public VirtualRank {
   void check_launch(const HarnessParams& p) const;
   void check_collective(const HarnessParams& p) const;
   void raise_launch_error(cudaError_t e) const;
+  std::vector<P2PMessage> p2p_messages(const std::vector<P2PSpec>& specs) const;
+  cudaError_t launch_p2p(const std::vector<P2PMessage>& messages);
+  void raise_p2p_error(cudaError_t e) const;
+  void instantiate(cudaGraph_t graph);
   RankArgs args() const;
 
   ChannelTables tables_;

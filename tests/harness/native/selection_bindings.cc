@@ -1,5 +1,7 @@
-// The NCCL-API library's selection (nccl/runtime/selection_table.h) and its tuning-file reader (tuning_file.h), for
-// tests without a GPU: the same table and file formats as the JAX path, read by the library's own code.
+// The NCCL-API library's selection (nccl/runtime/selection_table.h), its tuning-file reader (tuning_file.h) and its
+// routes and group launches (routing.h), for tests without a GPU: the same table and file formats as the JAX path,
+// read by the library's own code.
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -10,12 +12,36 @@
 #include <vector>
 
 #include "bindings.h"
+#include "routing.h"
 #include "selection_table.h"
 #include "tuning_file.h"
 
 namespace nb = nanobind;
 
 namespace jax_mscclpp::cuda {
+namespace {
+
+jax_mscclpp::nccl::ApiFunction api_function(const std::string& name) {
+#define JAX_MSCCLPP_NCCL_FUNCTION(kind, return_type, function, parameters, arguments) \
+  if (name == #function) return jax_mscclpp::nccl::ApiFunction::function;
+#include "jax_mscclpp_nccl/api_functions.def"
+#undef JAX_MSCCLPP_NCCL_FUNCTION
+  throw std::invalid_argument("not an NCCL function of the library: " + name);
+}
+
+const char* route_kind_name(jax_mscclpp::nccl::Route::Kind kind) {
+  using jax_mscclpp::nccl::Route;
+  switch (kind) {
+    case Route::kForward: return "forward";
+    case Route::kRefuse: return "refuse";
+    case Route::kCollective: return "collective";
+    case Route::kPointToPoint: return "point_to_point";
+    case Route::kComposed: return "composed";
+  }
+  return "?";
+}
+
+}  // namespace
 
 using Rule = std::tuple<int32_t, int64_t, int32_t>;  // (collective, max_bytes or -1, algorithm or -1 for lax)
 
@@ -53,6 +79,40 @@ void register_selection(nb::module_& m) {
         return rules;
       },
       nb::arg("topology"), "The rules the library holds for `topology` (read once per path and process).");
+  m.def(
+      "nccl_route",
+      [](const std::string& function, size_t count, int dtype, int op, int peer, int root, int nranks,
+         bool nccl_can_run, bool shares_gpu, const std::vector<std::tuple<int, int64_t>>& premulsums) {
+        namespace n = jax_mscclpp::nccl;
+        n::ReductionTable reductions;  // premulsums: (dtype, immediate factor bits) in creation order
+        for (const auto& [made_dtype, bits] : premulsums)
+          reductions.add({static_cast<ncclDataType_t>(made_dtype), nullptr, static_cast<uint64_t>(bits)});
+        const std::vector<n::TunedRule> no_tuning;
+        const n::RouteContext context{nranks, nccl_can_run, shares_gpu, no_tuning, reductions};
+        const n::Operation operation{api_function(function), nullptr, nullptr, count,
+                                     static_cast<ncclDataType_t>(dtype), static_cast<ncclRedOp_t>(op), peer, root,
+                                     nullptr};
+        const n::Route r = n::route(context, operation);
+        return std::make_tuple(std::string(route_kind_name(r.kind)), r.algorithm,
+                               r.fold ? static_cast<int>(r.fold->element) : -1,
+                               r.fold ? static_cast<int>(r.fold->op) : -1, static_cast<int>(r.refusal), r.reason);
+      },
+      nb::arg("function"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("peer"), nb::arg("root"),
+      nb::arg("nranks"), nb::arg("nccl_can_run"), nb::arg("shares_gpu"), nb::arg("premulsums"),
+      "The library's route of an operation (routing.h) under the built-in table: (kind, algorithm, fold element, "
+      "fold op, refusal code, reason).");
+  m.def(
+      "nccl_plan_group",
+      [](const std::vector<std::pair<int, bool>>& queue) {
+        std::vector<std::pair<const void*, bool>> shape;
+        for (const auto& [communicator, p2p] : queue)
+          shape.emplace_back(reinterpret_cast<const void*>(static_cast<uintptr_t>(communicator + 1)), p2p);
+        std::vector<std::pair<bool, std::vector<size_t>>> out;
+        for (const auto& launch : jax_mscclpp::nccl::plan_group(shape))
+          out.emplace_back(launch.point_to_point, launch.operations);
+        return out;
+      },
+      nb::arg("queue"), "The launches of a group (routing.h, plan_group): queue entries are (communicator, p2p).");
 }
 
 }  // namespace jax_mscclpp::cuda

@@ -1,0 +1,165 @@
+// fold_blocks (fold.h): one grid-stride kernel per (element type, operation).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
+#include "collectives/fold.h"
+
+namespace jax_mscclpp {
+namespace {
+
+// The accumulator of each element type and the conversions to and from it.
+template <class T>
+struct FoldTraits {
+  using Acc = T;
+  __device__ static Acc widen(T v) { return v; }
+  __device__ static T narrow(Acc v) { return v; }
+};
+template <class T>
+struct FloatFoldTraits {
+  using Acc = float;
+  __device__ static float widen(T v) { return static_cast<float>(v); }
+  __device__ static T narrow(float v) { return T(v); }
+};
+template <>
+struct FoldTraits<__half> {
+  using Acc = float;
+  __device__ static float widen(__half v) { return __half2float(v); }
+  __device__ static __half narrow(float v) { return __float2half_rn(v); }
+};
+template <>
+struct FoldTraits<__nv_bfloat16> {
+  using Acc = float;
+  __device__ static float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 narrow(float v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct FoldTraits<__nv_fp8_e4m3> : FloatFoldTraits<__nv_fp8_e4m3> {};
+template <>
+struct FoldTraits<__nv_fp8_e5m2> : FloatFoldTraits<__nv_fp8_e5m2> {};
+
+template <class A>
+__device__ A wrapping_add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+  } else {
+    return a + b;
+  }
+}
+template <class A>
+__device__ A wrapping_mul(A a, A b) {
+  if constexpr (std::is_integral_v<A>) {
+    using U = std::make_unsigned_t<A>;
+    return static_cast<A>(static_cast<U>(a) * static_cast<U>(b));
+  } else {
+    return a * b;
+  }
+}
+
+// One element of an operand, loaded byte-safe (any alignment).
+template <class T>
+__device__ T load(const char* p) {
+  T v;
+  memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <class T, FoldOp kOp>
+__global__ void fold_kernel(const char* blocks, uint64_t stride, int n, char* out, uint64_t count, FoldScalar scalar,
+                            int divisor) {
+  using Tr = FoldTraits<T>;
+  using A = typename Tr::Acc;
+  A factor{};
+  if constexpr (kOp == FoldOp::kPreMulSum) {
+    const T s = scalar.device != nullptr ? load<T>(static_cast<const char*>(scalar.device))
+                                         : load<T>(reinterpret_cast<const char*>(&scalar.bits));
+    factor = Tr::widen(s);
+  } else if constexpr (kOp == FoldOp::kAvg && !std::is_integral_v<A>) {
+    factor = static_cast<A>(1.0 / divisor);
+  }
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count; i += step) {
+    const char* at = blocks + i * sizeof(T);
+    A acc{};
+    for (int q = 0; q < n; ++q) {
+      A v = Tr::widen(load<T>(at + q * stride));
+      if constexpr (kOp == FoldOp::kPreMulSum || (kOp == FoldOp::kAvg && !std::is_integral_v<A>)) v = wrapping_mul(v, factor);
+      if (q == 0) {
+        acc = v;
+      } else if constexpr (kOp == FoldOp::kSum || kOp == FoldOp::kAvg || kOp == FoldOp::kPreMulSum) {
+        acc = wrapping_add(acc, v);
+      } else if constexpr (kOp == FoldOp::kProd) {
+        acc = wrapping_mul(acc, v);
+      } else if constexpr (kOp == FoldOp::kMax) {
+        if constexpr (std::is_integral_v<A>) acc = acc > v ? acc : v;
+        else acc = (acc != acc || acc > v) ? acc : v;
+      } else {
+        if constexpr (std::is_integral_v<A>) acc = acc < v ? acc : v;
+        else acc = (acc != acc || acc < v) ? acc : v;
+      }
+    }
+    if constexpr (kOp == FoldOp::kAvg && std::is_integral_v<A>) acc = static_cast<A>(acc / static_cast<A>(divisor));
+    const T result = Tr::narrow(acc);
+    memcpy(out + i * sizeof(T), &result, sizeof(T));
+  }
+}
+
+template <class T>
+cudaError_t launch_typed(const char* blocks, uint64_t stride, int n, char* out, uint64_t count, FoldOp op,
+                         FoldScalar scalar, int divisor, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  uint64_t grid = (count + kThreads - 1) / kThreads;
+  if (grid > 1024) grid = 1024;
+  const dim3 g(static_cast<unsigned>(grid)), b(kThreads);
+  switch (op) {
+    case FoldOp::kSum: fold_kernel<T, FoldOp::kSum><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
+    case FoldOp::kProd: fold_kernel<T, FoldOp::kProd><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
+    case FoldOp::kMax: fold_kernel<T, FoldOp::kMax><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
+    case FoldOp::kMin: fold_kernel<T, FoldOp::kMin><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
+    case FoldOp::kAvg: fold_kernel<T, FoldOp::kAvg><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
+    case FoldOp::kPreMulSum: fold_kernel<T, FoldOp::kPreMulSum><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int fold_element_bytes(FoldElement element) {
+  switch (element) {
+    case FoldElement::kS8: case FoldElement::kU8: case FoldElement::kF8E4M3: case FoldElement::kF8E5M2: return 1;
+    case FoldElement::kF16: case FoldElement::kBF16: return 2;
+    case FoldElement::kS32: case FoldElement::kU32: case FoldElement::kF32: return 4;
+    case FoldElement::kS64: case FoldElement::kU64: case FoldElement::kF64: return 8;
+  }
+  return 0;
+}
+
+cudaError_t launch_fold_blocks(const char* blocks, uint64_t block_stride, int nblocks, char* out, uint64_t count,
+                               FoldElement element, FoldOp op, FoldScalar scalar, int divisor, cudaStream_t stream) {
+  if (nblocks < 1 || (op == FoldOp::kAvg && divisor < 1)) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  const auto go = [&](auto t) {
+    return launch_typed<decltype(t)>(blocks, block_stride, nblocks, out, count, op, scalar, divisor, stream);
+  };
+  switch (element) {
+    case FoldElement::kS8: return go(int8_t{});
+    case FoldElement::kU8: return go(uint8_t{});
+    case FoldElement::kS32: return go(int32_t{});
+    case FoldElement::kU32: return go(uint32_t{});
+    case FoldElement::kS64: return go(int64_t{});
+    case FoldElement::kU64: return go(uint64_t{});
+    case FoldElement::kF16: return go(__half{});
+    case FoldElement::kF32: return go(float{});
+    case FoldElement::kF64: return go(double{});
+    case FoldElement::kBF16: return go(__nv_bfloat16{});
+    case FoldElement::kF8E4M3: return go(__nv_fp8_e4m3{});
+    case FoldElement::kF8E5M2: return go(__nv_fp8_e5m2{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace jax_mscclpp

@@ -1,0 +1,40 @@
+// fold_blocks: a local reduction of blocks that already sit in this rank's memory, for the reductions no collective
+// kernel runs (the NCCL-API library composes them: point-to-point moves the blocks, then this kernel folds them).
+// Its element types are every type of NCCL's API, the 8-bit floats included; its operations NCCL's.
+//
+// Contract: out[i] = block(0)[i] (op) block(1)[i] (op) ... (op) block(n-1)[i], block(q) = blocks + q * block_stride,
+// for i < count, a left fold in block order, accumulated in float for the 16- and 8-bit floats (one rounding at the
+// end), in the element type otherwise (integers wrap). Every rank folding the same blocks gets the same bits.
+//   kAvg:       floats: the sum of x * (1 / divisor) (NCCL's pre-multiplied average); integers: the sum divided by
+//               `divisor` (truncating).
+//   kPreMulSum: the sum of x * scalar, the scalar of the element type (FoldScalar: read from device memory when the
+//               kernel runs, or the bits given at launch).
+//   kMax/kMin:  a NaN operand wins.
+// `out` may be one of the blocks. Any alignment. No XLA or NCCL types here.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace jax_mscclpp {
+
+enum class FoldElement : int32_t { kS8, kU8, kS32, kU32, kS64, kU64, kF16, kF32, kF64, kBF16, kF8E4M3, kF8E5M2 };
+enum class FoldOp : int32_t { kSum, kProd, kMax, kMin, kAvg, kPreMulSum };
+
+// kPreMulSum's factor: `device` (an element in device memory, read by the kernel) when not null, else the element
+// whose bytes are the low bytes of `bits`.
+struct FoldScalar {
+  const void* device = nullptr;
+  uint64_t bits = 0;
+};
+
+// Bytes of one element.
+int fold_element_bytes(FoldElement element);
+
+// Enqueues the fold on `stream`. cudaErrorInvalidValue for nblocks < 1, an unknown element or op, or a kAvg divisor
+// below 1. count 0 launches nothing.
+cudaError_t launch_fold_blocks(const char* blocks, uint64_t block_stride, int nblocks, char* out, uint64_t count,
+                               FoldElement element, FoldOp op, FoldScalar scalar, int divisor, cudaStream_t stream);
+
+}  // namespace jax_mscclpp

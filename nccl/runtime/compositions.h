@@ -1,0 +1,28 @@
+// The NCCL operations no collective kernel of ours runs, composed of point-to-point groups (collective.h,
+// launch_p2p_group) and local folds (kernels/collectives/fold.h), for communicators NVIDIA's NCCL does not serve.
+//
+//   broadcast   the root sends its buffer to every rank (a local copy to itself when send != recv).
+//   gather      every rank sends its block to the root, which receives block q at recv + q * block.
+//   scatter     the root sends block q of its buffer to rank q.
+//   reductions  (all-reduce, reduce-scatter, reduce with any of NCCL's reductions and data types, the 8-bit
+//               floats included) in pieces that fit the rank's staging buffer: every rank that needs the result
+//               receives the piece of every other rank into its staging buffer (its own piece copied there), then
+//               folds the blocks in rank order into the output. All ranks fold the same blocks in the same order,
+//               so they get the same bits. A reduce's other ranks only send.
+// The pieces depend only on the sizes and the world size, so every rank's messages pair up in order. Output may
+// alias input (the fold reads staging only, and a piece's sends are done when its kernel ends).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "routing.h"
+#include "runtime_communicator.h"
+
+namespace jax_mscclpp::nccl {
+
+// Enqueues `op` (ncclBroadcast, ncclBcast, ncclGather, ncclScatter; or, with `fold`, ncclAllReduce,
+// ncclReduceScatter, ncclReduce) on op.stream. cudaErrorMemoryAllocation when the staging buffer cannot be had or
+// is too small for one element of every rank; the launches' errors otherwise.
+cudaError_t launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold);
+
+}  // namespace jax_mscclpp::nccl

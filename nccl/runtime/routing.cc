@@ -1,0 +1,121 @@
+#include "routing.h"
+
+#include <algorithm>
+
+#include "collectives/collective.h"
+#include "dtype_codes.h"
+#include "jax_mscclpp/codes.h"
+#include "selection_table.h"
+
+namespace jax_mscclpp::nccl {
+namespace {
+
+Route refuse(ncclResult_t code, std::string reason) {
+  Route r;
+  r.kind = Route::kRefuse;
+  r.refusal = code;
+  r.reason = std::move(reason);
+  return r;
+}
+Route of_kind(Route::Kind kind) {
+  Route r;
+  r.kind = kind;
+  return r;
+}
+
+bool is_point_to_point(ApiFunction f) { return f == ApiFunction::ncclSend || f == ApiFunction::ncclRecv; }
+bool has_root(ApiFunction f) {
+  return f == ApiFunction::ncclBroadcast || f == ApiFunction::ncclBcast || f == ApiFunction::ncclReduce ||
+         f == ApiFunction::ncclGather || f == ApiFunction::ncclScatter;
+}
+bool reduces(ApiFunction f) {
+  return f == ApiFunction::ncclAllReduce || f == ApiFunction::ncclReduceScatter || f == ApiFunction::ncclReduce;
+}
+
+// The fold of a reduction of `op`'s dtype and reduction (a built-in one or one of the communicator's).
+Route composed_reduction(const RouteContext& context, const Operation& op) {
+  const std::optional<FoldElement> element = fold_element(op.dtype);
+  if (!element) return refuse(ncclInvalidArgument, "data type " + std::to_string(op.dtype) + " is not NCCL's");
+  Fold fold{*element, FoldOp::kSum, {}};
+  if (const std::optional<FoldOp> builtin = fold_op(op.op)) {
+    fold.op = *builtin;
+  } else if (const std::optional<PreMulSum> made = context.reductions.find(op.op)) {
+    if (made->dtype != op.dtype)
+      return refuse(ncclInvalidArgument, "reduction " + std::to_string(op.op) + " was made for data type " +
+                                             std::to_string(made->dtype) + ", not " + std::to_string(op.dtype));
+    fold.op = FoldOp::kPreMulSum;
+    fold.scalar.device = made->device;
+    fold.scalar.bits = made->bits;
+  } else {
+    return refuse(ncclInvalidArgument, "reduction " + std::to_string(op.op) + " is not one of this communicator's");
+  }
+  Route r = of_kind(Route::kComposed);
+  r.fold = fold;
+  return r;
+}
+
+}  // namespace
+
+Route route(const RouteContext& context, const Operation& op) {
+  const size_t element = nccl_dtype_bytes(op.dtype);
+  const int n = context.nranks;
+  if (element == 0) {
+    return context.nccl_can_run
+               ? of_kind(Route::kForward)
+               : refuse(ncclInvalidArgument, "data type " + std::to_string(op.dtype) + " is not NCCL's");
+  }
+  const bool nccl_keeps = context.nccl_can_run && !context.shares_gpu;
+  if (is_point_to_point(op.function)) {
+    if (op.peer < 0 || op.peer >= n)
+      return refuse(ncclInvalidArgument, "peer " + std::to_string(op.peer) + " of " + std::to_string(n) + " ranks");
+    const uint64_t bytes = static_cast<uint64_t>(op.count) * element;
+    if (select_algorithm(context.tuned, codes::kPermute, bytes, n, nccl_keeps) < 0) return of_kind(Route::kForward);
+    return of_kind(Route::kPointToPoint);
+  }
+  if (has_root(op.function) && (op.root < 0 || op.root >= n))
+    return refuse(ncclInvalidArgument, "root " + std::to_string(op.root) + " of " + std::to_string(n) + " ranks");
+  const int32_t collective = collective_code(op.function);
+  const bool native_reduction = reduction_dtype_code(op.dtype) >= 0 && reduce_op_code(op.op) >= 0;
+  if (collective >= 0 && (!collective_reduces(collective) || native_reduction)) {
+    // Per-rank input bytes, as the table counts them.
+    uint64_t nbytes = static_cast<uint64_t>(op.count) * element;
+    if (collective == codes::kReduceScatter || collective == codes::kAllToAll) nbytes *= static_cast<uint64_t>(n);
+    const int32_t algorithm = select_algorithm(context.tuned, collective, nbytes, n, nccl_keeps);
+    if (algorithm < 0) return of_kind(Route::kForward);
+    const int32_t dtype = collective_reduces(collective) ? reduction_dtype_code(op.dtype) : codes::kU8;
+    const int32_t op_code = collective_reduces(collective) ? reduce_op_code(op.op) : codes::kSum;
+    if (collective_supported(collective, algorithm, dtype, op_code)) {
+      Route r = of_kind(Route::kCollective);
+      r.algorithm = algorithm;
+      return r;
+    }
+  }
+  // What no collective kernel of ours runs: NVIDIA's where it serves the communicator, else composed.
+  if (context.nccl_can_run) return of_kind(Route::kForward);
+  if (reduces(op.function)) return composed_reduction(context, op);
+  if (has_root(op.function)) return of_kind(Route::kComposed);
+  return refuse(ncclInvalidUsage,
+                "is not run by jax_mscclpp's runtime, and NVIDIA's NCCL cannot run on this communicator");
+}
+
+std::vector<GroupLaunch> plan_group(const std::vector<std::pair<const void*, bool>>& queue) {
+  std::vector<GroupLaunch> launches;
+  std::vector<const void*> p2p_order;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const auto& [communicator, point_to_point] = queue[i];
+    if (!point_to_point) {
+      launches.push_back({false, {i}});
+    } else if (std::find(p2p_order.begin(), p2p_order.end(), communicator) == p2p_order.end()) {
+      p2p_order.push_back(communicator);
+    }
+  }
+  for (const void* communicator : p2p_order) {
+    GroupLaunch launch{true, {}};
+    for (size_t i = 0; i < queue.size(); ++i)
+      if (queue[i].first == communicator && queue[i].second) launch.operations.push_back(i);
+    launches.push_back(std::move(launch));
+  }
+  return launches;
+}
+
+}  // namespace jax_mscclpp::nccl

@@ -1,0 +1,67 @@
+// Which of ours runs an NCCL operation on a communicator of ours, and in what launches a group runs: decisions made
+// from the call's arguments, the communicator's shape and the selection table alone (no GPU), so that every rank
+// decides alike for the same call. operations.cc acts on them; tests read them without a GPU.
+//
+// A route is one of:
+//   kCollective    a collective kernel of every rank (collective.h), the algorithm the selection table gives
+//                  (selection_table.h beneath the tuning file), where our kernels run the (dtype, reduction);
+//   kPointToPoint  a send or receive: point-to-point messages (collective.h, launch_p2p_group), unless the table
+//                  gives the size to NVIDIA's NCCL and it serves the communicator;
+//   kComposed      what no kernel runs (broadcast, reduce, gather, scatter; prod, avg, pre-multiplied sums and the
+//                  8-bit floats) on a communicator NVIDIA's NCCL does not serve: compositions.h, with `fold` for
+//                  reductions;
+//   kForward       NVIDIA's NCCL, where it serves the communicator;
+//   kRefuse        an error the caller returns (`refusal`, `reason`): bad arguments, or nothing can run it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/fold.h"
+#include "our_runtime.h"
+#include "reduction_table.h"
+#include "tuning_file.h"
+
+namespace jax_mscclpp::nccl {
+
+// How a composed reduction folds (kernels/collectives/fold.h).
+struct Fold {
+  FoldElement element;
+  FoldOp op;
+  FoldScalar scalar;  // kPreMulSum's factor
+};
+
+struct Route {
+  enum Kind { kForward, kRefuse, kCollective, kPointToPoint, kComposed } kind = kForward;
+  int32_t algorithm = -1;   // kCollective
+  std::optional<Fold> fold;  // kComposed reductions
+  ncclResult_t refusal = ncclSuccess;
+  std::string reason;  // kRefuse
+};
+
+// What a route depends on besides the call.
+struct RouteContext {
+  int nranks;
+  bool nccl_can_run;  // NVIDIA's NCCL holds a communicator for these ranks
+  bool shares_gpu;    // two ranks drive one GPU
+  const std::vector<TunedRule>& tuned;
+  const ReductionTable& reductions;
+};
+
+Route route(const RouteContext& context, const Operation& op);
+
+// One launch of a group: the queue's operations it runs (indices into the queue).
+struct GroupLaunch {
+  bool point_to_point;
+  std::vector<size_t> operations;
+};
+// The launches of a group whose queue holds, per operation, its communicator and whether it is point-to-point: every
+// other operation alone, in queue order (as every rank issues them); then, per communicator in the order of its
+// first point-to-point operation, all of them as one launch, in queue order (NCCL's order per peer).
+std::vector<GroupLaunch> plan_group(const std::vector<std::pair<const void*, bool>>& queue);
+
+}  // namespace jax_mscclpp::nccl

@@ -1,0 +1,216 @@
+"""One process of tests/gpu/test_nccl_lifecycle.py: jax_mscclpp's libnccl.so.2 through NCCL's C API (ctypes; device
+buffers and streams are cupy's), in processes sharing GPU 0 (so every communicator is our runtime's alone).
+
+    python tests/gpu/_nccl_lifecycle_worker.py PROCESS_ID NUM_PROCESSES PORT LIBRARY WORKDIR SCENARIO
+
+Scenarios (every process runs the same one; ids and flags travel through files in WORKDIR):
+  abort_stuck        rank 0 launches an all-reduce rank 1 never joins (its kernel waits), aborts it, and times the
+                     abort and the stream's end; then both make a new communicator and check an all-reduce.
+  destroy_peer_gone  an all-reduce, then rank 1 exits without destroying; rank 0 times its destroy.
+  nonblocking        a non-blocking config: ncclInProgress, ncclCommGetAsyncError until success, an all-reduce.
+  group_inits        one process, one thread, inits two ranks inside a group, then an all-reduce on both.
+Prints "RESULT " + JSON last.
+"""
+
+import ctypes
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+NCCL_SUCCESS, NCCL_IN_PROGRESS, FLOAT32, SUM = 0, 7, 7, 0
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class Config(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("blocking", ctypes.c_int), ("cgaClusterSize", ctypes.c_int), ("minCTAs", ctypes.c_int),
+                ("maxCTAs", ctypes.c_int), ("netName", ctypes.c_char_p), ("splitShare", ctypes.c_int),
+                ("trafficClass", ctypes.c_int), ("commName", ctypes.c_char_p)] + [
+                   (name, ctypes.c_int) for name in ("collnetEnable", "CTAPolicy", "shrinkShare", "nvlsCTAs",
+                                                     "nChannelsPerNetPeer", "nvlinkCentricSched", "graphUsageMode",
+                                                     "numRmaCtx", "maxP2pPeers", "graphStreamOrdering")]
+
+
+def load(path):
+    lib = ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+    lib.ncclGetLastError.restype = ctypes.c_char_p
+    lib.ncclGetLastError.argtypes = [ctypes.c_void_p]
+    lib.jax_mscclpp_nccl_backend.restype = ctypes.c_char_p
+    lib.jax_mscclpp_nccl_backend.argtypes = [ctypes.c_void_p]
+    lib.ncclCommInitRank.argtypes = [ctypes.c_void_p, ctypes.c_int, UniqueId, ctypes.c_int]
+    lib.ncclCommInitRankConfig.argtypes = [ctypes.c_void_p, ctypes.c_int, UniqueId, ctypes.c_int, ctypes.c_void_p]
+    lib.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                  ctypes.c_void_p, ctypes.c_void_p]
+    for name in ("ncclCommDestroy", "ncclCommAbort"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p]
+    lib.ncclCommGetAsyncError.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    return lib
+
+
+def wait_for(path, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(path)
+        time.sleep(0.01)
+
+
+def shared_id(lib, rank, workdir, name):
+    path = os.path.join(workdir, name)
+    uid = UniqueId()
+    if rank == 0:
+        assert lib.ncclGetUniqueId(ctypes.byref(uid)) == NCCL_SUCCESS, lib.ncclGetLastError(None)
+        with open(path + ".tmp", "wb") as f:
+            f.write(bytes(uid))
+        os.replace(path + ".tmp", path)
+    else:
+        wait_for(path)
+        ctypes.memmove(ctypes.byref(uid), open(path, "rb").read(), 128)
+    return uid
+
+
+def all_reduce_checked(lib, comm, rank, nranks, count, stream, seed=7):
+    """A float32 sum of per-rank random inputs (rebuilt from the seed on every rank), checked against numpy."""
+    import cupy as cp
+
+    inputs = [np.random.default_rng(seed + r).standard_normal(count).astype(np.float32) for r in range(nranks)]
+    send = cp.asarray(inputs[rank])
+    recv = cp.full(count, np.nan, np.float32)
+    code = lib.ncclAllReduce(send.data.ptr, recv.data.ptr, count, FLOAT32, SUM, comm, stream.ptr)
+    stream.synchronize()
+    expected = np.sum(inputs, axis=0, dtype=np.float64).astype(np.float32)
+    return code, bool(np.allclose(cp.asnumpy(recv), expected, rtol=1e-5, atol=1e-5))
+
+
+def abort_stuck(lib, rank, nranks, workdir):
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    comm = ctypes.c_void_p()
+    out = {"init": lib.ncclCommInitRank(ctypes.byref(comm), nranks, shared_id(lib, rank, workdir, "id1"), rank)}
+    out["backend"] = lib.jax_mscclpp_nccl_backend(comm).decode()
+    if rank == 0:
+        send = cp.ones(1 << 18, np.float32)
+        recv = cp.zeros(1 << 18, np.float32)
+        out["launch"] = lib.ncclAllReduce(send.data.ptr, recv.data.ptr, 1 << 18, FLOAT32, SUM, comm, stream.ptr)
+        time.sleep(1.0)
+        out["stuck_before_abort"] = not stream.done
+        t0 = time.monotonic()
+        out["abort"] = lib.ncclCommAbort(comm)
+        out["abort_s"] = time.monotonic() - t0
+        stream.synchronize()
+        out["stream_end_s"] = time.monotonic() - t0
+        open(os.path.join(workdir, "aborted"), "w").close()
+    else:
+        wait_for(os.path.join(workdir, "aborted"))
+        t0 = time.monotonic()
+        out["abort"] = lib.ncclCommAbort(comm)
+        out["abort_s"] = time.monotonic() - t0
+    again = ctypes.c_void_p()
+    out["init_again"] = lib.ncclCommInitRank(ctypes.byref(again), nranks, shared_id(lib, rank, workdir, "id2"), rank)
+    out["all_reduce_again"] = all_reduce_checked(lib, again, rank, nranks, 100_003, stream)
+    out["destroy_again"] = lib.ncclCommDestroy(again)
+    return out
+
+
+def destroy_peer_gone(lib, rank, nranks, workdir):
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    comm = ctypes.c_void_p()
+    out = {"init": lib.ncclCommInitRank(ctypes.byref(comm), nranks, shared_id(lib, rank, workdir, "id1"), rank)}
+    out["all_reduce"] = all_reduce_checked(lib, comm, rank, nranks, 4099, stream)
+    if rank != 0:
+        print("RESULT " + json.dumps(dict(out, rank=rank)), flush=True)
+        open(os.path.join(workdir, f"gone{rank}"), "w").close()
+        os._exit(0)
+    for r in range(1, nranks):
+        wait_for(os.path.join(workdir, f"gone{r}"))
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    out["destroy"] = lib.ncclCommDestroy(comm)
+    out["destroy_s"] = time.monotonic() - t0
+    return out
+
+
+def nonblocking(lib, rank, nranks, workdir):
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    config = Config(size=ctypes.sizeof(Config), magic=0xCAFEBEEF, version=23007, blocking=0)
+    comm = ctypes.c_void_p()
+    uid = shared_id(lib, rank, workdir, "id1")
+    out = {"init": lib.ncclCommInitRankConfig(ctypes.byref(comm), nranks, uid, rank, ctypes.byref(config))}
+    states, state = [], ctypes.c_int(-1)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        lib.ncclCommGetAsyncError(comm, ctypes.byref(state))
+        if not states or states[-1] != state.value:
+            states.append(state.value)
+        if state.value != NCCL_IN_PROGRESS:
+            break
+        time.sleep(0.001)
+    out["states"] = states
+    out["all_reduce"] = all_reduce_checked(lib, comm, rank, nranks, 65_537, stream)
+    out["destroy"] = lib.ncclCommDestroy(comm)
+    return out
+
+
+def group_inits(lib, rank, nranks, workdir):
+    import cupy as cp
+
+    uid = UniqueId()
+    assert lib.ncclGetUniqueId(ctypes.byref(uid)) == NCCL_SUCCESS
+    comms = [ctypes.c_void_p(), ctypes.c_void_p()]
+    out = {"start": lib.ncclGroupStart()}
+    out["inits"] = [lib.ncclCommInitRank(ctypes.byref(c), 2, uid, r) for r, c in enumerate(comms)]
+    out["end"] = lib.ncclGroupEnd()
+    out["end_error"] = lib.ncclGetLastError(None).decode()
+    count = 10_007
+    inputs = [np.random.default_rng(11 + r).standard_normal(count).astype(np.float32) for r in range(2)]
+    sends = [cp.asarray(x) for x in inputs]
+    recvs = [cp.full(count, np.nan, np.float32) for _ in range(2)]
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
+    lib.ncclGroupStart()
+    codes = [lib.ncclAllReduce(sends[r].data.ptr, recvs[r].data.ptr, count, FLOAT32, SUM, comms[r], streams[r].ptr)
+             for r in range(2)]
+    codes.append(lib.ncclGroupEnd())
+    for s in streams:
+        s.synchronize()
+    expected = (inputs[0].astype(np.float64) + inputs[1]).astype(np.float32)
+    out["all_reduce"] = (codes, [bool(np.allclose(cp.asnumpy(r), expected, rtol=1e-5, atol=1e-5)) for r in recvs])
+    destroys = [None, None]
+
+    def destroy(r):
+        destroys[r] = lib.ncclCommDestroy(comms[r])
+
+    threads = [threading.Thread(target=destroy, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out["destroys"] = destroys
+    return out
+
+
+def main():
+    rank, nranks = int(sys.argv[1]), int(sys.argv[2])
+    library, workdir, scenario = sys.argv[4], sys.argv[5], sys.argv[6]
+    import cupy as cp
+
+    cp.cuda.Device(0).use()
+    lib = load(library)
+    out = globals()[scenario](lib, rank, nranks, workdir)
+    out["rank"] = rank
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The lifecycle of jax_mscclpp's libnccl.so.2 communicators on one GPU, in processes sharing GPU 0 (our runtime's
+alone): ncclCommAbort of a communicator whose kernel waits for a rank that never comes returns within a second, the
+kernel gives up (no trap: the abort is made visible to the device from the host) and a new communicator then works;
+ncclCommDestroy with a peer gone returns within seconds; a non-blocking init reports ncclInProgress, then success;
+one thread inits two ranks inside a group. The worker: tests/gpu/_nccl_lifecycle_worker.py (ctypes and cupy).
+
+Kernels trap on failure here (the default): an abort that let a wait time out would kill the process's context.
+"""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.gpu.processes import launch_processes
+
+WORKER = Path(__file__).with_name("_nccl_lifecycle_worker.py")
+
+pytestmark = pytest.mark.gpu
+
+if importlib.util.find_spec("cupy") is None:
+    pytest.skip("the lifecycle worker needs cupy for device buffers and streams", allow_module_level=True)
+
+
+def run(scenario: str, nproc: int, tmp_path, timeout_s: str = "60") -> list:
+    from jax_mscclpp import nccl_backend
+
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", JAX_MSCCLPP_TIMEOUT_S=timeout_s)
+    for name in ("JAX_MSCCLPP_NVLS", "JAX_MSCCLPP_NCCL", "JAX_MSCCLPP_NCCL_RUNTIME", "JAX_MSCCLPP_TRAP_ON_FAILURE"):
+        env.pop(name, None)
+    outputs = launch_processes(WORKER, nproc, [nccl_backend.library_path(), str(tmp_path), scenario], env, 240,
+                               f"the lifecycle scenario {scenario}")
+    reports = []
+    for code, out in outputs:
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        assert code == 0 and lines, f"exit status {code}, output:\n{out[-6000:]}"
+        reports.append(json.loads(lines[-1][len("RESULT "):]))
+    return reports
+
+
+def test_abort_of_a_stuck_kernel_returns_within_a_second_and_a_new_communicator_works(gpus, tmp_path):
+    reports = run("abort_stuck", 2, tmp_path)
+    stuck = reports[0]
+    assert stuck["init"] == 0 and stuck["backend"].startswith("jax_mscclpp's runtime"), stuck
+    assert stuck["launch"] == 0 and stuck["stuck_before_abort"], "the all-reduce should wait for rank 1"
+    assert stuck["abort"] == 0 and stuck["abort_s"] < 1.0, stuck
+    assert stuck["stream_end_s"] < 5.0, f"the aborted kernel did not give up: {stuck}"
+    for r in reports:
+        assert r["abort"] == 0 and r["abort_s"] < 1.0, r
+        assert r["init_again"] == 0 and r["all_reduce_again"] == [0, True], r
+        assert r["destroy_again"] == 0
+
+
+def test_destroy_with_a_peer_gone_returns_within_seconds(gpus, tmp_path):
+    reports = run("destroy_peer_gone", 2, tmp_path)
+    assert all(r["all_reduce"] == [0, True] for r in reports), reports
+    assert reports[0]["destroy"] == 0 and reports[0]["destroy_s"] < 5.0, reports[0]
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_non_blocking_init(gpus, tmp_path, nproc):
+    for r in run("nonblocking", nproc, tmp_path):
+        assert r["init"] == 7, "a non-blocking init returns ncclInProgress"
+        assert r["states"][-1] == 0 and set(r["states"]) <= {0, 7}, r["states"]
+        assert r["all_reduce"] == [0, True] and r["destroy"] == 0
+
+
+def test_inits_in_a_group_from_one_thread(gpus, tmp_path):
+    (r,) = run("group_inits", 1, tmp_path)
+    assert r["start"] == 0 and r["inits"] == [0, 0]
+    assert r["end"] == 0, r["end_error"]
+    assert r["all_reduce"] == [[0, 0, 0], [True, True]], r
+    assert r["destroys"] == [0, 0]
