@@ -51,8 +51,10 @@ P2P = ("send_recv pairs", "isend_irecv ring", "batch_isend_irecv ring", "batch_i
 def case_names(world: int, quick: bool = False) -> list[str]:
     """Every case for `world` ranks, in the order they run: "FAMILY [OP] DTYPE" or a name of its own."""
     dtypes = QUICK_DTYPES if quick else DTYPES
+    # PREMUL_SUM of bfloat16: torch hands ncclRedOpCreatePreMulSum a float factor with ncclBfloat16, whose first two
+    # bytes NCCL's contract (and NVIDIA's library) read as the bfloat16 factor: not a defined product to check.
     names = [f"all_reduce {op} {dtype}" for op in REDUCE_OPS for dtype in dtypes
-             if op != "PREMUL_SUM" or dtype in FLOAT_DTYPES]
+             if op != "PREMUL_SUM" or (dtype in FLOAT_DTYPES and dtype != "bfloat16")]
     names += [f"{family} {dtype}" for family in PER_DTYPE for dtype in dtypes]
     names += [f"reduce_scatter_tensor MAX {dtype}" for dtype in QUICK_DTYPES]
     names.append("barrier")

@@ -89,6 +89,17 @@ TORCH_CASE_TIMEOUT_S = 40
 TORCH_LAUNCHES = 4  # a launch ends at a hung or fatal case; the cases after it run in the next launch
 WORKER = Path(__file__).with_name("_torch_nccl_worker.py")
 
+
+def installed_library() -> Path:
+    """Our libnccl.so.2 as the installed package finds it (an editable install keeps it in site-packages, not in the
+    source tree): jax_mscclpp.nccl_backend.library_path(), asked in a child so that this process imports no JAX."""
+    code = "from jax_mscclpp import nccl_backend; print(nccl_backend.library_path())"
+    try:
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+        return Path(found.stdout.strip().splitlines()[-1])
+    except (subprocess.SubprocessError, OSError, IndexError):
+        return ROOT / "jax_mscclpp" / "lib" / "libnccl.so.2"
+
 # Writes our library's call counts at exit, preloaded into each rank of a program that is not Python. Linked
 # against libnccl.so.2 (ours first on the loader's path; --no-as-needed keeps the dependency although the reference
 # is weak), so this destructor runs before that library's own; the counts are read on a thread of its own because
@@ -676,7 +687,7 @@ class Context:
     def __init__(self, args):
         self.args = args
         self.work = Path(args.work).resolve()
-        self.ours = Path(args.library).resolve() if args.library else ROOT / "jax_mscclpp" / "lib" / "libnccl.so.2"
+        self.ours = Path(args.library).resolve() if args.library else installed_library()
         nccl_dir = Path(args.real_nccl).resolve().parent.parent if args.real_nccl else nvidia_nccl_dir()
         self.real = Path(args.real_nccl) if args.real_nccl else (nccl_dir / "lib" / "libnccl.so.2" if nccl_dir
                                                                   else None)

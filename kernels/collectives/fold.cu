@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdint>
 #include <type_traits>
 
 #include "collectives/fold.h"
@@ -59,12 +60,44 @@ __device__ A wrapping_mul(A a, A b) {
   }
 }
 
-// One element of an operand, loaded byte-safe (any alignment).
+// An element's bits as the unsigned integer of its size, and back (register moves only).
+template <class T>
+using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
+                                std::conditional_t<sizeof(T) == 2, uint16_t,
+                                                   std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+template <class T>
+__device__ T from_bits(Bits<T> bits) {
+  T v;
+  memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+template <class T>
+__device__ Bits<T> to_bits(T v) {
+  Bits<T> bits;
+  memcpy(&bits, &v, sizeof(T));
+  return bits;
+}
+
+// One element of an operand (aligned to its size: launch_fold_blocks checks).
 template <class T>
 __device__ T load(const char* p) {
-  T v;
-  memcpy(&v, p, sizeof(T));
-  return v;
+  return from_bits<T>(*reinterpret_cast<const Bits<T>*>(p));
+}
+template <class T>
+__device__ void store(char* p, T v) {
+  *reinterpret_cast<Bits<T>*>(p) = to_bits(v);
+}
+
+// The factor of kPreMulSum as an element: from device memory (any alignment: assembled from its bytes), or the low
+// bytes of the bits given at launch.
+template <class T>
+__device__ T scalar_of(const FoldScalar& scalar) {
+  if (scalar.device == nullptr) return from_bits<T>(static_cast<Bits<T>>(scalar.bits));
+  const unsigned char* p = static_cast<const unsigned char*>(scalar.device);
+  Bits<T> bits = 0;
+  for (int b = 0; b < static_cast<int>(sizeof(T)); ++b)
+    bits |= static_cast<Bits<T>>(static_cast<Bits<T>>(p[b]) << (8 * b));
+  return from_bits<T>(bits);
 }
 
 template <class T, FoldOp kOp>
@@ -74,9 +107,7 @@ __global__ void fold_kernel(const char* blocks, uint64_t stride, int n, char* ou
   using A = typename Tr::Acc;
   A factor{};
   if constexpr (kOp == FoldOp::kPreMulSum) {
-    const T s = scalar.device != nullptr ? load<T>(static_cast<const char*>(scalar.device))
-                                         : load<T>(reinterpret_cast<const char*>(&scalar.bits));
-    factor = Tr::widen(s);
+    factor = Tr::widen(scalar_of<T>(scalar));
   } else if constexpr (kOp == FoldOp::kAvg && !std::is_integral_v<A>) {
     factor = static_cast<A>(1.0 / divisor);
   }
@@ -102,28 +133,32 @@ __global__ void fold_kernel(const char* blocks, uint64_t stride, int n, char* ou
       }
     }
     if constexpr (kOp == FoldOp::kAvg && std::is_integral_v<A>) acc = static_cast<A>(acc / static_cast<A>(divisor));
-    const T result = Tr::narrow(acc);
-    memcpy(out + i * sizeof(T), &result, sizeof(T));
+    store<T>(out + i * sizeof(T), Tr::narrow(acc));
   }
 }
 
 template <class T>
 cudaError_t launch_typed(const char* blocks, uint64_t stride, int n, char* out, uint64_t count, FoldOp op,
                          FoldScalar scalar, int divisor, cudaStream_t stream) {
+  if ((reinterpret_cast<uintptr_t>(blocks) | reinterpret_cast<uintptr_t>(out) | stride) % sizeof(T) != 0)
+    return cudaErrorInvalidValue;
   constexpr int kThreads = 256;
   uint64_t grid = (count + kThreads - 1) / kThreads;
   if (grid > 1024) grid = 1024;
   const dim3 g(static_cast<unsigned>(grid)), b(kThreads);
+  const auto go = [&](auto kernel) {
+    kernel<<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor);
+    return cudaGetLastError();
+  };
   switch (op) {
-    case FoldOp::kSum: fold_kernel<T, FoldOp::kSum><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
-    case FoldOp::kProd: fold_kernel<T, FoldOp::kProd><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
-    case FoldOp::kMax: fold_kernel<T, FoldOp::kMax><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
-    case FoldOp::kMin: fold_kernel<T, FoldOp::kMin><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
-    case FoldOp::kAvg: fold_kernel<T, FoldOp::kAvg><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
-    case FoldOp::kPreMulSum: fold_kernel<T, FoldOp::kPreMulSum><<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor); break;
-    default: return cudaErrorInvalidValue;
+    case FoldOp::kSum: return go(fold_kernel<T, FoldOp::kSum>);
+    case FoldOp::kProd: return go(fold_kernel<T, FoldOp::kProd>);
+    case FoldOp::kMax: return go(fold_kernel<T, FoldOp::kMax>);
+    case FoldOp::kMin: return go(fold_kernel<T, FoldOp::kMin>);
+    case FoldOp::kAvg: return go(fold_kernel<T, FoldOp::kAvg>);
+    case FoldOp::kPreMulSum: return go(fold_kernel<T, FoldOp::kPreMulSum>);
   }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace

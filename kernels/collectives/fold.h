@@ -10,7 +10,8 @@
 //   kPreMulSum: the sum of x * scalar, the scalar of the element type (FoldScalar: read from device memory when the
 //               kernel runs, or the bits given at launch).
 //   kMax/kMin:  a NaN operand wins.
-// `out` may be one of the blocks. Any alignment. No XLA or NCCL types here.
+// `blocks`, `block_stride` and `out` are aligned to the element's size; `out` may be one of the blocks (element i is
+// read from every block before it is written). The scalar may lie anywhere. No XLA or NCCL types here.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,8 +33,8 @@ struct FoldScalar {
 // Bytes of one element.
 int fold_element_bytes(FoldElement element);
 
-// Enqueues the fold on `stream`. cudaErrorInvalidValue for nblocks < 1, an unknown element or op, or a kAvg divisor
-// below 1. count 0 launches nothing.
+// Enqueues the fold on `stream`. cudaErrorInvalidValue for nblocks < 1, an unknown element or op, a kAvg divisor
+// below 1, or operands not aligned to the element. count 0 launches nothing.
 cudaError_t launch_fold_blocks(const char* blocks, uint64_t block_stride, int nblocks, char* out, uint64_t count,
                                FoldElement element, FoldOp op, FoldScalar scalar, int divisor, cudaStream_t stream);
 

@@ -1,6 +1,7 @@
 #include "compositions.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "dtype_codes.h"
@@ -85,10 +86,18 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
     if (folds_here) copy_locally(messages, me, contribution(me), staging + me * bytes, bytes);
     if (const cudaError_t e = runtime.launch_p2p(messages, op.stream); e != cudaSuccess) return e;
     if (!folds_here) continue;
-    if (const cudaError_t e = launch_fold_blocks(staging, bytes, n, recv + first * element, len, fold.element, fold.op,
-                                                 fold.scalar, n, op.stream);
+    // The fold needs operands aligned to the element (fold.h): an output that is not folds into the staging
+    // buffer's first block (read before written), then moves by DMA.
+    char* out = recv + first * element;
+    const bool aligned = reinterpret_cast<uintptr_t>(out) % element == 0;
+    if (const cudaError_t e = launch_fold_blocks(staging, bytes, n, aligned ? out : staging, len, fold.element,
+                                                 fold.op, fold.scalar, n, op.stream);
         e != cudaSuccess)
       return e;
+    if (!aligned)
+      if (const cudaError_t e = cudaMemcpyAsync(out, staging, bytes, cudaMemcpyDeviceToDevice, op.stream);
+          e != cudaSuccess)
+        return e;
   }
   return cudaSuccess;
 }

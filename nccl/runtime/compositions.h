@@ -10,7 +10,8 @@
 //               folds the blocks in rank order into the output. All ranks fold the same blocks in the same order,
 //               so they get the same bits. A reduce's other ranks only send.
 // The pieces depend only on the sizes and the world size, so every rank's messages pair up in order. Output may
-// alias input (the fold reads staging only, and a piece's sends are done when its kernel ends).
+// alias input (the fold reads staging only, and a piece's sends are done when its kernel ends), and may lie at any
+// address (an output not aligned to its element is folded in the staging buffer and copied).
 #pragma once
 
 #include <cuda_runtime.h>

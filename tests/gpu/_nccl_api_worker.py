@@ -1,0 +1,877 @@
+"""One process of tests/gpu/test_nccl_operations.py: jax_mscclpp's libnccl.so.2 through NCCL's C API (ctypes, no
+JAX), in N processes that share GPU 0, where NVIDIA's NCCL refuses to run, so that every operation runs on our
+runtime (collective kernels, point-to-point groups, compositions). Device buffers and the stream are cupy's.
+
+Rank 0 makes the id (ncclGetUniqueId) and hands its 128 bytes to the others through a file in WORKDIR; every rank
+calls ncclCommInitRank on GPU 0, then runs the cases in batches: every case of a batch allocates and uploads its
+buffers (inputs random per rank and seeded, never zero; outputs poisoned: NaN bytes for floats, the complement of
+the expected bytes for integers; every buffer followed by a guard that must stay intact), then all of them are
+issued on one stream, then one synchronization, then each output is compared with numpy computing NCCL's semantics
+(reduce_reference below). Every process rebuilds all ranks' inputs from the seeds, so each checks its own outputs.
+A failing case reports the first element that differs and the run goes on with the next one.
+
+Prints one line per case and, last, "RESULT " + JSON {rank, world, seconds, cases: [{name, passed, detail}],
+calls: jax_mscclpp_nccl_call_counts() as {function: {column: count}}, destroy}. Exit status 0 when it got that far.
+
+    python tests/gpu/_nccl_api_worker.py PROCESS_ID NUM_PROCESSES PORT LIBRARY WORKDIR
+
+JAX_MSCCLPP_TEST_CASES (a substring, the same in every process) runs only the cases whose name contains it (the
+cases of one batch are filtered alike on every rank, so the collectives still pair up).
+
+The module's top level needs numpy and ml_dtypes only: tests/nccl/test_nccl_reference.py checks the reference
+semantics on the CPU.
+"""
+
+import ctypes
+import json
+import os
+import sys
+import time
+import traceback
+import zlib
+
+import ml_dtypes
+import numpy as np
+
+# ---- NCCL's ABI (nccl/include/jax_mscclpp_nccl/nccl_api.h) ----
+NCCL_SUCCESS, NCCL_INVALID_ARGUMENT = 0, 4
+DTYPE_CODES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
+               "float32": 7, "float64": 8, "bfloat16": 9, "float8_e4m3": 10, "float8_e5m2": 11}
+OP_CODES = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+SCALAR_DEVICE, SCALAR_HOST_IMMEDIATE = 0, 1
+SIM_INFO_MAGIC = 0x74685283  # NCCL_SIM_INFO_INITIALIZER's
+NCCL_VERSION_CODE = 23007
+NUMPY_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
+                "uint64": np.uint64, "float16": np.float16, "float32": np.float32, "float64": np.float64,
+                "bfloat16": ml_dtypes.bfloat16, "float8_e4m3": ml_dtypes.float8_e4m3fn,
+                "float8_e5m2": ml_dtypes.float8_e5m2}
+ALL_DTYPES = list(DTYPE_CODES)
+
+GUARD_BYTES = 64
+GUARD_PATTERN = np.frombuffer(bytes(range(0xA0, 0xA0 + GUARD_BYTES)), np.uint8)
+
+
+# ---- NCCL's semantics in numpy (what the GPU results are compared with) ----
+
+def is_float(name: str) -> bool:
+    return name.startswith(("float", "bfloat"))
+
+
+def accumulator(name: str):
+    """The type our fold accumulates in (kernels/collectives/fold.h): float for the 16- and 8-bit floats (one rounding
+    at the end), the element type otherwise (integers wrap)."""
+    if name == "float64":
+        return np.float64
+    if is_float(name):
+        return np.float32
+    return NUMPY_DTYPES[name]
+
+
+def rank_data(seed: int, rank: int, count: int, name: str) -> np.ndarray:
+    """Rank `rank`'s input of a case: random, seeded per (case, rank), no zero element. Integers: +-[1, 100) (wrapped
+    into the unsigned types); floats: +-2^[-3, 2), rounded to the type (every product of 4 stays below fp8's max)."""
+    rng = np.random.default_rng([seed, rank])
+    sign = np.where(rng.random(count) < 0.5, -1, 1)
+    if is_float(name):
+        return (sign * 2.0 ** rng.uniform(-3, 2, count)).astype(np.float32).astype(NUMPY_DTYPES[name])
+    return (sign * rng.integers(1, 100, count)).astype(np.int64).astype(NUMPY_DTYPES[name])
+
+
+def _truncating_divide(values: np.ndarray, divisor: int) -> np.ndarray:
+    """C's integer division (towards zero), in the values' type."""
+    if np.issubdtype(values.dtype, np.unsignedinteger):
+        return values // values.dtype.type(divisor)
+    wide = values.astype(np.int64)
+    return (np.sign(wide) * (np.abs(wide) // divisor)).astype(values.dtype)
+
+
+def reduce_reference(blocks: list, name: str, op: str, scalar=None) -> np.ndarray:
+    """NCCL's reduction `op` of one block per rank (rank order), as our fold computes it: a left fold in rank order in
+    accumulator(name), narrowed once. avg: floats sum x * (1 / n) (NCCL's pre-multiplied average, the factor
+    rounded to the accumulator), integers the (wrapping) sum divided by n towards zero. premulsum: the sum of
+    x * scalar, the scalar of the element type."""
+    dtype, acc_type, n = NUMPY_DTYPES[name], accumulator(name), len(blocks)
+    with np.errstate(over="ignore", invalid="ignore"):
+        terms = [np.asarray(b, dtype).astype(acc_type) for b in blocks]
+        if op == "premulsum":
+            factor = np.asarray(scalar, dtype).astype(acc_type)
+            terms = [t * factor for t in terms]
+        elif op == "avg" and is_float(name):
+            factor = acc_type(1.0 / n)
+            terms = [t * factor for t in terms]
+        acc = terms[0].copy()
+        for t in terms[1:]:
+            if op in ("sum", "avg", "premulsum"):
+                acc = acc + t
+            elif op == "prod":
+                acc = acc * t
+            elif op == "max":
+                acc = np.maximum(acc, t)
+            elif op == "min":
+                acc = np.minimum(acc, t)
+            else:
+                raise ValueError(op)
+        if op == "avg" and not is_float(name):
+            acc = _truncating_divide(acc, n)
+        return acc.astype(dtype)
+
+
+def tolerance(blocks: list, name: str, op: str, scalar=None, want=None):
+    """Per element, how far a GPU result may be from reduce_reference's (`want`, computed when not given); None: it
+    must be exact (integers, max, min). One unit in the last place of the result (a fused multiply-add may round
+    once differently), the accumulation's rounding (n + 1 roundings of the accumulator over the operands'
+    magnitudes: a sum of 16-bit floats may run on a collective kernel that adds in the element type), and the
+    smallest subnormal (results near zero)."""
+    if not is_float(name) or op in ("max", "min"):
+        return None
+    dtype, n = NUMPY_DTYPES[name], len(blocks)
+    finfo = ml_dtypes.finfo(dtype)
+    summed_in_element_type = op == "sum" and name in ("float16", "bfloat16")
+    acc_eps = float(finfo.eps if summed_in_element_type else ml_dtypes.finfo(accumulator(name)).eps)
+    wide = [np.asarray(b, dtype).astype(np.float64) for b in blocks]
+    if op == "prod":
+        scale = np.abs(np.prod(wide, axis=0))
+    else:
+        factor = 1.0
+        if op == "avg":
+            factor = 1.0 / n
+        elif op == "premulsum":
+            factor = float(np.asarray(scalar, dtype).astype(np.float64))
+        scale = np.sum([np.abs(v * factor) for v in wide], axis=0)
+    if want is None:
+        want = reduce_reference(blocks, name, op, scalar)
+    magnitude = np.abs(np.asarray(want).astype(np.float64))
+    return float(finfo.eps) * magnitude + (n + 1) * acc_eps * scale + float(finfo.smallest_subnormal)
+
+
+def _unsigned_view(values: np.ndarray) -> np.ndarray:
+    return values.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[values.dtype.itemsize])
+
+
+def compare(got: np.ndarray, want: np.ndarray, tol=None) -> str | None:
+    """None when `got` matches `want` (bit for bit where tol is None, else within tol per element); otherwise what
+    differs: how many elements, the first index, expected and got there."""
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"shape/type {got.shape} {got.dtype}, expected {want.shape} {want.dtype}"
+    if got.size == 0:
+        return None
+    if tol is None:
+        bad = _unsigned_view(got) != _unsigned_view(want)
+    else:
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.abs(g - w) <= tol)
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    shown = (lambda v: float(v)) if np.issubdtype(got.dtype, np.floating) or is_float(str(got.dtype)) else int
+    text = f"{int(bad.sum())} of {got.size} elements differ; first at [{i}]: expected {shown(want[i])!r}, " \
+           f"got {shown(got[i])!r}"
+    if tol is not None:
+        text += f" (tolerance {float(tol[i]):.3g})"
+    return text
+
+
+def poison_for(want: np.ndarray) -> np.ndarray:
+    """Bytes an output holds before its operation, never equal to the result: NaN in every float type (0xFF bytes),
+    the complement of the expected bytes for integers."""
+    if is_float(str(want.dtype)) or np.issubdtype(want.dtype, np.floating):
+        return np.full(want.nbytes, 0xFF, np.uint8)
+    return ~np.ascontiguousarray(want).view(np.uint8).reshape(-1)
+
+
+def alltoallv_counts(seed: int, n: int) -> np.ndarray:
+    """counts[s][d]: elements rank s sends to rank d, random and unequal, about a quarter of them 0 (rank 0 sends none
+    to the last rank, and rank 1 none to itself), the same on every rank."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(1, 5000, (n, n))
+    counts[rng.random((n, n)) < 0.25] = 0
+    counts[0, n - 1] = 0
+    counts[1, 1] = 0
+    return counts
+
+
+# ---- the library and the device ----
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class SimInfo(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("estimatedTime", ctypes.c_float)]
+
+
+def load_library(path: str) -> ctypes.CDLL:
+    lib = ctypes.CDLL(path)
+    P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+    signatures = {
+        "ncclGetUniqueId": [ctypes.POINTER(UniqueId)],
+        "ncclCommInitRank": [ctypes.POINTER(P), I, UniqueId, I],
+        "ncclCommDestroy": [P],
+        "ncclCommCount": [P, ctypes.POINTER(I)],
+        "ncclCommUserRank": [P, ctypes.POINTER(I)],
+        "ncclCommCuDevice": [P, ctypes.POINTER(I)],
+        "ncclCommGetAsyncError": [P, ctypes.POINTER(I)],
+        "ncclAllReduce": [P, P, S, I, I, P, P],
+        "ncclReduceScatter": [P, P, S, I, I, P, P],
+        "ncclAllGather": [P, P, S, I, P, P],
+        "ncclAlltoAll": [P, P, S, I, P, P],
+        "ncclReduce": [P, P, S, I, I, I, P, P],
+        "ncclBroadcast": [P, P, S, I, I, P, P],
+        "ncclBcast": [P, S, I, I, P, P],
+        "ncclGather": [P, P, S, I, I, P, P],
+        "ncclScatter": [P, P, S, I, I, P, P],
+        "ncclSend": [P, S, I, I, P, P],
+        "ncclRecv": [P, S, I, I, P, P],
+        "ncclGroupStart": [],
+        "ncclGroupEnd": [],
+        "ncclGroupSimulateEnd": [ctypes.POINTER(SimInfo)],
+        "ncclRedOpCreatePreMulSum": [ctypes.POINTER(I), P, I, I, P],
+        "ncclRedOpDestroy": [I, P],
+        "ncclGetErrorString": [I],
+        "ncclGetLastError": [P],
+        "jax_mscclpp_nccl_call_counts": [],
+        "jax_mscclpp_nccl_runtime_enabled": [],
+        "jax_mscclpp_nccl_group_depth": [],
+    }
+    for name, argtypes in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes = argtypes
+        function.restype = ctypes.c_char_p if name in ("ncclGetErrorString", "ncclGetLastError",
+                                                        "jax_mscclpp_nccl_call_counts") else ctypes.c_int
+    return lib
+
+
+def call_counts(lib) -> dict:
+    counts: dict = {}
+    for line in (lib.jax_mscclpp_nccl_call_counts() or b"").decode().splitlines():
+        function, column, calls = line.split()
+        counts.setdefault(function, {})[column] = int(calls)
+    return counts
+
+
+class Buffer:
+    """Device bytes followed by a guard: `content` (bytes, uploaded with the guard in one stream-ordered copy)."""
+
+    def __init__(self, world, content: np.ndarray):
+        host = np.concatenate([np.ascontiguousarray(content).view(np.uint8).reshape(-1), GUARD_PATTERN])
+        self.nbytes = host.size - GUARD_BYTES
+        self.host = host  # kept until the batch is synchronized (pageable copies may still read it)
+        self.dev = world.cp.empty(host.size, dtype=world.cp.uint8)
+        self.dev.set(host, stream=world.stream)
+
+    @property
+    def ptr(self) -> int:
+        return self.dev.data.ptr
+
+    def read(self) -> tuple:
+        """(content bytes, whether the guard is intact), after the stream is synchronized."""
+        data = self.dev.get()
+        return data[:self.nbytes], bool(np.array_equal(data[self.nbytes:], GUARD_PATTERN))
+
+
+class Case:
+    """One case of a batch: its buffers, the calls it makes and what each must return, the outputs to compare."""
+
+    def __init__(self, world, name: str):
+        self.world, self.name = world, name
+        self.problems: list = []
+        self.outputs: list = []
+        self.buffers: list = []
+        self.keep: list = []
+        self.launch = None
+
+    def buffer(self, content: np.ndarray) -> Buffer:
+        b = Buffer(self.world, content)
+        self.buffers.append(b)
+        return b
+
+    def output(self, label: str, want: np.ndarray, tol=None, buffer: Buffer | None = None) -> Buffer:
+        """A poisoned output (or `buffer`, an in-place one) that must hold `want` after the batch."""
+        b = buffer if buffer is not None else self.buffer(poison_for(want))
+        self.outputs.append((label, b, want, tol))
+        return b
+
+    def untouched(self, label: str, buffer: Buffer, content: np.ndarray):
+        """`buffer` must still hold `content` (bit for bit) after the batch."""
+        self.outputs.append((label, buffer, np.ascontiguousarray(content).view(np.uint8).reshape(-1), None))
+
+    def returned(self, what: str, result: int, expected: int = NCCL_SUCCESS, text_has: str | None = None):
+        if result != expected:
+            self.problems.append(f"{what} returned {result} ({self.world.error_text(result)}), expected {expected}")
+        elif text_has is not None:
+            last = self.world.last_error()
+            if text_has not in last:
+                self.problems.append(f"{what}: ncclGetLastError {last!r} does not mention {text_has!r}")
+
+    def verify(self):
+        for label, b, want, tol in self.outputs:
+            data, guard_ok = b.read()
+            got = data.view(want.dtype) if want.dtype != np.uint8 else data
+            if got.size != want.size:
+                self.problems.append(f"{label}: {got.size} elements, expected {want.size}")
+                continue
+            differs = compare(got, want, tol)
+            if differs:
+                self.problems.append(f"{label}: {differs}")
+            if not guard_ok:
+                self.problems.append(f"{label}: the bytes after the output were written")
+
+
+class World:
+    """This rank: the library, the communicator, the stream, the inputs of every rank of the batch's cases."""
+
+    def __init__(self, lib, cp, rank: int, n: int, comm, stream):
+        self.lib, self.cp, self.rank, self.n, self.comm, self.stream = lib, cp, rank, n, comm, stream
+        self.s = stream.ptr
+        self._inputs: dict = {}
+
+    def inputs(self, tag: str, count: int, name: str) -> list:
+        key = (tag, count, name)
+        if key not in self._inputs:
+            seed = zlib.crc32(f"{tag}/{count}/{name}".encode())
+            self._inputs[key] = [rank_data(seed, r, count, name) for r in range(self.n)]
+        return self._inputs[key]
+
+    def clear(self):
+        self._inputs.clear()
+
+    def error_text(self, result: int) -> str:
+        text = self.lib.ncclGetErrorString(result)
+        return text.decode() if text else "?"
+
+    def last_error(self) -> str:
+        text = self.lib.ncclGetLastError(self.comm)
+        return text.decode() if text else ""
+
+
+# ---- the cases: each a (name, build) pair; build(case, world) uploads and returns the function that issues ----
+
+def _all_reduce(tag, name, op, count, in_place, title=""):
+    def build(c, w):
+        blocks = w.inputs(tag, count, name)
+        want = reduce_reference(blocks, name, op)
+        tol = tolerance(blocks, name, op, want=want)
+        send = c.buffer(blocks[w.rank])
+        out = c.output("result", want, tol, buffer=send if in_place else None)
+        return lambda: c.returned("ncclAllReduce", w.lib.ncclAllReduce(send.ptr, out.ptr, count, DTYPE_CODES[name],
+                                                                       OP_CODES[op], w.comm, w.s))
+    return title or f"all_reduce {name} {op} count={count} {'in place' if in_place else 'out of place'}", build
+
+
+def all_reduce_batches():
+    batches = []
+    for name in ALL_DTYPES:
+        batches.append([_all_reduce("ar", name, op, count, in_place) for op in OP_CODES for count in (1, 3, 1023, 65541)
+                        for in_place in (False, True)])
+    big = 4 * 1024 * 1024 + 7  # past the 16 MiB staging buffer: composed reductions run in pieces
+    batches.append([_all_reduce("ar-big", "float32", op, big, in_place) for op in ("sum", "prod")
+                    for in_place in (False, True)])
+    return batches
+
+
+def _premulsum(name, residence, scalars, count):
+    """ncclRedOpCreatePreMulSum of `scalars[0]`, an all-reduce with it; for a device scalar, the scalar is then
+    changed on the stream to scalars[1] and a second all-reduce must use the new value; for a host-immediate one,
+    the host variable changes after creation and the op must keep the first value. Then destroyed: destroying it
+    again, and using it, are ncclInvalidArgument."""
+    def build(c, w):
+        dtype = NUMPY_DTYPES[name]
+        blocks = w.inputs(f"pms-{residence}", count, name)
+        used = scalars if residence == SCALAR_DEVICE else scalars[:1]  # a host-immediate op keeps the first
+        send = c.buffer(blocks[w.rank])
+        outs = []
+        for s in used:
+            want = reduce_reference(blocks, name, "premulsum", s)
+            outs.append(c.output(f"with scalar {s}", want, tolerance(blocks, name, "premulsum", s, want)))
+        refused = c.buffer(np.zeros(count, dtype))
+        c.untouched("the output of the call with the destroyed op", refused, np.zeros(count, dtype))
+        host_scalar = np.array([scalars[0]], dtype)
+        device_scalar = c.buffer(host_scalar) if residence == SCALAR_DEVICE else None
+        next_scalar = c.buffer(np.array([scalars[1]], dtype)) if residence == SCALAR_DEVICE else None
+        c.keep.append(host_scalar)
+
+        def launch():
+            op = ctypes.c_int(-1)
+            where = device_scalar.ptr if device_scalar is not None else host_scalar.ctypes.data
+            c.returned("ncclRedOpCreatePreMulSum", w.lib.ncclRedOpCreatePreMulSum(
+                ctypes.byref(op), where, DTYPE_CODES[name], residence, w.comm))
+            if op.value < len(OP_CODES):
+                c.problems.append(f"the op made is {op.value}, not one from ncclNumOps up")
+            host_scalar[0] = dtype(scalars[1])  # a host-immediate scalar was read at creation
+            call = lambda out: w.lib.ncclAllReduce(send.ptr, out.ptr, count, DTYPE_CODES[name], op.value, w.comm, w.s)
+            c.returned("ncclAllReduce with it", call(outs[0]))
+            if residence == SCALAR_DEVICE:
+                device_scalar.dev.data.copy_from_device_async(next_scalar.dev.data, dtype(0).nbytes, w.stream)
+                c.returned("ncclAllReduce after the device scalar changed", call(outs[1]))
+            c.returned("ncclRedOpDestroy", w.lib.ncclRedOpDestroy(op.value, w.comm))
+            c.returned("ncclRedOpDestroy again", w.lib.ncclRedOpDestroy(op.value, w.comm), NCCL_INVALID_ARGUMENT)
+            c.returned("ncclAllReduce with the destroyed op", call(refused), NCCL_INVALID_ARGUMENT)
+        return launch
+    kind = "device scalar" if residence == SCALAR_DEVICE else "host-immediate scalar"
+    return f"premulsum {name} {kind} count={count}", build
+
+
+def premulsum_batch():
+    return [_premulsum("float32", SCALAR_HOST_IMMEDIATE, (0.37, 99.0), 1023),
+            _premulsum("int32", SCALAR_HOST_IMMEDIATE, (3, -7), 1023),
+            _premulsum("float16", SCALAR_DEVICE, (-1.25, 0.75), 1023),
+            _premulsum("float16", SCALAR_DEVICE, (0.5, -2.0), 3)]
+
+
+def _reduce_scatter(name, op, count):
+    def build(c, w):
+        blocks = w.inputs("rs", w.n * count, name)
+        mine = [b[w.rank * count:(w.rank + 1) * count] for b in blocks]
+        send = c.buffer(blocks[w.rank])
+        out = c.output("result", reduce_reference(mine, name, op), tolerance(mine, name, op))
+        return lambda: c.returned("ncclReduceScatter", w.lib.ncclReduceScatter(
+            send.ptr, out.ptr, count, DTYPE_CODES[name], OP_CODES[op], w.comm, w.s))
+    return f"reduce_scatter {name} {op} count={count}", build
+
+
+def _reduce(name, op, count, root, in_place):
+    def build(c, w):
+        blocks = w.inputs("reduce", count, name)
+        send = c.buffer(blocks[w.rank])
+        if w.rank == root:
+            want = reduce_reference(blocks, name, op)
+            out = c.output("result at the root", want, tolerance(blocks, name, op, want=want),
+                           buffer=send if in_place else None)
+        else:
+            out = send if in_place else c.buffer(np.zeros(1, np.uint8))
+        if w.rank != root or not in_place:
+            c.untouched("input", send, blocks[w.rank])
+        return lambda: c.returned("ncclReduce", w.lib.ncclReduce(send.ptr, out.ptr, count, DTYPE_CODES[name],
+                                                                 OP_CODES[op], root, w.comm, w.s))
+    return f"reduce {name} {op} count={count} root={root}{' in place' if in_place else ''}", build
+
+
+def reduction_batches(n):
+    names, ops = ("float32", "bfloat16", "int64", "float8_e4m3"), ("sum", "prod", "min", "avg")
+    batches = [[_reduce_scatter(name, op, count) for name in names for op in ops for count in (1, 1023, 65541)]]
+    for name in names:
+        batches.append([_reduce(name, op, count, root, False) for op in ops for count in (3, 65541)
+                        for root in range(n)] + [_reduce(name, "sum", 1023, root, True) for root in range(n)])
+    return batches
+
+
+def _rooted(function, name, count, root):
+    """ncclBroadcast, ncclBcast (in place), ncclGather, ncclScatter from `root`."""
+    def build(c, w):
+        code, n = DTYPE_CODES[name], w.n
+        if function in ("ncclBroadcast", "ncclBcast"):
+            data = w.inputs("bcast", count, name)
+            if function == "ncclBroadcast":
+                send = c.buffer(data[w.rank])
+                out = c.output("result", data[root])
+                c.untouched("input", send, data[w.rank])
+                return lambda: c.returned(function, w.lib.ncclBroadcast(send.ptr, out.ptr, count, code, root, w.comm,
+                                                                        w.s))
+            buf = c.buffer(data[root] if w.rank == root else poison_for(data[root]))
+            c.output("result", data[root], buffer=buf)
+            return lambda: c.returned(function, w.lib.ncclBcast(buf.ptr, count, code, root, w.comm, w.s))
+        if function == "ncclGather":
+            data = w.inputs("gather", count, name)
+            send = c.buffer(data[w.rank])
+            out = c.output("result at the root", np.concatenate(data)) if w.rank == root else \
+                c.buffer(np.zeros(1, np.uint8))
+            c.untouched("input", send, data[w.rank])
+            return lambda: c.returned(function, w.lib.ncclGather(send.ptr, out.ptr, count, code, root, w.comm, w.s))
+        data = w.inputs("scatter", n * count, name)  # ncclScatter: the root's blocks
+        send = c.buffer(data[root] if w.rank == root else np.zeros(1, np.uint8))
+        out = c.output("result", data[root][w.rank * count:(w.rank + 1) * count])
+        return lambda: c.returned(function, w.lib.ncclScatter(send.ptr, out.ptr, count, code, root, w.comm, w.s))
+    return f"{function} {name} count={count} root={root}", build
+
+
+def rooted_batches(n):
+    return [[_rooted(f, name, count, root) for f in ("ncclBroadcast", "ncclBcast", "ncclGather", "ncclScatter")
+             for count in (0, 1, 1023, 65541) for root in range(n)] for name in ("int8", "float64")]
+
+
+def _all_gather(name, count):
+    def build(c, w):
+        data = w.inputs("ag", count, name)
+        send = c.buffer(data[w.rank])
+        out = c.output("result", np.concatenate(data))
+        return lambda: c.returned("ncclAllGather", w.lib.ncclAllGather(send.ptr, out.ptr, count, DTYPE_CODES[name],
+                                                                       w.comm, w.s))
+    return f"all_gather {name} count={count}", build
+
+
+def _all_to_all(name, count, in_place):
+    def build(c, w):
+        data = w.inputs("a2a", w.n * count, name)
+        want = np.concatenate([d[w.rank * count:(w.rank + 1) * count] for d in data])
+        send = c.buffer(data[w.rank])
+        out = c.output("result", want, buffer=send if in_place else None)
+        return lambda: c.returned("ncclAlltoAll", w.lib.ncclAlltoAll(send.ptr, out.ptr, count, DTYPE_CODES[name],
+                                                                     w.comm, w.s))
+    return f"all_to_all {name} count={count}{' in place' if in_place else ''}", build
+
+
+def gather_batch():
+    return ([_all_gather(name, count) for name in ("float16", "int8") for count in (1, 3, 1023, 65541)] +
+            [_all_to_all(name, count, in_place) for name in ("float16", "int8") for count in (1, 3, 1023, 16411)
+             for in_place in (False, True)])
+
+
+# Point-to-point: `messages` per rank as lists of ("send" | "recv", peer, data-or-expected); each case's data is
+# rank_data of (tag, sender, receiver, index).
+
+def _message(w, tag, sender, receiver, index, count, name):
+    """The data of the index-th message of `tag` from `sender` to `receiver` (what both ranks compute)."""
+    return rank_data(zlib.crc32(f"{tag}/{sender}->{receiver}#{index}".encode()), sender, count, name)
+
+
+class P2P:
+    """This rank's messages of a case, uploaded; issue() calls ncclSend / ncclRecv in the order they were added."""
+
+    def __init__(self, c, w, name, label=""):
+        self.c, self.w, self.name, self.label, self.calls = c, w, name, label, []
+
+    def send(self, peer, data):
+        b = self.c.buffer(data)
+        self.c.untouched(f"{self.label}send buffer to {peer}", b, data)
+        self.calls.append(("ncclSend", b, data.size, peer))
+
+    def recv(self, peer, want):
+        b = self.c.output(f"{self.label}receive #{sum(1 for f, *_ in self.calls if f == 'ncclRecv')} from {peer}",
+                          want)
+        self.calls.append(("ncclRecv", b, want.size, peer))
+
+    def issue(self):
+        lib, w, code = self.w.lib, self.w, DTYPE_CODES[self.name]
+        for function, b, count, peer in self.calls:
+            result = getattr(lib, function)(b.ptr, count, code, peer, w.comm, w.s)
+            self.c.returned(f"{function} peer={peer} count={count}", result)
+
+    def grouped(self):
+        w = self.w
+        self.c.returned("ncclGroupStart", w.lib.ncclGroupStart())
+        self.issue()
+        self.c.returned("ncclGroupEnd", w.lib.ncclGroupEnd())
+
+
+def _p2p_case(title, name, plan, grouped=True, idle_ranks_group=False):
+    """plan(w) -> this rank's [("send"|"recv", peer, count, index)]; data of message (sender, receiver, index)."""
+    def build(c, w):
+        p = P2P(c, w, name)
+        steps = plan(w)
+        for kind, peer, count, index in steps:
+            if kind == "send":
+                p.send(peer, _message(w, title, w.rank, peer, index, count, name))
+            else:
+                p.recv(peer, _message(w, title, peer, w.rank, index, count, name))
+        if not steps and not idle_ranks_group:
+            return lambda: None  # this rank makes no call at all
+        return p.grouped if grouped else p.issue
+    return title, build
+
+
+def p2p_batch(n):
+    nxt = lambda w: (w.rank + 1) % w.n
+    prv = lambda w: (w.rank - 1) % w.n
+
+    def ring(w):
+        return [("send", nxt(w), 4099, 0), ("recv", prv(w), 4099, 0)]
+
+    def both_directions(w):
+        if w.rank > 1:
+            return []
+        other = 1 - w.rank
+        return [("send", other, 1001 + 2000 * w.rank, 0), ("recv", other, 1001 + 2000 * other, 0)]
+
+    def several_to_one_peer(w):  # 1, 3, 70000 and 3 MiB bytes from rank 0 to rank 1, received in order
+        sizes = (1, 3, 70000, 3 << 20)
+        if w.rank == 0:
+            return [("send", 1, size, i) for i, size in enumerate(sizes)]
+        if w.rank == 1:
+            return [("recv", 0, size, i) for i, size in enumerate(sizes)]
+        return []
+
+    def alltoallv(w):
+        counts = alltoallv_counts(zlib.crc32(b"alltoallv") + w.n, w.n)
+        return ([("send", d, int(counts[w.rank, d]), 0) for d in range(w.n)] +
+                [("recv", s, int(counts[s, w.rank]), 0) for s in range(w.n)])
+
+    def with_self(w):
+        return [("send", w.rank, 777, 0), ("send", nxt(w), 555, 0), ("recv", w.rank, 777, 0), ("recv", prv(w), 555, 0)]
+
+    def idle_others(w):  # ranks 2.. make no call at all while 0 and 1 exchange 1 MiB each way, twice
+        if w.rank > 1:
+            return []
+        other = 1 - w.rank
+        return [("send", other, 1 << 18, 0), ("recv", other, 1 << 18, 0), ("send", other, 3, 1), ("recv", other, 3, 1)]
+
+    def ungrouped(w):  # rank 0 sends then receives; rank 1 receives first
+        if w.rank == 0:
+            return [("send", 1, 70001, 0), ("recv", 1, 333, 0)]
+        if w.rank == 1:
+            return [("recv", 0, 70001, 0), ("send", 0, 333, 0)]
+        return []
+
+    cases = [
+        _p2p_case("p2p ring in one group", "float32", ring),
+        _p2p_case("p2p both directions between 0 and 1 in one group (others: an empty group)", "int32",
+                  both_directions, idle_ranks_group=True),
+        _p2p_case("p2p 1, 3, 70000, 3 MiB bytes to one peer in one group", "int8", several_to_one_peer),
+        _p2p_case("p2p all-to-all-v (unequal counts, 0 included) in one group", "float16", alltoallv),
+        _p2p_case("p2p a rank sends to itself inside a group", "float64", with_self),
+        _p2p_case("p2p ungrouped send / recv between 0 and 1 (rank 1 receives first)", "float64", ungrouped,
+                  grouped=False),
+        _p2p_case("p2p ranks 2.. make no call while 0 and 1 exchange", "uint8", idle_others),
+        _all_reduce("after-idle", "float32", "sum", 1023, False, "all_reduce after ranks 2.. made no call"),
+    ]
+    return [cases, [_fifty_groups(), _mixed_group()]]
+
+
+def _fifty_groups():
+    def build(c, w):
+        nxt, prv = (w.rank + 1) % w.n, (w.rank - 1) % w.n
+        plans = []
+        for i in range(50):
+            p = P2P(c, w, "int32", f"group {i}: ")
+            count = 1 + 97 * i
+            p.send(nxt, _message(w, "fifty", w.rank, nxt, i, count, "int32"))
+            p.recv(prv, _message(w, "fifty", prv, w.rank, i, count, "int32"))
+            plans.append(p)
+
+        def launch():
+            for p in plans:
+                p.grouped()
+        return launch
+    return "p2p 50 ring groups back to back without a sync", build
+
+
+def _mixed_group():
+    def build(c, w):
+        nxt, prv = (w.rank + 1) % w.n, (w.rank - 1) % w.n
+        sums = w.inputs("mixed-ar", 1025, "float32")
+        maxes = w.inputs("mixed-max", 7, "int32")
+        send_sum, send_max = c.buffer(sums[w.rank]), c.buffer(maxes[w.rank])
+        out_sum = c.output("all_reduce sum", reduce_reference(sums, "float32", "sum"),
+                           tolerance(sums, "float32", "sum"))
+        out_max = c.output("all_reduce max", reduce_reference(maxes, "int32", "max"))
+        p = P2P(c, w, "bfloat16")
+        p.send(nxt, _message(w, "mixed", w.rank, nxt, 0, 4097, "bfloat16"))
+        p.recv(prv, _message(w, "mixed", prv, w.rank, 0, 4097, "bfloat16"))
+
+        def launch():
+            lib = w.lib
+            c.returned("ncclGroupStart", lib.ncclGroupStart())
+            c.returned("ncclAllReduce", lib.ncclAllReduce(send_sum.ptr, out_sum.ptr, 1025, DTYPE_CODES["float32"],
+                                                          OP_CODES["sum"], w.comm, w.s))
+            p.issue()
+            c.returned("ncclAllReduce", lib.ncclAllReduce(send_max.ptr, out_max.ptr, 7, DTYPE_CODES["int32"],
+                                                          OP_CODES["max"], w.comm, w.s))
+            c.returned("ncclGroupEnd", lib.ncclGroupEnd())
+        return launch
+    return "a group of two all_reduces and a ring of sends / receives", build
+
+
+def _bad_input():
+    """Rank-local refusals (every rank makes the same calls): nothing is launched, the communicator goes on."""
+    def build(c, w):
+        n, lib, f32 = w.n, w.lib, DTYPE_CODES["float32"]
+        send = c.buffer(np.ones(16, np.float32))
+        spare = c.buffer(np.ones(16, np.float32))
+        blocks = w.inputs("after-bad", 257, "float32")
+        after_in = c.buffer(blocks[w.rank])
+        after_out = c.output("all_reduce after the refusals", reduce_reference(blocks, "float32", "sum"),
+                             tolerance(blocks, "float32", "sum"))
+
+        def launch():
+            bad = NCCL_INVALID_ARGUMENT
+            c.returned(f"ncclSend peer={n}", lib.ncclSend(send.ptr, 16, f32, n, w.comm, w.s), bad, "peer")
+            c.returned("ncclRecv peer=-1", lib.ncclRecv(spare.ptr, 16, f32, -1, w.comm, w.s), bad, "peer")
+            c.returned("ncclGroupStart", lib.ncclGroupStart())
+            c.returned(f"ncclSend peer={n + 3} in a group", lib.ncclSend(send.ptr, 16, f32, n + 3, w.comm, w.s), bad,
+                       "peer")
+            lib.ncclGroupEnd()  # what it returns after a refused call is not asserted; it must not launch anything
+            depth = lib.jax_mscclpp_nccl_group_depth()
+            if depth != 0:
+                c.problems.append(f"group depth {depth} after ncclGroupEnd")
+            c.returned(f"ncclBroadcast root={n}", lib.ncclBroadcast(send.ptr, spare.ptr, 16, f32, n, w.comm, w.s),
+                       bad, "root")
+            c.returned("ncclReduce root=-1", lib.ncclReduce(send.ptr, spare.ptr, 16, f32, 0, -1, w.comm, w.s), bad,
+                       "root")
+            c.returned(f"ncclGather root={n}", lib.ncclGather(send.ptr, spare.ptr, 1, f32, n, w.comm, w.s), bad,
+                       "root")
+            c.returned(f"ncclScatter root={n + 1}", lib.ncclScatter(send.ptr, spare.ptr, 1, f32, n + 1, w.comm, w.s),
+                       bad, "root")
+            c.returned("ncclBcast root=-2", lib.ncclBcast(spare.ptr, 16, f32, -2, w.comm, w.s), bad, "root")
+            c.returned("ncclAllReduce data type 12", lib.ncclAllReduce(send.ptr, spare.ptr, 16, 12, 0, w.comm, w.s),
+                       bad)
+            c.returned("ncclAllReduce op 77 (never made)", lib.ncclAllReduce(send.ptr, spare.ptr, 16, f32, 77, w.comm,
+                                                                             w.s), bad)
+            c.returned("ncclAllReduce after the refusals", lib.ncclAllReduce(
+                after_in.ptr, after_out.ptr, 257, f32, OP_CODES["sum"], w.comm, w.s))
+        c.untouched("the refused calls' output", spare, np.ones(16, np.float32))
+        return launch
+    return "bad input is refused (peer, root, data type, op out of range)", build
+
+
+def _communicator_queries():
+    def build(c, w):
+        def launch():
+            value = ctypes.c_int(-1)
+            for function, want in (("ncclCommCount", w.n), ("ncclCommUserRank", w.rank), ("ncclCommCuDevice", 0),
+                                   ("ncclCommGetAsyncError", NCCL_SUCCESS)):
+                c.returned(function, getattr(w.lib, function)(w.comm, ctypes.byref(value)))
+                if value.value != want:
+                    c.problems.append(f"{function} says {value.value}, expected {want}")
+        return launch
+    return "communicator: count, rank, device 0, no async error", build
+
+
+SIMULATE_CASE = "ncclGroupSimulateEnd launches nothing, then a real group runs"
+NOT_DISCARDED = "the simulated all_reduce wrote its output"
+
+
+def _group_simulate_end():
+    """Last of the run: where ncclGroupSimulateEnd does not discard the group, its queue would launch later."""
+    def build(c, w):
+        blocks = w.inputs("simulate", 1023, "float32")
+        send = c.buffer(blocks[w.rank])
+        poison = np.full(1023 * 4, 0xFF, np.uint8)
+        simulated = c.buffer(poison)
+        real = c.output("the real all_reduce", reduce_reference(blocks, "float32", "sum"),
+                        tolerance(blocks, "float32", "sum"))
+        info = SimInfo(ctypes.sizeof(SimInfo), SIM_INFO_MAGIC, NCCL_VERSION_CODE, -1.0)
+        c.keep.append(info)
+
+        def launch():
+            lib, f32, s = w.lib, DTYPE_CODES["float32"], OP_CODES["sum"]
+            c.returned("ncclGroupStart", lib.ncclGroupStart())
+            c.returned("ncclAllReduce (simulated)", lib.ncclAllReduce(send.ptr, simulated.ptr, 1023, f32, s, w.comm,
+                                                                      w.s))
+            c.returned("ncclGroupSimulateEnd", lib.ncclGroupSimulateEnd(ctypes.byref(info)))
+            c.returned("ncclGroupStart", lib.ncclGroupStart())
+            c.returned("ncclAllReduce", lib.ncclAllReduce(send.ptr, real.ptr, 1023, f32, s, w.comm, w.s))
+            c.returned("ncclGroupEnd", lib.ncclGroupEnd())
+
+        original_verify = c.verify
+
+        def verify():
+            original_verify()
+            data, _ = simulated.read()
+            if not np.array_equal(data, poison):
+                c.problems.append(f"{NOT_DISCARDED} (estimatedTime {info.estimatedTime})")
+        c.verify = verify
+        return launch
+    return SIMULATE_CASE, build
+
+
+def batches(n: int) -> list:
+    return ([[_communicator_queries()]] + all_reduce_batches() + [premulsum_batch()] + reduction_batches(n) +
+            rooted_batches(n) + [gather_batch()] + p2p_batch(n) + [[_bad_input()], [_group_simulate_end()]])
+
+
+# ---- the run ----
+
+def run_batch(w, cases: list, report: list, started: float):
+    built = []
+    for name, build in cases:
+        c = Case(w, name)
+        try:
+            c.launch = build(c, w)
+        except Exception:  # noqa: BLE001 - reported per case; the other ranks then see this rank's calls missing
+            c.problems.append("building: " + traceback.format_exc(limit=3))
+        built.append(c)
+    for c in built:
+        if c.launch is not None:
+            try:
+                c.launch()
+            except Exception:  # noqa: BLE001
+                c.problems.append("issuing: " + traceback.format_exc(limit=3))
+    try:
+        w.stream.synchronize()
+    except Exception as error:  # noqa: BLE001 - a CUDA error ends the batch's every case
+        for c in built:
+            c.problems.append(f"stream synchronize: {error!r}")
+    for c in built:
+        if not c.problems:
+            try:
+                c.verify()
+            except Exception:  # noqa: BLE001
+                c.problems.append("checking: " + traceback.format_exc(limit=3))
+        passed = not c.problems
+        detail = "; ".join(c.problems)[:2000]
+        report.append({"name": c.name, "passed": passed, "detail": detail})
+        if not passed:
+            print(f"rank {w.rank}: {c.name}: FAIL {detail}", flush=True)
+    failed = sum(bool(c.problems) for c in built)
+    print(f"rank {w.rank}: {len(built)} cases from {built[0].name!r}: {len(built) - failed} ok, {failed} failed "
+          f"({time.monotonic() - started:.1f} s)", flush=True)
+    w.clear()
+
+
+def exchange_id(lib, rank: int, workdir: str) -> UniqueId:
+    uid = UniqueId()
+    path = os.path.join(workdir, "nccl-id")
+    if rank == 0:
+        result = lib.ncclGetUniqueId(ctypes.byref(uid))
+        if result != NCCL_SUCCESS:
+            raise RuntimeError(f"ncclGetUniqueId returned {result}: {lib.ncclGetLastError(None)!r}")
+        with open(path + ".tmp", "wb") as f:
+            f.write(bytes(uid))
+        os.replace(path + ".tmp", path)
+        return uid
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank 0 wrote no id to {path} in 60 s")
+        time.sleep(0.01)
+    with open(path, "rb") as f:
+        ctypes.memmove(ctypes.byref(uid), f.read(128), 128)
+    return uid
+
+
+def main() -> int:
+    rank, n, library, workdir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4], sys.argv[5]
+    os.environ["NCCL_NVLS_ENABLE"] = "0"
+    os.environ.pop("JAX_MSCCLPP_NVLS", None)
+    lib = load_library(library)  # before cupy: no other libnccl.so.2 in this process
+    import cupy as cp
+
+    cp.cuda.Device(0).use()
+    started = time.monotonic()
+    if not lib.jax_mscclpp_nccl_runtime_enabled():
+        print("RESULT " + json.dumps({"rank": rank, "world": n, "cases": [
+            {"name": "runtime", "passed": False, "detail": "jax_mscclpp_nccl_runtime_enabled() is 0"}], "calls": {}}))
+        return 0
+    uid = exchange_id(lib, rank, workdir)
+    comm = ctypes.c_void_p()
+    result = lib.ncclCommInitRank(ctypes.byref(comm), n, uid, rank)
+    if result != NCCL_SUCCESS:
+        print(f"rank {rank}: ncclCommInitRank returned {result}: {lib.ncclGetLastError(None)!r}", flush=True)
+        return 1
+    print(f"rank {rank}: communicator of {n} ranks on GPU 0 ({time.monotonic() - started:.1f} s)", flush=True)
+    stream = cp.cuda.Stream(non_blocking=True)
+    w = World(lib, cp, rank, n, comm, stream)
+    only = os.environ.get("JAX_MSCCLPP_TEST_CASES", "")
+    report: list = []
+    for cases in batches(n):
+        cases = [case for case in cases if only in case[0]]
+        if cases:
+            run_batch(w, cases, report, started)
+    calls = call_counts(lib)
+    seconds = round(time.monotonic() - started, 1)
+    destroy = lib.ncclCommDestroy(comm)
+    out = {"rank": rank, "world": n, "seconds": seconds, "cases": report, "calls": calls, "destroy": destroy}
+    record_dir = os.environ.get("JAX_MSCCLPP_TEST_RECORD_DIR")
+    if record_dir:
+        os.makedirs(record_dir, exist_ok=True)
+        with open(os.path.join(record_dir, f"nccl-api-{n}proc-rank{rank}.json"), "w") as f:
+            json.dump(out, f, indent=1)
+    failed = sum(not c["passed"] for c in report)
+    print(f"rank {rank}: {len(report)} cases, {failed} failed, {seconds} s", flush=True)
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
