@@ -5,6 +5,10 @@ Use them inside ``jax.shard_map`` under ``jax.jit``::
     y = jax_mscclpp.psum(x, "tp")
 """
 
+from ._jax_versions import require_supported_jax as _require_supported_jax
+
+_require_supported_jax()  # an ImportError naming the supported range, before anything reaches JAX's internals
+
 from .settings import check_environment as _check_environment
 
 _check_environment()  # a value of a JAX_MSCCLPP_* variable that is not understood is an error, before any use

@@ -4,8 +4,8 @@
 ``(src, dst)`` sends its block to rank ``dst``; a rank that no pair sends to receives zeros, as in lax. Ranks are
 row-major over a tuple of axes as the installed lax.ppermute numbers them: in the mesh's order (jax 0.10; newer
 releases refuse another order unless ``jax_raise_on_ppermute_sort_diff`` is off, and then take the order named,
-as lax.axis_index and all_gather do: ``_compat.ppermute_rank_axes``). The result is typed as lax's (varying over the axes
-and every axis the operand varies over); its transpose is the permutation with every pair reversed, as lax's; under
+as lax.axis_index and all_gather do: ``_compat.ppermute_rank_axes``). The result is typed as lax's (varying over
+the axes and every axis the operand varies over); its transpose is the permutation with every pair reversed, as lax's; under
 ``vmap`` (over an axis that is not one of the collective's) it permutes every element of the batch alike.
 
 The custom call carries the permutation as ``destinations`` (int32[world], -1 where a rank sends nothing), the one
@@ -98,10 +98,10 @@ batching.primitive_batchers[permute_p] = lambda args, dims, **params: (permute_p
 def ppermute(x, axis_name, perm, *, algorithm: str | None = None):
     """Sends, for every pair ``(source, destination)`` of ``perm``, the block of rank ``source`` to rank
     ``destination``; ranks that receive nothing get zeros: ``lax.ppermute``'s drop-in. ``x`` is a pytree."""
-    _compat.check_ppermute_perm(perm)
     collectives._check_algorithm(Collective.PERMUTE, algorithm, "ppermute")
     axes, world = collectives._axes_and_world(axis_name, "ppermute")
     pairs = _normalized_perm(perm, world, "ppermute")
+    _compat.check_ppermute_perm(perm)
     axes = _compat.ppermute_rank_axes(axes)  # as lax.ppermute numbers the ranks of a tuple of axes
 
     def one(leaf):

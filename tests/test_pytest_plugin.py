@@ -4,6 +4,7 @@ installed entry point loads it)."""
 
 import importlib.metadata
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,14 +19,15 @@ EDITABLE_FINDER_WARNING = ("ignore:Module already imported so cannot be rewritte
                            "pytest.PytestAssertRewriteWarning")
 
 
-def run_user_session(tmp_path, tests: str, *options: str):
+def run_user_session(tmp_path, tests: str, *options: str, env=None):
     (tmp_path / "test_user.py").write_text(textwrap.dedent(tests))
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
+    env = {**{k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")},
+           **(env or {})}
     env["JAX_PLATFORMS"] = "cpu"
     # "-p no:jax_mscclpp" keeps an installed entry point from loading the plugin a second time.
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:jax_mscclpp",
-         "-p", "jax_mscclpp.testing.pytest_plugin", "--rootdir", str(tmp_path), *options,
+         "-p", "pytest_jax_mscclpp", "--rootdir", str(tmp_path), *options,
          str(tmp_path / "test_user.py")],
         capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
     )
@@ -80,12 +82,54 @@ def test_its_mesh_fixture_sets_eight_devices_when_first_used(tmp_path):
     assert "2 passed" in out, out
 
 
+def _require_entry_point():
+    if not any(ep.value == "pytest_jax_mscclpp" for ep in importlib.metadata.entry_points(group="pytest11")):
+        pytest.skip("the pytest11 entry point is not installed (reinstall jax-mscclpp)")
+
+
+def test_a_session_that_uses_nothing_of_it_imports_nothing_of_it(tmp_path):
+    """The plugin as installed (its entry point) in a session of someone else's tests that uses none of its
+    fixtures: nothing of jax_mscclpp (nor JAX) is imported, and a JAX_MSCCLPP_* value the package refuses fails
+    nothing. Its options and markers are there all the same."""
+    _require_entry_point()
+    (tmp_path / "test_theirs.py").write_text(textwrap.dedent("""
+        import sys
+
+        def test_nothing_of_jax_mscclpp_is_imported(pytestconfig):
+            assert pytestconfig.pluginmanager.has_plugin("jax_mscclpp")
+            assert not [m for m in sys.modules if m.startswith("jax_mscclpp") or m in ("jax", "jaxlib")]
+
+        def test_its_option_is_there(pytestconfig):
+            assert pytestconfig.getoption("jm_cpu_devices") is None
+    """))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
+    env["JAX_MSCCLPP_TIMEOUT_S"] = "not-a-number"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--strict-markers", "-W", "error",
+         "-W", EDITABLE_FINDER_WARNING, "--rootdir", str(tmp_path), str(tmp_path / "test_theirs.py")],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "2 passed" in out, out
+
+
+def test_a_refused_setting_fails_only_the_tests_that_use_it(tmp_path):
+    code, out = run_user_session(tmp_path, """
+        def test_unrelated():
+            pass
+
+        def test_mesh(jm_mesh):
+            pass
+    """, env={"JAX_MSCCLPP_TIMEOUT_S": "not-a-number"})
+    assert code == 1, out
+    assert re.search(r"1 passed.* 1 error", out) and "ValueError: jax_mscclpp: JAX_MSCCLPP_TIMEOUT_S" in out, out
+
+
 def test_a_users_session_gets_no_warning_from_it(tmp_path):
     """The plugin as installed (its entry point) in a session of someone else's tests: every warning an error,
     unknown markers an error, and the session passes."""
-    if not any(ep.value == "jax_mscclpp.testing.pytest_plugin"
-               for ep in importlib.metadata.entry_points(group="pytest11")):
-        pytest.skip("the pytest11 entry point is not installed (reinstall jax-mscclpp)")
+    _require_entry_point()
     (tmp_path / "test_theirs.py").write_text(textwrap.dedent("""
         import pytest
 

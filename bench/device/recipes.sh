@@ -30,7 +30,9 @@ mkdir -p "$OUT"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 
 build() {
-  python3 -m pip install -q --no-build-isolation --no-deps -e . -C cmake.define.JAX_MSCCLPP_TESTING=ON 2>&1 | tail -3
+  # No package index here: no build isolation, so the machine's jaxlib's FFI headers where no build staged older ones
+  python3 -m pip install -q --no-build-isolation --no-deps -e . -C cmake.define.JAX_MSCCLPP_TESTING=ON \
+    -C cmake.define.JAX_MSCCLPP_NEWER_FFI_HEADERS=ON 2>&1 | tail -3
   python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
 }
 gpu_suite() { python3 bench/device/gpu_suite.py kernels processes large_world nccl --out "$OUT"; }
