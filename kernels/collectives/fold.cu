@@ -7,39 +7,34 @@
 #include <type_traits>
 
 #include "collectives/fold.h"
+#include "jax_mscclpp/reduce.cuh"
 
 namespace jax_mscclpp {
 namespace {
 
-// The accumulator of each element type and the conversions to and from it.
+// The accumulator of each element type and the conversions to and from it: the element type itself (integers wrap
+// in their own width, as NCCL's reductions do), float for the 8-bit floats, and the collectives' f32 accumulation of
+// the 16-bit floats (reduce.cuh).
 template <class T>
 struct FoldTraits {
   using Acc = T;
   __device__ static Acc widen(T v) { return v; }
   __device__ static T narrow(Acc v) { return v; }
 };
+template <>
+struct FoldTraits<__half> : ReduceTraits<__half> {};
+template <>
+struct FoldTraits<__nv_bfloat16> : ReduceTraits<__nv_bfloat16> {};
 template <class T>
-struct FloatFoldTraits {
+struct Fp8FoldTraits {
   using Acc = float;
   __device__ static float widen(T v) { return static_cast<float>(v); }
   __device__ static T narrow(float v) { return T(v); }
 };
 template <>
-struct FoldTraits<__half> {
-  using Acc = float;
-  __device__ static float widen(__half v) { return __half2float(v); }
-  __device__ static __half narrow(float v) { return __float2half_rn(v); }
-};
+struct FoldTraits<__nv_fp8_e4m3> : Fp8FoldTraits<__nv_fp8_e4m3> {};
 template <>
-struct FoldTraits<__nv_bfloat16> {
-  using Acc = float;
-  __device__ static float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 narrow(float v) { return __float2bfloat16_rn(v); }
-};
-template <>
-struct FoldTraits<__nv_fp8_e4m3> : FloatFoldTraits<__nv_fp8_e4m3> {};
-template <>
-struct FoldTraits<__nv_fp8_e5m2> : FloatFoldTraits<__nv_fp8_e5m2> {};
+struct FoldTraits<__nv_fp8_e5m2> : Fp8FoldTraits<__nv_fp8_e5m2> {};
 
 template <class A>
 __device__ A wrapping_add(A a, A b) {

@@ -9,49 +9,19 @@
 #include <mutex>
 #include <string>
 
+#include "driver_api.h"
 #include "last_error.h"
 #include "our_runtime.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
 
-struct DriverVmm {
-  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
-  decltype(&::cuMemCreate) create = nullptr;
-  decltype(&::cuMemRelease) release = nullptr;
-  decltype(&::cuMemAddressReserve) reserve = nullptr;
-  decltype(&::cuMemAddressFree) address_free = nullptr;
-  decltype(&::cuMemMap) map = nullptr;
-  decltype(&::cuMemUnmap) unmap = nullptr;
-  decltype(&::cuMemSetAccess) set_access = nullptr;
-  bool complete() const {
-    return granularity && create && release && reserve && address_free && map && unmap && set_access;
-  }
-};
+using cuda::DriverApi;
 
-template <class F>
-void look_up(const char* name, F& slot) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) == cudaSuccess &&
-      found == cudaDriverEntryPointSuccess)
-    slot = reinterpret_cast<F>(p);
-}
-
-const DriverVmm& vmm() {
-  static const DriverVmm api = [] {
-    DriverVmm a;
-    look_up("cuMemGetAllocationGranularity", a.granularity);
-    look_up("cuMemCreate", a.create);
-    look_up("cuMemRelease", a.release);
-    look_up("cuMemAddressReserve", a.reserve);
-    look_up("cuMemAddressFree", a.address_free);
-    look_up("cuMemMap", a.map);
-    look_up("cuMemUnmap", a.unmap);
-    look_up("cuMemSetAccess", a.set_access);
-    return a;
-  }();
-  return api;
+// Whether the driver has every virtual-memory entry point an allocation needs.
+bool has_vmm(const DriverApi& api) {
+  return api.mem_get_allocation_granularity && api.mem_create && api.mem_release && api.mem_address_reserve &&
+         api.mem_address_free && api.mem_map && api.mem_unmap && api.mem_set_access;
 }
 
 struct Allocation {
@@ -67,36 +37,36 @@ std::map<void*, Allocation>& allocations() {
 
 // A cuMem allocation of at least `size` bytes on `device`; false (nothing held) where the driver refuses.
 bool allocate_vmm(int device, size_t size, void** ptr, Allocation* out) {
-  const DriverVmm& api = vmm();
-  if (!api.complete()) return false;
+  const DriverApi& api = cuda::driver_api();
+  if (!has_vmm(api)) return false;
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = device;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   size_t granularity = 0;
-  if (api.granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS || granularity == 0)
+  if (api.mem_get_allocation_granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS || granularity == 0)
     return false;
   const size_t bytes = (size + granularity - 1) / granularity * granularity;
   CUmemGenericAllocationHandle handle{};
-  if (api.create(&handle, bytes, &prop, 0) != CUDA_SUCCESS) return false;
+  if (api.mem_create(&handle, bytes, &prop, 0) != CUDA_SUCCESS) return false;
   CUdeviceptr address = 0;
-  if (api.reserve(&address, bytes, granularity, 0, 0) != CUDA_SUCCESS) {
-    api.release(handle);
+  if (api.mem_address_reserve(&address, bytes, granularity, 0, 0) != CUDA_SUCCESS) {
+    api.mem_release(handle);
     return false;
   }
   CUmemAccessDesc access{};
   access.location = prop.location;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (api.map(address, bytes, 0, handle, 0) != CUDA_SUCCESS) {
-    api.address_free(address, bytes);
-    api.release(handle);
+  if (api.mem_map(address, bytes, 0, handle, 0) != CUDA_SUCCESS) {
+    api.mem_address_free(address, bytes);
+    api.mem_release(handle);
     return false;
   }
-  if (api.set_access(address, bytes, &access, 1) != CUDA_SUCCESS) {
-    api.unmap(address, bytes);
-    api.address_free(address, bytes);
-    api.release(handle);
+  if (api.mem_set_access(address, bytes, &access, 1) != CUDA_SUCCESS) {
+    api.mem_unmap(address, bytes);
+    api.mem_address_free(address, bytes);
+    api.mem_release(handle);
     return false;
   }
   *ptr = reinterpret_cast<void*>(address);
@@ -146,12 +116,12 @@ ncclResult_t free_buffer(void* ptr) {
       return fail(ncclUnhandledCudaError, std::string("ncclMemFree: ") + cudaGetErrorString(e));
   } else {
     // As cudaFree does, the device finishes its work first (work queued before may still use the memory).
-    const DriverVmm& api = vmm();
+    const DriverApi& api = cuda::driver_api();
     const CUdeviceptr address = reinterpret_cast<CUdeviceptr>(ptr);
     (void)cudaDeviceSynchronize();
-    api.unmap(address, held.bytes);
-    api.address_free(address, held.bytes);
-    api.release(held.handle);
+    api.mem_unmap(address, held.bytes);
+    api.mem_address_free(address, held.bytes);
+    api.mem_release(held.handle);
   }
   clear_last_error();
   return ncclSuccess;

@@ -9,7 +9,9 @@ namespace jax_mscclpp::cuda {
 struct DriverApi {
   decltype(&::cuGetErrorString) get_error_string = nullptr;
   decltype(&::cuStreamWriteValue64) stream_write_value64 = nullptr;
-  // Virtual memory management and multicast: only the opt-in NVLS path (nvls.h) uses these.
+  // Virtual memory management (the opt-in NVLS path, nvls.h, and the NCCL-API library's ncclMemAlloc) and
+  // multicast (the NVLS path only).
+  decltype(&::cuMemGetAllocationGranularity) mem_get_allocation_granularity = nullptr;
   decltype(&::cuMemCreate) mem_create = nullptr;
   decltype(&::cuMemRelease) mem_release = nullptr;
   decltype(&::cuMemAddressReserve) mem_address_reserve = nullptr;
