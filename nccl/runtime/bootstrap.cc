@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -118,6 +119,18 @@ uint32_t host_address() {
   return found;
 }
 
+// Roots of this process between the first frame of a round and the last answer of it. The root lives in the
+// process that made the id, whose rank may have its answer and end (the real NCCL's id round, then exit) while the
+// root still answers the others: the process's exit waits for such rounds to be answered, a few seconds at most.
+std::atomic<int> roots_in_a_round{0};
+struct RoundsAnsweredAtExit {
+  ~RoundsAnsweredAtExit() {
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    while (roots_in_a_round.load(std::memory_order_acquire) > 0 && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+} rounds_answered_at_exit;
+
 // The root's thread: accepts the ranks, then serves all-gather rounds until one of them leaves.
 void serve(int listener, uint64_t nonce) {
   std::vector<int> ranks;  // socket per rank, -1 while not connected
@@ -148,16 +161,21 @@ void serve(int listener, uint64_t nonce) {
   std::vector<std::string> frames(serving ? nranks : 0);
   while (serving) {
     // A round: every rank's frame (without a deadline for the first, which may come much later), then all to all.
-    bool received = true;
+    bool received = true, in_round = false;
     for (int r = 0; r < nranks && received; ++r) {
       const auto round_deadline = r == 0 ? Clock::now() + std::chrono::hours(24 * 365) : deadline_from_now();
       received = receive_frame(ranks[r], frames[r], round_deadline);
+      if (r == 0 && received) {
+        in_round = true;
+        roots_in_a_round.fetch_add(1, std::memory_order_acq_rel);
+      }
     }
-    if (!received) break;
-    for (int r = 0; r < nranks && serving; ++r) {
+    for (int r = 0; r < nranks && serving && received; ++r) {
       const auto send_deadline = deadline_from_now();
       for (int q = 0; q < nranks && serving; ++q) serving = send_frame(ranks[r], frames[q], send_deadline);
     }
+    if (in_round) roots_in_a_round.fetch_sub(1, std::memory_order_acq_rel);
+    if (!received) break;
   }
   for (int fd : ranks)
     if (fd >= 0) ::close(fd);
