@@ -68,7 +68,8 @@ CHECKED = ("-c", "1", "-n", "3", "-w", "1")
 NCCL_TESTS_TIMEOUT_S = 60
 # nccl-tests' own limit on a collective (its -T): below the process timeout, so that it reports the stuck call.
 NCCL_TESTS_OWN_TIMEOUT_S = "50"
-ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(-?\d+)\s+(\S.*)$")
+# A result row: size, count, type, reduction (blank for tests without one: hypercube), root, then the cells.
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\S+)\s+(?:([A-Za-z_]\S*)\s+)?(-?\d+)\s+(\S.*)$")
 FAILURE_MARKS = ("Test NCCL failure", "Test CUDA failure", "Test failure", "invalid type ", "invalid op ",
                  "invalid option", "BAD TERMINATION", "Invalid number of GPUs", "Aborted", "Segmentation fault")
 
@@ -333,7 +334,7 @@ def parse_nccl_tests_output(text: str) -> dict:
             if not cells:
                 continue
             rows.append({"bytes": int(match.group(1)), "count": int(match.group(2)), "type": match.group(3),
-                         "redop": match.group(4), "root": int(match.group(5)),
+                         "redop": match.group(4) or "", "root": int(match.group(5)),
                          "out_of_place": cells[0] if len(cells) == 2 else None, "in_place": cells[-1]})
     return {"rows": rows, "out_of_bounds": out_of_bounds, "out_of_bounds_ok": out_of_bounds_ok,
             "average_busbw": average_busbw, "concluded": concluded, "failures": failures,

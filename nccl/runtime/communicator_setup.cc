@@ -194,8 +194,9 @@ SetupResult set_up_communicator(const SetupRequest& request, SetupInterrupt* int
     runtime = new RuntimeCommunicator(std::move(bootstrap), identities, backend);
     result.runtime = runtime;
     result.backend = "jax_mscclpp's runtime: " + backend.reason;
-    // NVIDIA's beside ours, where it can run on these ranks (every rank decides alike from the same frames).
-    if (!backend.shares_gpu && backend.real_refusal.empty()) {
+    // NVIDIA's beside ours, where it can run on these ranks (every rank decides alike from the same frames) and
+    // could serve anything: ours serves every call of a communicator of one rank (routing.h).
+    if (!backend.shares_gpu && backend.real_refusal.empty() && request.nranks > 1) {
       std::string why;
       if (init_real(client, request, &result.real, &why) == ncclSuccess) {
         result.backend += ", NVIDIA's NCCL beside it";

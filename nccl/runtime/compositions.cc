@@ -55,9 +55,27 @@ cudaError_t launch_moves(const RuntimeCommunicator& runtime, const Operation& op
         messages.push_back(receive_from(root, recv, block));
       }
       break;
-    default: return cudaErrorInvalidValue;
+    default:
+      // A communicator of one rank: every collective is a copy of its one block.
+      if (n != 1) return cudaErrorInvalidValue;
+      copy_locally(messages, me, send, recv, block);
   }
+  if (messages.empty()) return cudaSuccess;
   return runtime.launch_p2p(messages, op.stream);
+}
+
+// kPreMulSum multiplies each rank's contribution by that rank's own factor (NCCL's contract: ranks may pass
+// different factors), so the contributor multiplies before its piece moves: `from` (any alignment) times this
+// rank's factor into `to` (staging, aligned), rounded to the element type as NCCL's pre-operation is.
+cudaError_t premultiply(const char* from, char* to, uint64_t len, uint64_t element, const Fold& fold,
+                        cudaStream_t stream) {
+  const uint64_t bytes = len * element;
+  if (reinterpret_cast<uintptr_t>(from) % element != 0) {
+    if (const cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream); e != cudaSuccess)
+      return e;
+    from = to;
+  }
+  return launch_fold_blocks(from, bytes, 1, to, len, fold.element, FoldOp::kPreMulSum, fold.scalar, 1, stream);
 }
 
 cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, const Fold& fold) {
@@ -66,17 +84,33 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
   const bool scatters = op.function == ApiFunction::ncclReduceScatter;
   const bool to_root = op.function == ApiFunction::ncclReduce;
   const bool folds_here = !to_root || me == op.root;
-  char* staging = folds_here ? runtime.staging() : nullptr;
-  const uint64_t piece_cap = RuntimeCommunicator::staging_bytes() / (element * n);
-  if ((folds_here && staging == nullptr) || piece_cap == 0) return cudaErrorMemoryAllocation;
+  // Staging: n received blocks, then (kPreMulSum) this rank's pre-multiplied contributions: one per receiver for
+  // a reduce-scatter, else one.
+  const bool premultiplies = fold.op == FoldOp::kPreMulSum;
+  const int outgoing_blocks = premultiplies ? (scatters ? n : 1) : 0;
+  const FoldOp fold_op = premultiplies ? FoldOp::kSum : fold.op;
+  char* staging = folds_here || premultiplies ? runtime.staging() : nullptr;
+  const uint64_t piece_cap = RuntimeCommunicator::staging_bytes() / (element * (n + outgoing_blocks));
+  if ((folds_here || premultiplies) && staging == nullptr) return cudaErrorMemoryAllocation;
+  if (piece_cap == 0) return cudaErrorMemoryAllocation;
   const char* send = static_cast<const char*>(op.send);
   char* recv = static_cast<char*>(op.recv);
   for (uint64_t first = 0; first < op.count; first += piece_cap) {
     const uint64_t len = std::min<uint64_t>(piece_cap, op.count - first), bytes = len * element;
-    // What rank q contributes to the piece: reduce-scatter's block of the receiver, else the piece itself.
-    const auto contribution = [&](int receiver) {
+    char* premultiplied = premultiplies ? staging + static_cast<uint64_t>(n) * bytes : nullptr;
+    // What this rank contributes to `receiver`'s piece: reduce-scatter's block of the receiver, else the piece
+    // itself; pre-multiplied in staging for kPreMulSum.
+    const auto given = [&](int receiver) {
       return send + ((scatters ? static_cast<uint64_t>(receiver) * op.count : 0) + first) * element;
     };
+    const auto contribution = [&](int receiver) -> const char* {
+      if (!premultiplies) return given(receiver);
+      return premultiplied + (scatters ? static_cast<uint64_t>(receiver) : 0) * bytes;
+    };
+    for (int b = 0; b < outgoing_blocks; ++b)
+      if (const cudaError_t e = premultiply(given(b), premultiplied + b * bytes, len, element, fold, op.stream);
+          e != cudaSuccess)
+        return e;
     std::vector<P2PMessage> messages;
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
@@ -84,14 +118,15 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
       if (folds_here) messages.push_back(receive_from(q, staging + q * bytes, bytes));
     }
     if (folds_here) copy_locally(messages, me, contribution(me), staging + me * bytes, bytes);
-    if (const cudaError_t e = runtime.launch_p2p(messages, op.stream); e != cudaSuccess) return e;
+    if (!messages.empty())
+      if (const cudaError_t e = runtime.launch_p2p(messages, op.stream); e != cudaSuccess) return e;
     if (!folds_here) continue;
     // The fold needs operands aligned to the element (fold.h): an output that is not folds into the staging
     // buffer's first block (read before written), then moves by DMA.
     char* out = recv + first * element;
     const bool aligned = reinterpret_cast<uintptr_t>(out) % element == 0;
     if (const cudaError_t e = launch_fold_blocks(staging, bytes, n, aligned ? out : staging, len, fold.element,
-                                                 fold.op, fold.scalar, n, op.stream);
+                                                 fold_op, fold.scalar, n, op.stream);
         e != cudaSuccess)
       return e;
     if (!aligned)

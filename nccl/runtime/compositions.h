@@ -8,7 +8,10 @@
 //               floats included) in pieces that fit the rank's staging buffer: every rank that needs the result
 //               receives the piece of every other rank into its staging buffer (its own piece copied there), then
 //               folds the blocks in rank order into the output. All ranks fold the same blocks in the same order,
-//               so they get the same bits. A reduce's other ranks only send.
+//               so they get the same bits. A reduce's other ranks only send. A pre-multiplied sum
+//               (ncclRedOpCreatePreMulSum) multiplies by each rank's own factor: every rank multiplies what it
+//               contributes, in its staging buffer, before the piece moves; the fold then sums.
+//   one rank    on a communicator of one rank every collective is a copy (a reduction: the fold of one block).
 // The pieces depend only on the sizes and the world size, so every rank's messages pair up in order. Output may
 // alias input (the fold reads staging only, and a piece's sends are done when its kernel ends), and may lie at any
 // address (an output not aligned to its element is folded in the staging buffer and copied).
@@ -21,9 +24,9 @@
 
 namespace jax_mscclpp::nccl {
 
-// Enqueues `op` (ncclBroadcast, ncclBcast, ncclGather, ncclScatter; or, with `fold`, ncclAllReduce,
-// ncclReduceScatter, ncclReduce) on op.stream. cudaErrorMemoryAllocation when the staging buffer cannot be had or
-// is too small for one element of every rank; the launches' errors otherwise.
+// Enqueues `op` (ncclBroadcast, ncclBcast, ncclGather, ncclScatter, and on one rank every collective; or, with
+// `fold`, ncclAllReduce, ncclReduceScatter, ncclReduce) on op.stream. cudaErrorMemoryAllocation when the staging
+// buffer cannot be had or is too small for one element of every rank; the launches' errors otherwise.
 cudaError_t launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold);
 
 }  // namespace jax_mscclpp::nccl

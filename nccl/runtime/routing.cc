@@ -69,11 +69,14 @@ Route route(const RouteContext& context, const Operation& op) {
     if (op.peer < 0 || op.peer >= n)
       return refuse(ncclInvalidArgument, "peer " + std::to_string(op.peer) + " of " + std::to_string(n) + " ranks");
     const uint64_t bytes = static_cast<uint64_t>(op.count) * element;
+    if (n == 1) return of_kind(Route::kPointToPoint);
     if (select_algorithm(context.tuned, codes::kPermute, bytes, n, nccl_keeps) < 0) return of_kind(Route::kForward);
     return of_kind(Route::kPointToPoint);
   }
   if (has_root(op.function) && (op.root < 0 || op.root >= n))
     return refuse(ncclInvalidArgument, "root " + std::to_string(op.root) + " of " + std::to_string(n) + " ranks");
+  // One rank: a copy (a reduction: the fold of one block), ours whatever serves the communicator.
+  if (n == 1) return reduces(op.function) ? composed_reduction(context, op) : of_kind(Route::kComposed);
   const int32_t collective = collective_code(op.function);
   const bool native_reduction = reduction_dtype_code(op.dtype) >= 0 && reduce_op_code(op.op) >= 0;
   if (collective >= 0 && (!collective_reduces(collective) || native_reduction)) {

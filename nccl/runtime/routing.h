@@ -6,9 +6,10 @@
 //   kCollective    a collective kernel of every rank (collective.h), the algorithm the selection table gives
 //                  (selection_table.h beneath the tuning file), where our kernels run the (dtype, reduction);
 //   kPointToPoint  a send or receive: point-to-point messages (collective.h, launch_p2p_group), unless the table
-//                  gives the size to NVIDIA's NCCL and it serves the communicator;
+//                  gives the size to NVIDIA's NCCL, it serves the communicator and that has several ranks;
 //   kComposed      what no kernel runs (broadcast, reduce, gather, scatter; prod, avg, pre-multiplied sums and the
-//                  8-bit floats) on a communicator NVIDIA's NCCL does not serve: compositions.h, with `fold` for
+//                  8-bit floats) on a communicator NVIDIA's NCCL does not serve, and every collective on a
+//                  communicator of one rank (a copy, or the fold of one block): compositions.h, with `fold` for
 //                  reductions;
 //   kForward       NVIDIA's NCCL, where it serves the communicator;
 //   kRefuse        an error the caller returns (`refusal`, `reason`): bad arguments, or nothing can run it.

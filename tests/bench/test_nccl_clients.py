@@ -113,6 +113,15 @@ def test_a_killed_run_is_timed_out_not_failed():
     assert "timed out after 60 s" in case["detail"]
 
 
+def test_rows_of_a_test_without_a_reduction_parse():
+    # hypercube prints an empty redop column
+    rows = [row(8 * 4 ** i, 2 * 4 ** i, redop="") for i in range(3)]
+    case = nc.nccl_tests_case("hypercube", report(rows), 0, False, 1.0)
+    assert (case["passed"], case["failed"], case["status"]) == (6, 0, "passed")
+    parsed = nc.parse_nccl_tests_output(report(rows))
+    assert [(r["redop"], r["root"], r["count"]) for r in parsed["rows"]] == [("", -1, 2), ("", -1, 8), ("", -1, 32)]
+
+
 def test_out_of_place_blank_rows_parse_their_in_place_cell():
     text = "%12li  %12li  %8s  %6s  %6s" % (64, 16, "float", "sum", "%6i" % -1) + " " * 32 + \
         "  %7s  %6s  %6s  %6g" % ("10.00", "0.01", "0.01", 0)

@@ -89,13 +89,14 @@ def reduce_reference(blocks: list, name: str, op: str, scalar=None) -> np.ndarra
     """NCCL's reduction `op` of one block per rank (rank order), as our fold computes it: a left fold in rank order in
     accumulator(name), narrowed once. avg: floats sum x * (1 / n) (NCCL's pre-multiplied average, the factor
     rounded to the accumulator), integers the (wrapping) sum divided by n towards zero. premulsum: the sum of
-    x * scalar, the scalar of the element type."""
+    x * scalar[q] over the blocks q (each rank's own factor, of the element type; one scalar: every rank's), each
+    product rounded to the element type (NCCL's pre-operation, made by the rank that contributes it)."""
     dtype, acc_type, n = NUMPY_DTYPES[name], accumulator(name), len(blocks)
     with np.errstate(over="ignore", invalid="ignore"):
         terms = [np.asarray(b, dtype).astype(acc_type) for b in blocks]
         if op == "premulsum":
-            factor = np.asarray(scalar, dtype).astype(acc_type)
-            terms = [t * factor for t in terms]
+            factors = np.broadcast_to(np.asarray(scalar, dtype), (n,)).astype(acc_type)
+            terms = [(t * f).astype(dtype).astype(acc_type) for t, f in zip(terms, factors)]
         elif op == "avg" and is_float(name):
             factor = acc_type(1.0 / n)
             terms = [t * factor for t in terms]
@@ -135,9 +136,10 @@ def tolerance(blocks: list, name: str, op: str, scalar=None, want=None):
         factor = 1.0
         if op == "avg":
             factor = 1.0 / n
-        elif op == "premulsum":
-            factor = float(np.asarray(scalar, dtype).astype(np.float64))
-        scale = np.sum([np.abs(v * factor) for v in wide], axis=0)
+        factors = [factor] * n
+        if op == "premulsum":
+            factors = np.broadcast_to(np.asarray(scalar, dtype), (n,)).astype(np.float64)
+        scale = np.sum([np.abs(v * f) for v, f in zip(wide, factors)], axis=0)
     if want is None:
         want = reduce_reference(blocks, name, op, scalar)
     magnitude = np.abs(np.asarray(want).astype(np.float64))
@@ -209,6 +211,7 @@ def load_library(path: str) -> ctypes.CDLL:
         "ncclGetUniqueId": [ctypes.POINTER(UniqueId)],
         "ncclCommInitRank": [ctypes.POINTER(P), I, UniqueId, I],
         "ncclCommDestroy": [P],
+        "ncclCommSplit": [P, I, I, ctypes.POINTER(P), P],
         "ncclCommCount": [P, ctypes.POINTER(I)],
         "ncclCommUserRank": [P, ctypes.POINTER(I)],
         "ncclCommCuDevice": [P, ctypes.POINTER(I)],
@@ -371,53 +374,87 @@ def all_reduce_batches():
     return batches
 
 
-def _premulsum(name, residence, scalars, count):
-    """ncclRedOpCreatePreMulSum of `scalars[0]`, an all-reduce with it; for a device scalar, the scalar is then
-    changed on the stream to scalars[1] and a second all-reduce must use the new value; for a host-immediate one,
-    the host variable changes after creation and the op must keep the first value. Then destroyed: destroying it
-    again, and using it, are ncclInvalidArgument."""
+def rank_factors(scalar, n: int, dtype) -> np.ndarray:
+    """The pre-multiplied sums' factor of each rank: `scalar` times 1, -2, 3, ... (ranks pass different factors, as
+    nccl-tests' do), in the element type."""
+    values = [scalar * (r + 1) * (-1) ** r for r in range(n)]
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return np.array(values, np.int64).astype(dtype)  # wraps into the unsigned types
+    return np.array(values, np.float64).astype(dtype)
+
+
+def _premulsum(function, name, residence, scalars, count, root=0):
+    """ncclRedOpCreatePreMulSum of each rank's own factor (rank_factors of scalars[0]), a `function` (ncclAllReduce,
+    ncclReduceScatter, ncclReduce to `root`) with it; for a device scalar, the scalar is then changed on the stream
+    to rank_factors of scalars[1] and a second call must use the new values; for a host-immediate one, the host
+    variable changes after creation and the op must keep the first value. Then destroyed: destroying it again, and
+    using it, are ncclInvalidArgument."""
     def build(c, w):
-        dtype = NUMPY_DTYPES[name]
-        blocks = w.inputs(f"pms-{residence}", count, name)
+        dtype, code = NUMPY_DTYPES[name], DTYPE_CODES[name]
+        scatters = function == "ncclReduceScatter"
+        blocks = w.inputs(f"pms-{function}-{residence}", w.n * count if scatters else count, name)
+        mine = [b[w.rank * count:(w.rank + 1) * count] for b in blocks] if scatters else blocks
         used = scalars if residence == SCALAR_DEVICE else scalars[:1]  # a host-immediate op keeps the first
         send = c.buffer(blocks[w.rank])
+        gets_result = function != "ncclReduce" or w.rank == root
         outs = []
         for s in used:
-            want = reduce_reference(blocks, name, "premulsum", s)
-            outs.append(c.output(f"with scalar {s}", want, tolerance(blocks, name, "premulsum", s, want)))
+            factors = rank_factors(s, w.n, dtype)
+            if gets_result:
+                want = reduce_reference(mine, name, "premulsum", factors)
+                outs.append(c.output(f"with factors {factors.tolist()}", want,
+                                     tolerance(mine, name, "premulsum", factors, want)))
+            else:
+                outs.append(c.buffer(np.zeros(1, np.uint8)))
         refused = c.buffer(np.zeros(count, dtype))
         c.untouched("the output of the call with the destroyed op", refused, np.zeros(count, dtype))
-        host_scalar = np.array([scalars[0]], dtype)
+        c.untouched("input", send, blocks[w.rank])
+        host_scalar = rank_factors(scalars[0], w.n, dtype)[w.rank:w.rank + 1].copy()
         device_scalar = c.buffer(host_scalar) if residence == SCALAR_DEVICE else None
-        next_scalar = c.buffer(np.array([scalars[1]], dtype)) if residence == SCALAR_DEVICE else None
+        next_scalar = (c.buffer(rank_factors(scalars[1], w.n, dtype)[w.rank:w.rank + 1].copy())
+                       if residence == SCALAR_DEVICE else None)
         c.keep.append(host_scalar)
+
+        def call(op, out):
+            if function == "ncclAllReduce":
+                return w.lib.ncclAllReduce(send.ptr, out.ptr, count, code, op, w.comm, w.s)
+            if function == "ncclReduceScatter":
+                return w.lib.ncclReduceScatter(send.ptr, out.ptr, count, code, op, w.comm, w.s)
+            return w.lib.ncclReduce(send.ptr, out.ptr, count, code, op, root, w.comm, w.s)
 
         def launch():
             op = ctypes.c_int(-1)
             where = device_scalar.ptr if device_scalar is not None else host_scalar.ctypes.data
             c.returned("ncclRedOpCreatePreMulSum", w.lib.ncclRedOpCreatePreMulSum(
-                ctypes.byref(op), where, DTYPE_CODES[name], residence, w.comm))
+                ctypes.byref(op), where, code, residence, w.comm))
             if op.value < len(OP_CODES):
                 c.problems.append(f"the op made is {op.value}, not one from ncclNumOps up")
             host_scalar[0] = dtype(scalars[1])  # a host-immediate scalar was read at creation
-            call = lambda out: w.lib.ncclAllReduce(send.ptr, out.ptr, count, DTYPE_CODES[name], op.value, w.comm, w.s)
-            c.returned("ncclAllReduce with it", call(outs[0]))
+            c.returned(f"{function} with it", call(op.value, outs[0]))
             if residence == SCALAR_DEVICE:
                 device_scalar.dev.data.copy_from_device_async(next_scalar.dev.data, dtype(0).nbytes, w.stream)
-                c.returned("ncclAllReduce after the device scalar changed", call(outs[1]))
+                c.returned(f"{function} after the device scalar changed", call(op.value, outs[1]))
             c.returned("ncclRedOpDestroy", w.lib.ncclRedOpDestroy(op.value, w.comm))
             c.returned("ncclRedOpDestroy again", w.lib.ncclRedOpDestroy(op.value, w.comm), NCCL_INVALID_ARGUMENT)
-            c.returned("ncclAllReduce with the destroyed op", call(refused), NCCL_INVALID_ARGUMENT)
+            c.returned(f"{function} with the destroyed op", call(op.value, refused), NCCL_INVALID_ARGUMENT)
         return launch
     kind = "device scalar" if residence == SCALAR_DEVICE else "host-immediate scalar"
-    return f"premulsum {name} {kind} count={count}", build
+    where = f" root={root}" if function == "ncclReduce" else ""
+    return f"premulsum {function} {name} {kind} count={count}{where}", build
 
 
-def premulsum_batch():
-    return [_premulsum("float32", SCALAR_HOST_IMMEDIATE, (0.37, 99.0), 1023),
-            _premulsum("int32", SCALAR_HOST_IMMEDIATE, (3, -7), 1023),
-            _premulsum("float16", SCALAR_DEVICE, (-1.25, 0.75), 1023),
-            _premulsum("float16", SCALAR_DEVICE, (0.5, -2.0), 3)]
+def premulsum_batch(n):
+    cases = []
+    for function in ("ncclAllReduce", "ncclReduceScatter", "ncclReduce"):
+        cases += [_premulsum(function, "float32", SCALAR_HOST_IMMEDIATE, (0.37, 99.0), 1023),
+                  _premulsum(function, "int32", SCALAR_HOST_IMMEDIATE, (3, -7), 1023),
+                  _premulsum(function, "int8", SCALAR_HOST_IMMEDIATE, (3, -7), 1021, root=n - 1),
+                  _premulsum(function, "uint8", SCALAR_DEVICE, (5, 2), 257),
+                  _premulsum(function, "bfloat16", SCALAR_HOST_IMMEDIATE, (0.75, 1.5), 65541),
+                  _premulsum(function, "float8_e4m3", SCALAR_HOST_IMMEDIATE, (0.5, 1.0), 1023),
+                  _premulsum(function, "float16", SCALAR_DEVICE, (-1.25, 0.75), 1023),
+                  _premulsum(function, "float16", SCALAR_DEVICE, (0.5, -2.0), 3)]
+    return cases
 
 
 def _reduce_scatter(name, op, count):
@@ -766,8 +803,18 @@ def _group_simulate_end():
 
 
 def batches(n: int) -> list:
-    return ([[_communicator_queries()]] + all_reduce_batches() + [premulsum_batch()] + reduction_batches(n) +
+    return ([[_communicator_queries()]] + all_reduce_batches() + [premulsum_batch(n)] + reduction_batches(n) +
             rooted_batches(n) + [gather_batch()] + p2p_batch(n) + [[_bad_input()], [_group_simulate_end()]])
+
+
+def one_rank_batches() -> list:
+    """What a communicator of one rank (a split with a color per rank) runs: every collective a copy or a one-block
+    fold of ours, with NVIDIA's NCCL never made beside it."""
+    reductions = [_all_reduce("one", name, op, count, in_place) for name in ("float32", "bfloat16", "int8",
+                                                                             "float8_e5m2")
+                  for op in OP_CODES for count in (1, 1023) for in_place in (False, True)]
+    return ([reductions, premulsum_batch(1)] + reduction_batches(1) + rooted_batches(1) + [gather_batch()] +
+            [[case for case in p2p_batch(1)[0] if "self" in case[0]]])
 
 
 # ---- the run ----
@@ -858,6 +905,20 @@ def main() -> int:
         cases = [case for case in cases if only in case[0]]
         if cases:
             run_batch(w, cases, report, started)
+    # A communicator of one rank per process, split from this one.
+    alone = ctypes.c_void_p()
+    split = lib.ncclCommSplit(comm, rank, 0, ctypes.byref(alone), None)
+    if split != NCCL_SUCCESS:
+        report.append({"name": "one-rank split", "passed": False,
+                       "detail": f"ncclCommSplit returned {split}: {lib.ncclGetLastError(comm)!r}"})
+    else:
+        lone = World(lib, cp, 0, 1, alone, stream)
+        for cases in one_rank_batches():
+            cases = [(f"one-rank split: {name}", build) for name, build in cases if only in name]
+            if cases:
+                run_batch(lone, cases, report, started)
+        if lib.ncclCommDestroy(alone) != NCCL_SUCCESS:
+            report.append({"name": "one-rank split destroy", "passed": False, "detail": lone.last_error()})
     calls = call_counts(lib)
     seconds = round(time.monotonic() - started, 1)
     destroy = lib.ncclCommDestroy(comm)

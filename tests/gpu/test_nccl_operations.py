@@ -1,10 +1,10 @@
 """jax_mscclpp's libnccl.so.2 through NCCL's C API, in 2, 3 and 4 processes sharing GPU 0 (NVIDIA's NCCL refuses
 those communicators, so our runtime runs every operation): all-reduce in every data type and reduction (prod, avg
-and the 8-bit floats composed), ncclRedOpCreatePreMulSum with host-immediate and device scalars, reduce-scatter,
-reduce, broadcast, ncclBcast, gather, scatter, all-gather, all-to-all, point-to-point groups of NCCL's shapes
+and the 8-bit floats composed), ncclRedOpCreatePreMulSum with host-immediate and device scalars (each rank its
+own factor) in all-reduce, reduce-scatter and reduce, reduce-scatter, reduce, broadcast, ncclBcast, gather, scatter, all-gather, all-to-all, point-to-point groups of NCCL's shapes
 (rings, both directions, several messages to one peer, all-to-all-v, self messages, ungrouped calls, ranks that
 make no call, 50 groups without a sync, a group mixing collectives and messages), refusals of bad input, and
-ncclGroupSimulateEnd. Each process (tests/gpu/_nccl_api_worker.py: ctypes and cupy, no JAX) checks its own results
+ncclGroupSimulateEnd; then the same operations on a communicator of one rank split from it. Each process (tests/gpu/_nccl_api_worker.py: ctypes and cupy, no JAX) checks its own results
 against numpy and reports every case; nothing may go to NVIDIA's NCCL (jax_mscclpp_nccl_call_counts()).
 
 Kernels stop instead of trapping (JAX_MSCCLPP_TRAP_ON_FAILURE=0) and give up after JAX_MSCCLPP_TIMEOUT_S=20, so a

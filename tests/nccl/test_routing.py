@@ -69,6 +69,24 @@ def test_a_peer_outside_the_communicator_is_refused(harness, peer):
     assert f"peer {peer} of 4 ranks" in reason
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_every_call_of_a_one_rank_communicator_is_ours(harness, shared):
+    # a split's communicator of one rank: copies and one-block folds, never NVIDIA's (none is made beside it)
+    for function in ["ncclAllGather", "ncclAlltoAll", "ncclBroadcast", "ncclBcast", "ncclGather", "ncclScatter"]:
+        kind, _, element, _, _, reason = route(harness, function, dtype=BFLOAT16, root=0, nranks=1, shared=shared)
+        assert (kind, element) == ("composed", -1), reason
+    for function in ["ncclAllReduce", "ncclReduceScatter", "ncclReduce"]:
+        for op in (SUM, PROD, MAX, MIN, AVG):
+            kind, _, element, fold_op, _, reason = route(harness, function, dtype=FP8E5M2, op=op, root=0, nranks=1,
+                                                         shared=shared)
+            assert (kind, element, fold_op) == ("composed", FOLD_ELEMENT[FP8E5M2], FOLD_OF[op]), reason
+    for count in (1, 1 << 24):
+        assert route(harness, "ncclSend", count=count, dtype=UINT8, peer=0, nranks=1, shared=shared)[0] == \
+            "point_to_point"
+    kind, _, _, _, refusal, reason = route(harness, "ncclRecv", peer=1, nranks=1, shared=shared)
+    assert (kind, refusal) == ("refuse", INVALID_ARGUMENT) and "peer 1 of 1 ranks" in reason
+
+
 def test_nvidia_keeps_what_no_kernel_of_ours_runs_where_it_serves_the_communicator(harness):
     for function, op, dtype in [("ncclAllReduce", PROD, FLOAT32), ("ncclAllReduce", SUM, FP8E4M3),
                                 ("ncclReduce", SUM, FLOAT32), ("ncclReduceScatter", AVG, BFLOAT16)]:
