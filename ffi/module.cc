@@ -22,6 +22,10 @@
 namespace nb = nanobind;
 using namespace jax_mscclpp;
 
+namespace jax_mscclpp {
+void register_select_bindings(nb::module_& m);  // select_bindings.cc: the submodule `select`
+}  // namespace jax_mscclpp
+
 namespace {
 
 nb::dict handler_dict(const HandlerList& handlers) {
@@ -119,6 +123,8 @@ NB_MODULE(_jax_mscclpp, m) {
     return false;
 #endif
   });
+
+  jax_mscclpp::register_select_bindings(m);
 
   m.def("codes", &code_tables,
         "The code tables of kernels/include/jax_mscclpp/codes.def: {table: [{enumerator, code, name, ...}, ...]}.");

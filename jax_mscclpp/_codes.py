@@ -12,8 +12,8 @@ import enum
 import pathlib
 import re
 
-# A wheel ships the .def tables (codes.def, selection.def) next to this file; a source tree (an editable install)
-# has them under kernels/include.
+# A wheel ships the .def tables it reads (codes.def, settings.def) next to this file; a source tree (an editable
+# install) has them under kernels/include.
 _HERE = pathlib.Path(__file__).resolve().parent
 
 

@@ -8,7 +8,8 @@ Order of precedence, for one call of a collective on a platform:
 2. a registered DSL plan (``plans.py``): the requested one, else the first whose size range covers the call and
    that runs on this communicator;
 3. the rules measured on this machine (the tuning file, ``tuning_file.py``), then ``DEFAULT_TABLE``: the first
-   rule whose collective, platform, world size and size range match;
+   rule whose collective, platform, world size and size range match. The match is the native rule matcher's
+   (``runtime/select``, the module's ``select``), the one the NCCL-API library asks too;
 4. ``"lax"`` (also what a rule may say): the lax collective is emitted instead of ours, and so it is whenever the
    communicator cannot run here (``Communicator.fallback_reason``). ``auto`` never emits lax where lax cannot run
    (``lax_runnable``: processes sharing one GPU): there the first rule of ours for the call, or an algorithm of
@@ -27,8 +28,8 @@ import os
 
 from . import selection_table, settings
 from ._codes import CODE_TABLES
+from ._jax_mscclpp import select as _select
 from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
-from .rule import Rule
 
 ENV_ALGORITHM = settings.ENV_ALGORITHM
 
@@ -38,12 +39,9 @@ ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
 GRAPH_MIN_BYTES = 1 << 20
 
 
-# The built-in rules and any-size algorithms: kernels/include/jax_mscclpp/selection.def, shared with the NCCL-API
-# library (selection_table.py reads it).
+# The built-in rules: kernels/include/jax_mscclpp/selection.def, shared with the NCCL-API library (a view of the
+# matcher's rows, selection_table.py).
 DEFAULT_TABLE = selection_table.DEFAULT_TABLE
-ANY_SIZE_ALGORITHM = selection_table.ANY_SIZE_ALGORITHM
-# The protocol of each algorithm chosen by size on GPUs (the launcher applies the same rows).
-PROTOCOL_RULES = selection_table.PROTOCOL_RULES
 # What each algorithm needs of a GPU communicator beyond memory channels (codes.def, column `needs`).
 ALGORITHM_NEEDS = {row["name"]: row["needs"] for row in CODE_TABLES["algorithm"]}
 
@@ -51,12 +49,31 @@ ALGORITHM_NEEDS = {row["name"]: row["needs"] for row in CODE_TABLES["algorithm"]
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """How one call is lowered: ``kind`` is "native" (one of our kernels, ``algorithm``), "plan" (a registered
-    plan, ``plan`` and ``plan_dict``), "composed" (``algorithm`` built from other collectives) or "lax"."""
+    plan, ``plan`` and ``plan_dict``), "composed" (``algorithm`` built from other collectives) or "lax";
+    ``reason``: why (what ``explain`` says), not part of the decision's value."""
 
     kind: str
     algorithm: str
     plan: object = None
     plan_dict: dict | None = None
+    reason: str = dataclasses.field(default="", compare=False)
+
+
+# Why a call of ``decide`` runs what it runs (``Decision.reason``, shown by ``explain``).
+GRADIENT_TREE_REASON = ("the large leaves of a gradient-like pytree sum run lax's all-reduce, which XLA overlaps "
+                        "with the backward pass")
+LAX_CANNOT_RUN_REASON = "lax cannot run here (processes share a GPU): the first rule of ours for the call"
+
+
+def _requested_reason(requested: str, algorithm: str | None) -> str:
+    """Why ``requested`` runs: asked for by ``algorithm=`` or by JAX_MSCCLPP_ALGORITHM."""
+    return f"algorithm={requested!r} asked for" if algorithm is not None else f"{ENV_ALGORITHM}={requested}"
+
+
+def _table_reason(platform: str) -> str:
+    """The rules ``choose`` matched: the tuning file's (when it has rules for ``platform``), then selection.def's."""
+    return ("the selection table (the tuning file's rules, then selection.def)" if _tuned_rules(platform)
+            else "the selection table (selection.def)")
 
 
 # The dtypes of the fused all-reduce epilogue kernels (collectives/epilogue.h).
@@ -80,11 +97,7 @@ def fuses(world: int, algorithm: str | None, dtype: str, communicator, kernel_ta
 def protocol_of(algorithm: str, platform: str, block_bytes: int) -> str | None:
     """The algorithm ``algorithm`` runs as on ``platform`` for blocks of ``block_bytes`` bytes (``allpairs`` ->
     ``allpairs_ll`` or ``allpairs_hb`` on GPUs, by selection.def's protocol rules), or None where it is its own."""
-    rule = PROTOCOL_RULES.get(algorithm)
-    if rule is None or platform != "gpu":
-        return None
-    ll_max_block_bytes, ll, hb = rule
-    return ll if block_bytes <= ll_max_block_bytes else hb
+    return _select.protocol_of(algorithm, platform, block_bytes)
 
 
 def in_command_buffers(nbytes: int) -> bool:
@@ -142,13 +155,17 @@ def lax_runnable(communicator) -> bool:
     return not getattr(communicator, "shares_gpus", False) or nccl_api_active()
 
 
+def _matched(collective: Collective, platform: str, nbytes: int, world: int | None, lax_runs: bool) -> str:
+    """The matcher's algorithm for this call over the tuned rules, then the built-in ones (``lax_runs`` False:
+    a lax rule decides nothing, and without a rule of ours the collective's any-size algorithm runs if this
+    platform runs it)."""
+    return _select.choose(_tuned_rules(platform), int(collective), platform, nbytes, world, lax_runs)
+
+
 def _ours_where_lax_cannot_run(collective: Collective, platform: str, nbytes: int, world: int | None) -> str:
-    """The first rule for this call that is not lax, else ``ANY_SIZE_ALGORITHM`` if this platform runs it."""
-    for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
-        if rule.algorithm != "lax" and rule.matches(collective, platform, nbytes, world):
-            return rule.algorithm
-    fallback = ANY_SIZE_ALGORITHM.get(collective, "lax")
-    return fallback if fallback in PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ()) else "lax"
+    """The first rule for this call that is not lax, else selection.def's any-size algorithm if this platform runs
+    it."""
+    return _matched(collective, platform, nbytes, world, lax_runs=False)
 
 
 def requested_algorithm(collective: Collective, platform: str, algorithm: str | None) -> str | None:
@@ -175,10 +192,7 @@ def choose(collective: Collective, platform: str, nbytes: int, requested: str | 
                 f"{collective.name.lower()}; there it runs: {', '.join(supported) or 'none'} (or 'lax')"
             )
         return requested
-    for rule in (*_tuned_rules(platform), *DEFAULT_TABLE):
-        if rule.matches(collective, platform, nbytes, world):
-            return rule.algorithm
-    return "lax"
+    return _matched(collective, platform, nbytes, world, lax_runs=True)
 
 
 def decide(collective: Collective, platform: str, *, nbytes: int, world: int, block_count: int, itemsize: int,
@@ -198,20 +212,29 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
             picked = plans.pick(collective, platform, requested, nbytes, world, block_count, itemsize,
                                 comm.scratch_bytes, port_channels)
             if picked is not None:
-                return Decision("plan", picked[0].name, picked[0], picked[1])
+                reason = (_requested_reason(requested, algorithm) if wants_plan
+                          else "a registered plan covers this call")
+                return Decision("plan", picked[0].name, picked[0], picked[1], reason)
         if wants_plan:  # a requested plan whose communicator falls back to lax
-            return Decision("lax", "lax")
-    chosen = "lax" if gradient_tree else choose(collective, platform, nbytes, requested, world)
+            return Decision("lax", "lax", reason=comm.fallback_reason or "the requested plan does not fit this call")
+    if gradient_tree:
+        chosen, reason = "lax", GRADIENT_TREE_REASON
+    elif requested is not None:
+        chosen, reason = choose(collective, platform, nbytes, requested, world), _requested_reason(requested, algorithm)
+    else:
+        chosen, reason = choose(collective, platform, nbytes, None, world), _table_reason(platform)
     if chosen == "lax" and requested is None and not lax_runnable(communicator()):
-        chosen = _ours_where_lax_cannot_run(collective, platform, nbytes, world)
+        chosen, reason = _ours_where_lax_cannot_run(collective, platform, nbytes, world), LAX_CANNOT_RUN_REASON
     if chosen in COMPOSED_ALGORITHMS:
-        return Decision("composed", chosen)
-    if chosen == "lax" or communicator().fallback_reason is not None:
-        return Decision("lax", "lax")
+        return Decision("composed", chosen, reason=reason)
+    if chosen != "lax" and communicator().fallback_reason is not None:
+        return Decision("lax", "lax", reason=communicator().fallback_reason)
+    if chosen == "lax":
+        return Decision("lax", "lax", reason=reason)
     if platform == "gpu" and ALGORITHM_NEEDS.get(chosen) == "kNeedsPortChannels" and not communicator().port_channels:
         raise ValueError(f"jax_mscclpp: algorithm {chosen!r} needs port channels: create the communicator with "
                          "Communicator(mesh, axes, port_channels=True) before the first call")
-    return Decision("native", chosen)
+    return Decision("native", chosen, reason=reason)
 
 
 def check_algorithm(collective: Collective, algorithm: str | None, api_name: str) -> None:

@@ -1,51 +1,36 @@
-"""The built-in selection table, ``kernels/include/jax_mscclpp/selection.def``, shared with the NCCL-API library
-(``nccl/runtime/selection_table.cc``) and the kernels' launchers (``kernels/collectives/protocol.h``):
-``DEFAULT_TABLE``, the rules in file order; ``ANY_SIZE_ALGORITHM``, what runs where a rule says lax but lax cannot
-run; ``PROTOCOL_RULES``, the protocol of each algorithm chosen by size on GPUs (name -> (largest LL block in bytes,
-LL algorithm, HB algorithm)). Read without jax or the native module."""
+"""The built-in selection table, ``kernels/include/jax_mscclpp/selection.def``, as the one rule matcher holds it
+(``runtime/select``, which the NCCL-API library calls and the native module binds as ``_jax_mscclpp.select``):
+views of its rows for what shows them (``selection.table()``, ``info()``). Matching a call is the matcher's
+(``selection.choose``).
+
+``Rule`` is a rule as it crosses to and from the matcher; ``DEFAULT_TABLE``, the built-in rules in file order;
+``PROTOCOL_RULES``, the protocol of each algorithm chosen by size on GPUs (name -> (largest LL block in bytes, LL
+algorithm, HB algorithm)), which the kernels' launchers apply (``kernels/collectives/protocol.h``)."""
 
 from __future__ import annotations
 
-import re
+from typing import NamedTuple
 
-from ._codes import CODE_TABLES, Collective, _member, def_file_text
-from .rule import Rule
-
-_PLATFORMS = {"kCpu": "cpu", "kGpu": "gpu"}
-_ROW = re.compile(r"^(JAX_MSCCLPP_SELECTION_RULE|JAX_MSCCLPP_ANY_SIZE_ALGORITHM|JAX_MSCCLPP_PROTOCOL_RULE)\((.*)\)"
-                  r"\s*(?://.*)?$")
+from ._codes import Collective
+from ._jax_mscclpp import select as _select
 
 
-def _algorithm(enumerator: str) -> str:
-    if enumerator == "kLax":
-        return "lax"
-    for row in CODE_TABLES["algorithm"]:
-        if row["enumerator"] == enumerator:
-            return row["name"]
-    raise ValueError(f"selection.def: {enumerator!r} is not an algorithm of codes.def")
+class Rule(NamedTuple):
+    """One rule of the selection tables (``DEFAULT_TABLE`` and the tuning files, ``tuning_file.py``): the
+    algorithm that runs a collective's calls on a platform up to a size."""
+
+    collective: Collective
+    platform: str
+    max_bytes: int | None  # per-rank input bytes, inclusive; None = no limit
+    algorithm: str
+    world: int | None = None  # the world size the rule was measured at; None = any
 
 
-def read_selection_table(text: str) -> tuple[tuple[Rule, ...], dict[Collective, str], dict[str, tuple]]:
-    """The rules, the any-size algorithms and the protocol rules of a selection.def text."""
-    rules: list[Rule] = []
-    any_size: dict[Collective, str] = {}
-    protocols: dict[str, tuple] = {}
-    for line in text.splitlines():
-        row = _ROW.match(line.strip())
-        if not row:
-            continue
-        fields = [field.strip() for field in row.group(2).split(",")]
-        if row.group(1) == "JAX_MSCCLPP_PROTOCOL_RULE":
-            protocols[_algorithm(fields[0])] = (int(fields[1]), _algorithm(fields[2]), _algorithm(fields[3]))
-            continue
-        collective = Collective[_member(fields[0])]
-        if row.group(1) == "JAX_MSCCLPP_ANY_SIZE_ALGORITHM":
-            any_size[collective] = _algorithm(fields[1])
-            continue
-        _, platform, max_bytes, algorithm, world = fields
-        rules.append(Rule(collective, _PLATFORMS[platform], None if int(max_bytes) < 0 else int(max_bytes),
-                          _algorithm(algorithm), None if int(world) == 0 else int(world)))
-    return tuple(rules), any_size, protocols
+def rule_of(row: tuple) -> Rule:
+    """A rule as the matcher gives it: (collective code, platform, max_bytes, algorithm, world)."""
+    collective, platform, max_bytes, algorithm, world = row
+    return Rule(Collective(collective), platform, max_bytes, algorithm, world)
 
 
-DEFAULT_TABLE, ANY_SIZE_ALGORITHM, PROTOCOL_RULES = read_selection_table(def_file_text("selection.def"))
+DEFAULT_TABLE = tuple(rule_of(row) for row in _select.builtin_rules())
+PROTOCOL_RULES = dict(_select.protocol_rules())

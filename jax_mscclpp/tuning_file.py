@@ -1,5 +1,8 @@
 """The tuning file: algorithm choices measured on this machine, which ``selection.choose`` reads before its
-default table (and the NCCL-API library too, finding the file the same way: ``nccl/runtime/tuning_file.cc``).
+default table (and the NCCL-API library too). Its text is read, and where it lies decided, by the one reader both
+use (``runtime/select/tuning_file.h``, the native module's ``select``); this module keeps what is the JAX path's:
+the topology of JAX's devices, when a file is read again (whenever it changed), what a file it cannot use is (an
+error for the file the environment names, a warning for a default one), and the writer the tuner uses.
 
 Where it is read from:
 
@@ -12,9 +15,9 @@ Where it is read from:
 
 ``python -m jax_mscclpp.tune`` writes it. Format (JSON, ``"format": "jax_mscclpp.tuning/1"``): ``rules`` is an
 ordered list of ``{collective, platform, max_bytes, algorithm}`` (plus ``min_bytes``, ``margin`` and ``runner_up``,
-for people) with selection's meaning: per-rank input bytes, inclusive upper bound, first match wins; ``null``
-max_bytes means no limit. Sizes past the last rule's bound fall through to the default table. Rules naming an
-algorithm this build does not run on that platform are ignored with a warning.
+for people) with selection's meaning: per-rank input bytes, inclusive upper bound (an integer, at least 0), first
+match wins; ``null`` max_bytes means no limit. Sizes past the last rule's bound fall through to the default table.
+Rules naming an algorithm this build does not run on that platform are ignored with a warning.
 """
 
 from __future__ import annotations
@@ -22,16 +25,14 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import re
 import threading
 import warnings
 
-from . import settings
+from ._jax_mscclpp import select as _select
 
-FORMAT = "jax_mscclpp.tuning/1"
+FORMAT = _select.TUNING_FORMAT
 ENV_FILE = "JAX_MSCCLPP_TUNING_FILE"
 ENV_CACHE_DIR = "JAX_MSCCLPP_CACHE_DIR"
-_OFF = ("0", "off", "none", "false")
 
 _lock = threading.Lock()
 _loaded: dict = {}  # path -> (stat signature, rules)
@@ -40,23 +41,20 @@ _topologies: dict = {}
 
 
 def _named_file() -> str | None:
-    """JAX_MSCCLPP_TUNING_FILE's value, stripped; None when it is unset or empty (both mean: the default file)."""
-    return settings.value_of(ENV_FILE)
+    """The file JAX_MSCCLPP_TUNING_FILE names, "" when it says off; None when it is unset or empty (both mean: the
+    default file)."""
+    return _select.named_tuning_file()
 
 
 def cache_dir() -> str:
-    if os.environ.get(ENV_CACHE_DIR):
-        return os.environ[ENV_CACHE_DIR]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jax_mscclpp")
+    """Where the tuning files live (``<cache>`` above)."""
+    return _select.cache_dir()
 
 
 def topology_name(platform: str, device_kind: str, devices: int, processes: int) -> str:
     """``<platform>-<device kind>-<n>dev`` (``-<p>proc`` with several processes), the kind lower-cased with each run
-    of other characters than letters and digits one dash (the NCCL-API library spells it alike)."""
-    kind = re.sub(r"[^A-Za-z0-9]+", "-", device_kind).strip("-").lower() or "device"
-    name = f"{platform}-{kind}-{devices}dev"
-    return name + f"-{processes}proc" if processes > 1 else name
+    of other characters than letters and digits one dash (the NCCL-API library's name, by the same code)."""
+    return _select.topology_name(platform, device_kind, devices, processes)
 
 
 def _jax_devices(platform: str):
@@ -88,7 +86,7 @@ def topology(platform: str) -> str | None:
 
 def default_file_of(topology_name: str) -> str:
     """The default selection file of the topology named ``topology_name``."""
-    return os.path.join(cache_dir(), "tuning", topology_name + ".json")
+    return _select.default_tuning_file(topology_name)
 
 
 def default_path(platform: str) -> str | None:
@@ -109,9 +107,9 @@ def _backends_started() -> bool:
 def active_path(platform: str | None) -> str | None:
     """The selection file ``choose`` reads for ``platform``, or None. Without ``JAX_MSCCLPP_TUNING_FILE`` and
     before JAX has started (or with no platform), there is none: finding the default needs the devices."""
-    env = _named_file()
-    if env is not None:
-        return None if env.lower() in _OFF else env
+    named = _named_file()
+    if named is not None:
+        return named or None
     if platform is None or not _backends_started():
         return None
     path = default_path(platform)
@@ -124,29 +122,22 @@ def _warn_once(key, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def _to_rules(doc: dict, path: str) -> tuple:
-    from ._types import ALGORITHMS_OF, PLATFORM_ALGORITHMS, Collective
-    from .rule import Rule
+def _to_rules(text: str, path: str) -> tuple:
+    """The rules of a selection file's text that this build runs where they say (ValueError for text not of the
+    format); the others are dropped with a warning."""
+    from ._types import PLATFORM_ALGORITHMS
+    from .selection_table import rule_of
 
-    if doc.get("format") != FORMAT:
-        raise ValueError(f"not a {FORMAT} file (format={doc.get('format')!r})")
-    rules = []
-    for entry in doc.get("rules", []):
-        collective = Collective[str(entry["collective"]).upper()]
-        platform = str(entry["platform"])
-        algorithm = str(entry["algorithm"])
-        max_bytes = entry.get("max_bytes")
-        max_bytes = None if max_bytes is None else int(max_bytes)
-        runs = PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ())
-        if algorithm not in ALGORITHMS_OF[collective] or (algorithm != "lax" and algorithm not in runs):
-            _warn_once(
-                (path, collective, platform, algorithm),
-                f"jax_mscclpp: {path}: ignoring rule {collective.name.lower()} -> {algorithm!r}: this build does "
-                f"not run it on {platform!r}",
-            )
-            continue
-        rules.append(Rule(collective, platform, max_bytes, algorithm))
-    return tuple(rules)
+    runs = {platform: {int(c): list(names) for c, names in by_collective.items()}
+            for platform, by_collective in PLATFORM_ALGORITHMS.items()}
+    kept, skipped = _select.parse_tuning_file(text, runs)
+    for rule in map(rule_of, skipped):
+        _warn_once(
+            (path, rule.collective, rule.platform, rule.algorithm),
+            f"jax_mscclpp: {path}: ignoring rule {rule.collective.name.lower()} -> {rule.algorithm!r}: this build "
+            f"does not run it on {rule.platform!r}",
+        )
+    return tuple(map(rule_of, kept))
 
 
 def load_rules(path: str, named: bool = False) -> tuple:
@@ -168,8 +159,8 @@ def load_rules(path: str, named: bool = False) -> tuple:
             return cached[1]
     try:
         with open(path) as f:
-            rules = _to_rules(json.load(f), path)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+            rules = _to_rules(f.read(), path)
+    except (OSError, ValueError) as e:
         if named:
             raise ValueError(f"jax_mscclpp: {ENV_FILE}={path!r} is not understood: cannot read the selection file "
                              f"({e}); accepted: the path of a selection file (python -m jax_mscclpp.tune writes "
@@ -204,12 +195,6 @@ def listed_rules() -> list:
         if path:
             out.extend((r, path) for r in load_rules(path) if r.platform == platform)
     return out
-
-
-def read(path: str) -> dict:
-    """The whole document of a selection file."""
-    with open(path) as f:
-        return json.load(f)
 
 
 def write(path: str, doc: dict) -> str:

@@ -1,6 +1,7 @@
 // The protocol of an algorithm chosen by size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE): the algorithm that
 // runs a block of `block_bytes` bytes, LL packets up to the row's bound and streaming HB above; any other algorithm
-// is its own. The launchers of the size-chosen algorithms apply it; Python's selection reads the same rows.
+// is its own. The launchers of the size-chosen algorithms apply it; the selection matcher (runtime/select/rules.h,
+// protocol_of) asks it for what Python's selection reports.
 #pragma once
 
 #include <cstdint>

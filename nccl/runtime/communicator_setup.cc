@@ -19,7 +19,7 @@
 #include "real_nccl.h"
 #include "runtime_communicator.h"
 #include "runtime_settings.h"
-#include "selection_table.h"
+#include "select/rules.h"
 
 #ifndef JAX_MSCCLPP_NCCL_LIBRARY_VERSION
 #define JAX_MSCCLPP_NCCL_LIBRARY_VERSION "unversioned"
@@ -52,7 +52,7 @@ Agreement local_agreement() {
                               std::to_string(JAX_MSCCLPP_NCCL_HEADER_VERSION_CODE) + ")"},
       named(Setting::kNcclRuntime, our_runtime_enabled() ? "1" : "0"),
       named(Setting::kTrapOnFailure, cuda::stop_on_failure_setting() ? "0" : "1"),
-      {"selection table (selection.def)", selection_rules_digest()},
+      {"selection table (selection.def)", select::builtin_rules_digest()},
       named(Setting::kScratchBytes, std::to_string(cuda::gpu_scratch_bytes_setting())),
       named(Setting::kStreamBlocks, std::to_string(cuda::stream_blocks_setting())),
       named(Setting::kStreamBlockBytes, std::to_string(stream.block_bytes)),

@@ -5,7 +5,7 @@
 #include "collectives/collective.h"
 #include "dtype_codes.h"
 #include "jax_mscclpp/codes.h"
-#include "selection_table.h"
+#include "selection.h"
 
 namespace jax_mscclpp::nccl {
 namespace {

@@ -4,7 +4,8 @@
 //
 // A route is one of:
 //   kCollective    a collective kernel of every rank (collective.h), the algorithm the selection table gives
-//                  (selection_table.h beneath the tuning file), where our kernels run the (dtype, reduction);
+//                  (selection.h: runtime/select beneath the tuning file), where our kernels run the (dtype,
+//                  reduction);
 //   kPointToPoint  a send or receive: point-to-point messages (collective.h, launch_p2p_group), unless the table
 //                  gives the size to NVIDIA's NCCL, it serves the communicator and that has several ranks;
 //   kComposed      what no kernel runs (broadcast, reduce, gather, scatter; prod, avg, pre-multiplied sums and the
@@ -25,7 +26,7 @@
 #include "collectives/fold.h"
 #include "our_runtime.h"
 #include "reduction_table.h"
-#include "tuning_file.h"
+#include "select/rules.h"
 
 namespace jax_mscclpp::nccl {
 
@@ -49,7 +50,7 @@ struct RouteContext {
   int nranks;
   bool nccl_can_run;  // NVIDIA's NCCL holds a communicator for these ranks
   bool shares_gpu;    // two ranks drive one GPU
-  const std::vector<TunedRule>& tuned;
+  const std::vector<select::Rule>& tuned;  // the tuning file's rules in force (selection.h)
   const ReductionTable& reductions;
 };
 

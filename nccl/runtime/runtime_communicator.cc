@@ -12,16 +12,17 @@
 #include "jax_mscclpp/block_layout.h"
 #include "jax_mscclpp/codes.h"
 #include "byte_frame.h"
-#include "selection_table.h"
+#include "select/tuning_file.h"
+#include "selection.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
 
 // The tuning file's rules in force, as one agreement field (agreement.h): every rank must select alike.
-AgreementField tuning_field(const std::vector<TunedRule>& rules) {
+AgreementField tuning_field(const std::vector<select::Rule>& rules) {
   std::string bytes;
-  for (const TunedRule& r : rules)
-    bytes += std::to_string(r.collective) + "," + std::to_string(r.max_bytes) + "," + std::to_string(r.algorithm) + ";";
+  for (const select::Rule& r : rules)
+    bytes += std::to_string(r.collective) + "," + std::to_string(r.max_bytes) + "," + std::to_string(r.code) + ";";
   return {"tuning file rules (JAX_MSCCLPP_TUNING_FILE)",
           std::to_string(rules.size()) + " rules, digest " + digest_hex(bytes)};
 }
@@ -38,7 +39,8 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
   rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
   // The topology (and so the tuning file) follows from the identities, the same on every rank; its rules are
   // compared in the endpoint round, the first that knows them.
-  tuned_ = &jax_mscclpp::nccl::tuned_rules(topology_name(identities[rank].gpu_name, nranks, backend.processes));
+  tuned_ = &jax_mscclpp::nccl::tuned_rules(
+      select::topology_name("gpu", identities[rank].gpu_name, nranks, backend.processes));
   FrameWriter frame;
   frame.text(encode_agreement({tuning_field(*tuned_)}));
   const std::vector<std::string> frames =

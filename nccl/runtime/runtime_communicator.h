@@ -33,7 +33,7 @@
 #include "our_runtime.h"
 #include "rank_identity.h"
 #include "reduction_table.h"
-#include "tuning_file.h"
+#include "select/rules.h"
 
 namespace jax_mscclpp::nccl {
 
@@ -55,9 +55,9 @@ class RuntimeCommunicator {
   bool kernels_stopped() const;
 
   // ---- what the operations (operations.cc, compositions.cc) run on this rank ----
-  // The tuning file's rules of the topology the communicator spans (tuning_file.h), beneath which the built-in
-  // selection table decides (selection_table.h).
-  const std::vector<TunedRule>& tuned_rules() const { return *tuned_; }
+  // The tuning file's rules of the topology the communicator spans (selection.h, tuned_rules), beneath which the
+  // built-in selection table decides (runtime/select).
+  const std::vector<select::Rule>& tuned_rules() const { return *tuned_; }
   // A collective kernel (collective.h: all-reduce, all-gather, reduce-scatter, all-to-all) of every rank.
   // cudaErrorInvalidValue for arguments our kernels refuse.
   cudaError_t launch(const Operation& op, int32_t algorithm) const;
@@ -80,7 +80,7 @@ class RuntimeCommunicator {
   cudaStream_t abort_stream_ = nullptr;
   std::array<uint64_t, 2> abort_words_{};  // the failed and recorded words stop_kernels copies, kept until freed
   bool shares_gpu_ = false;
-  const std::vector<TunedRule>* tuned_ = nullptr;
+  const std::vector<select::Rule>* tuned_ = nullptr;
   std::unique_ptr<cuda::GpuRank> rank_;
   // The operations' state (above).
   static constexpr size_t kStagingBytes = 16ull << 20;

@@ -1,6 +1,6 @@
-// The NCCL-API library's selection (nccl/runtime/selection_table.h), its tuning-file reader (tuning_file.h) and its
-// routes and group launches (routing.h), for tests without a GPU: the same table and file formats as the JAX path,
-// read by the library's own code.
+// The NCCL-API library's selection (nccl/runtime/selection.h over runtime/select: the rule matcher and the
+// tuning-file reader the JAX path's module binds too) and its routes and group launches (routing.h), for tests
+// without a GPU: what the library holds of a tuning file and what it chooses, by the library's own code.
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -13,8 +13,9 @@
 
 #include "bindings.h"
 #include "routing.h"
-#include "selection_table.h"
-#include "tuning_file.h"
+#include "select/rules.h"
+#include "select/tuning_file.h"
+#include "selection.h"
 
 namespace nb = nanobind;
 
@@ -49,33 +50,44 @@ void register_selection(nb::module_& m) {
   m.def(
       "nccl_parse_tuning_file",
       [](const std::string& text) {
-        jax_mscclpp::nccl::TuningFile parsed;
+        std::vector<jax_mscclpp::select::Rule> parsed;
         std::string error;
-        if (!jax_mscclpp::nccl::parse_tuning_file(text, &parsed, &error)) throw std::invalid_argument(error);
+        if (!jax_mscclpp::select::parse_tuning_file(text, &parsed, &error)) throw std::invalid_argument(error);
+        std::vector<std::string> skipped;
         std::vector<Rule> rules;
-        for (const auto& r : parsed.rules) rules.emplace_back(r.collective, r.max_bytes, r.algorithm);
-        return std::make_tuple(rules, parsed.skipped);
+        for (const auto& r : jax_mscclpp::nccl::library_rules(parsed, &skipped))
+          rules.emplace_back(r.collective, r.max_bytes, r.code);
+        return std::make_tuple(rules, skipped);
       },
       nb::arg("text"), "The GPU rules of a tuning file's text and the rules skipped; ValueError for a bad file.");
   m.def(
       "nccl_select_algorithm",
       [](const std::vector<Rule>& tuned, int32_t collective, uint64_t nbytes, int world, bool nccl_can_run) {
-        std::vector<jax_mscclpp::nccl::TunedRule> rules;
-        for (const auto& [c, max_bytes, algorithm] : tuned) rules.push_back({c, max_bytes, algorithm});
+        std::vector<jax_mscclpp::select::Rule> rules;
+        for (const auto& [c, max_bytes, algorithm] : tuned) {
+          const char* name = jax_mscclpp::select::algorithm_name(algorithm);
+          if (name == nullptr) throw std::invalid_argument("not an algorithm code: " + std::to_string(algorithm));
+          rules.push_back(jax_mscclpp::select::make_rule(c, "gpu", max_bytes, name, 0));
+        }
         return jax_mscclpp::nccl::select_algorithm(rules, collective, nbytes, world, nccl_can_run);
       },
       nb::arg("tuned"), nb::arg("collective"), nb::arg("nbytes"), nb::arg("world"), nb::arg("nccl_can_run"),
       "The library's algorithm for a GPU call (codes.def; -1: NVIDIA's NCCL) under `tuned` rules.");
-  m.def("nccl_topology_name", &jax_mscclpp::nccl::topology_name, nb::arg("device_kind"), nb::arg("devices"),
-        nb::arg("processes"), "The topology's name as the library spells it.");
-  m.def("nccl_tuning_file_path", &jax_mscclpp::nccl::tuning_file_path, nb::arg("topology"),
+  m.def(
+      "nccl_topology_name",
+      [](const std::string& device_kind, int devices, int processes) {
+        return jax_mscclpp::select::topology_name("gpu", device_kind, devices, processes);
+      },
+      nb::arg("device_kind"), nb::arg("devices"), nb::arg("processes"),
+      "The topology's name as the library spells it (runtime_communicator.cc).");
+  m.def("nccl_tuning_file_path", &jax_mscclpp::select::tuning_file_path, nb::arg("topology"),
         "The file the library reads for `topology` under this process's environment; '' for none.");
   m.def(
       "nccl_tuned_rules",
       [](const std::string& topology) {
         std::vector<Rule> rules;
         for (const auto& r : jax_mscclpp::nccl::tuned_rules(topology))
-          rules.emplace_back(r.collective, r.max_bytes, r.algorithm);
+          rules.emplace_back(r.collective, r.max_bytes, r.code);
         return rules;
       },
       nb::arg("topology"), "The rules the library holds for `topology` (read once per path and process).");
@@ -87,7 +99,7 @@ void register_selection(nb::module_& m) {
         n::ReductionTable reductions;  // premulsums: (dtype, immediate factor bits) in creation order
         for (const auto& [made_dtype, bits] : premulsums)
           reductions.add({static_cast<ncclDataType_t>(made_dtype), nullptr, static_cast<uint64_t>(bits)});
-        const std::vector<n::TunedRule> no_tuning;
+        const std::vector<jax_mscclpp::select::Rule> no_tuning;
         const n::RouteContext context{nranks, nccl_can_run, shares_gpu, no_tuning, reductions};
         const n::Operation operation{api_function(function), nullptr, nullptr, count,
                                      static_cast<ncclDataType_t>(dtype), static_cast<ncclRedOp_t>(op), peer, root,

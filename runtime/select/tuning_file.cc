@@ -1,24 +1,21 @@
-#include "tuning_file.h"
+#include "select/tuning_file.h"
+
+#include <pwd.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include <cctype>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <mutex>
+#include <optional>
 #include <sstream>
 #include <utility>
 
-#include <strings.h>
-
-#include "jax_mscclpp/codes.h"
 #include "jax_mscclpp/settings.h"
 
-namespace jax_mscclpp::nccl {
+namespace jax_mscclpp::select {
 namespace {
-
-constexpr const char* kFormat = "jax_mscclpp.tuning/1";
 
 // A JSON value: what a tuning file holds (objects, arrays, strings, numbers, booleans, null).
 struct Json {
@@ -165,138 +162,129 @@ class Reader {
   std::string what_;
 };
 
-int32_t collective_code(const std::string& name) {
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name_, input_blocks, output_blocks) \
-  if (name == name_) return code;
-#include "jax_mscclpp/codes.def"
-  return -1;
+bool is_string(const Json* v) { return v != nullptr && v->kind == Json::kString; }
+
+// os.path.join of two parts, as the JAX path joins them: no second '/' after one that ends `a`.
+std::string join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  return a.back() == '/' ? a + b : a + "/" + b;
 }
 
-// The algorithm `name` as this library runs it for `collective`: its code, -1 for "lax", -2 where it does not run
-// it (a name it does not know, one that does not serve the collective, one composed on the JAX path, or one that
-// needs port or switch channels, which this library's communicators do not have).
-int32_t algorithm_code(const std::string& name, int32_t collective) {
-  if (name == "lax") return -1;
-#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name_, collectives, host, needs)                                  \
-  if (name == name_)                                                                                              \
-    return ((collectives) >> collective & 1) != 0 && std::strcmp(#needs, "kNeedsNothing") == 0 ? int32_t(code) \
-                                                                                                 : -2;
-#include "jax_mscclpp/codes.def"
-  return -2;
+// The home directory: $HOME (even empty: the root), else the password database's entry; nullopt for neither.
+std::optional<std::string> home_directory() {
+  if (const char* home = std::getenv("HOME")) return std::string(home);
+  struct passwd entry;
+  struct passwd* found = nullptr;
+  std::string buffer(16384, '\0');
+  if (getpwuid_r(getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr &&
+      found->pw_dir != nullptr)
+    return std::string(found->pw_dir);
+  return std::nullopt;
 }
-
-std::string text_of(const Json* v) { return v != nullptr && v->kind == Json::kString ? v->string : "?"; }
 
 }  // namespace
 
-bool parse_tuning_file(const std::string& text, TuningFile* out, std::string* error) {
+bool parse_tuning_file(std::string_view text, std::vector<Rule>* rules, std::string* error) {
+  const std::string owned(text);
   Json doc;
-  if (!Reader(text).document(&doc, error)) return false;
+  if (!Reader(owned).document(&doc, error)) return false;
   const Json* format = doc.member("format");
-  if (doc.kind != Json::kObject || format == nullptr || format->kind != Json::kString || format->string != kFormat) {
-    *error = std::string("not a ") + kFormat + " file";
+  if (doc.kind != Json::kObject || !is_string(format) || format->string != kTuningFormat) {
+    *error = std::string("not a ") + kTuningFormat + " file";
     return false;
   }
-  const Json* rules = doc.member("rules");
-  if (rules == nullptr) return true;
-  if (rules->kind != Json::kArray) return *error = "\"rules\" is not a list", false;
-  for (const Json& rule : rules->array) {
-    const Json* platform = rule.member("platform");
+  const Json* list = doc.member("rules");
+  if (list == nullptr) return true;
+  if (list->kind != Json::kArray) return *error = "\"rules\" is not a list", false;
+  std::vector<Rule> out;
+  for (const Json& rule : list->array) {
     const Json* collective = rule.member("collective");
+    const Json* platform = rule.member("platform");
     const Json* algorithm = rule.member("algorithm");
     const Json* max_bytes = rule.member("max_bytes");
-    if (rule.kind != Json::kObject || collective == nullptr || collective->kind != Json::kString ||
-        platform == nullptr || platform->kind != Json::kString || algorithm == nullptr ||
-        algorithm->kind != Json::kString)
+    if (rule.kind != Json::kObject || !is_string(collective) || !is_string(platform) || !is_string(algorithm))
       return *error = "a rule without its collective, platform and algorithm", false;
-    if (platform->string != "gpu") continue;
-    TunedRule r{collective_code(collective->string), -1, -2};
-    if (r.collective < 0) return *error = "an unknown collective \"" + collective->string + "\"", false;
+    const int32_t code = collective_code(collective->string);
+    if (code < 0) return *error = "an unknown collective \"" + collective->string + "\"", false;
+    int64_t bound = -1;
     if (max_bytes != nullptr && max_bytes->kind == Json::kNumber) {
-      if (max_bytes->number < 0 || max_bytes->number != static_cast<double>(static_cast<int64_t>(max_bytes->number)))
+      const double v = max_bytes->number;
+      if (!(v >= 0 && v < 9223372036854775808.0) || v != static_cast<double>(static_cast<int64_t>(v)))
         return *error = "a max_bytes that is not a byte count", false;
-      r.max_bytes = static_cast<int64_t>(max_bytes->number);
+      bound = static_cast<int64_t>(v);
     } else if (max_bytes != nullptr && max_bytes->kind != Json::kNull) {
       return *error = "a max_bytes that is not a byte count", false;
     }
-    r.algorithm = algorithm_code(algorithm->string, r.collective);
-    if (r.algorithm == -2) {
-      out->skipped.push_back(collective->string + " -> " + text_of(algorithm));
-      continue;
-    }
-    out->rules.push_back(r);
+    out.push_back(make_rule(code, platform->string, bound, algorithm->string, 0));
   }
+  rules->insert(rules->end(), std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));
   return true;
 }
 
-std::string topology_name(const std::string& device_kind, int devices, int processes) {
+void split_runnable(const std::vector<Rule>& rules, const std::function<bool(const Rule&)>& runs,
+                    std::vector<Rule>* kept, std::vector<Rule>* skipped) {
+  for (const Rule& rule : rules) (rule.code == kLax || runs(rule) ? kept : skipped)->push_back(rule);
+}
+
+std::string topology_name(std::string_view platform, std::string_view device_kind, int devices, int processes) {
   std::string kind;
   bool dash = false;
   for (const char ch : device_kind) {
-    if (std::isalnum(static_cast<unsigned char>(ch))) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c < 0x80 && std::isalnum(c)) {
       if (dash && !kind.empty()) kind += '-';
-      kind += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      kind += static_cast<char>(std::tolower(c));
       dash = false;
     } else {
       dash = true;
     }
   }
-  std::string name = "gpu-" + (kind.empty() ? std::string("device") : kind) + "-" + std::to_string(devices) + "dev";
+  std::string name = std::string(platform) + "-" + (kind.empty() ? std::string("device") : kind) + "-" +
+                     std::to_string(devices) + "dev";
   if (processes > 1) name += "-" + std::to_string(processes) + "proc";
   return name;
 }
 
+std::optional<std::string> named_tuning_file() {
+  const char* raw = std::getenv(setting_name(Setting::kTuningFile));
+  if (raw == nullptr) return std::nullopt;
+  std::string_view value(raw);
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.front()))) value.remove_prefix(1);
+  while (!value.empty() && std::isspace(static_cast<unsigned char>(value.back()))) value.remove_suffix(1);
+  if (value.empty()) return std::nullopt;
+  const std::string named(value);
+  for (const char* off : {"off", "none", "0", "false"})
+    if (strcasecmp(named.c_str(), off) == 0) return std::string();
+  return named;
+}
+
+std::string cache_dir() {
+  if (const char* dir = setting_value(Setting::kCacheDir)) return dir;
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] != '\0') return join(xdg, "jax_mscclpp");
+  std::optional<std::string> home = home_directory();
+  if (!home) return "";
+  while (!home->empty() && home->back() == '/') home->pop_back();
+  return *home + "/.cache/jax_mscclpp";
+}
+
+std::string default_tuning_file(const std::string& topology) {
+  const std::string cache = cache_dir();
+  return cache.empty() ? std::string() : join(join(cache, "tuning"), topology + ".json");
+}
+
 std::string tuning_file_path(const std::string& topology) {
-  if (const char* named = setting_value(Setting::kTuningFile)) {
-    for (const char* off : {"off", "none", "0", "false"})
-      if (strcasecmp(named, off) == 0) return "";
-    return named;
-  }
-  std::string cache;
-  if (const char* dir = setting_value(Setting::kCacheDir)) {
-    cache = dir;
-  } else {
-    const char* xdg = std::getenv("XDG_CACHE_HOME");
-    const char* home = std::getenv("HOME");
-    if (xdg != nullptr && xdg[0] != '\0') cache = std::string(xdg) + "/jax_mscclpp";
-    else if (home != nullptr && home[0] != '\0') cache = std::string(home) + "/.cache/jax_mscclpp";
-    else return "";
-  }
-  return cache + "/tuning/" + topology + ".json";
+  if (const std::optional<std::string> named = named_tuning_file()) return *named;
+  return default_tuning_file(topology);
 }
 
-const std::vector<TunedRule>& tuned_rules(const std::string& topology) {
-  static std::mutex mutex;
-  static std::map<std::string, std::vector<TunedRule>> loaded;  // path -> rules (entries never move)
-  static const std::vector<TunedRule> none;
-  const std::string path = tuning_file_path(topology);
-  if (path.empty()) return none;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto found = loaded.find(path);
-  if (found != loaded.end()) return found->second;
-  std::vector<TunedRule>& rules = loaded[path];
-  const bool named = setting_value(Setting::kTuningFile) != nullptr;
-  std::ifstream file(path);
-  if (!file) {
-    if (named)
-      std::fprintf(stderr, "jax_mscclpp: ignoring JAX_MSCCLPP_TUNING_FILE=\"%s\": the file cannot be read; using "
-                   "the built-in table\n", path.c_str());
-    return rules;
-  }
-  std::stringstream text;
-  text << file.rdbuf();
-  TuningFile parsed;
-  std::string error;
-  if (!parse_tuning_file(text.str(), &parsed, &error)) {
-    std::fprintf(stderr, "jax_mscclpp: ignoring the selection file %s: %s; using the built-in table\n", path.c_str(),
-                 error.c_str());
-    return rules;
-  }
-  for (const std::string& s : parsed.skipped)
-    std::fprintf(stderr, "jax_mscclpp: %s: ignoring rule %s: this library does not run it on GPUs\n", path.c_str(),
-                 s.c_str());
-  rules = std::move(parsed.rules);
-  return rules;
+bool read_text_file(const std::string& path, std::string* text) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return false;
+  std::stringstream contents;
+  contents << file.rdbuf();
+  *text = contents.str();
+  return true;
 }
 
-}  // namespace jax_mscclpp::nccl
+}  // namespace jax_mscclpp::select
