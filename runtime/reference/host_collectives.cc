@@ -42,25 +42,26 @@ class RankCall {
     const bool first = exchanges_++ == 0;
     for (int p = 0; p < world_; ++p)
       if (p != me_.rank) me_.channels[p].signal();
-    for (int p = 0; p < world_; ++p) {
-      if (p == me_.rank) continue;
-      const PublishedCalls& theirs = *group_.ranks[p].published;
-      const WaitResult result = me_.channels[p].wait(deadline_, [&] {
-        return group_.broken.load(std::memory_order_acquire) || peer_in_another_call(theirs, nullptr, nullptr);
-      });
-      if (result == WaitResult::kTimedOut) return timed_out(p);
-      if (result == WaitResult::kStopped) {
-        CallSignature other;
-        uint64_t other_epoch = 0;
-        if (!peer_in_another_call(theirs, &other, &other_epoch)) return failed_elsewhere(p);
-        return mismatch(p, other, other_epoch);
-      }
-      if (first) {
-        CallSignature other;
-        const uint64_t other_epoch = theirs.read(first_epoch_, &other);
-        if (other_epoch != first_epoch_ || !(other == signature_)) return mismatch(p, other, other_epoch);
-      }
-    }
+    for (int p = 0; p < world_; ++p)
+      if (p != me_.rank) me_.channels[p].expect();
+    // Signals still missing: the rings the rank's doorbell must get at least before they can all be there.
+    auto missing = [&] {
+      uint32_t n = 0;
+      for (int p = 0; p < world_; ++p) n += p != me_.rank && !me_.channels[p].arrived();
+      return n;
+    };
+    const WaitResult result = wait_until(
+        *me_.doorbell, missing, deadline_,
+        [&] {
+          return group_.broken.load(std::memory_order_acquire) || peer_in_another_call(first, nullptr, nullptr) >= 0;
+        },
+        wait_spin_for(comm_.num_partitions()));
+    if (result == WaitResult::kTimedOut) return timed_out(first_missing());
+    CallSignature other;
+    uint64_t other_epoch = 0;
+    const int peer = peer_in_another_call(first, &other, &other_epoch);
+    if (peer >= 0) return mismatch(peer, other, other_epoch);
+    if (result == WaitResult::kStopped) return failed_elsewhere(first_missing());
     return true;
   }
 
@@ -74,12 +75,31 @@ class RankCall {
   const std::string& error() const { return error_; }
 
  private:
-  // Whether `theirs` shows the peer in a different call at this call's first epoch (it has not signalled yet).
-  bool peer_in_another_call(const PublishedCalls& theirs, CallSignature* other, uint64_t* other_epoch) const {
-    CallSignature s;
-    const uint64_t e = theirs.read(first_epoch_, &s);
-    if (other) *other = s, *other_epoch = e;
-    return e == first_epoch_ && !(s == signature_);
+  // The first peer, in rank order, whose published call shows it in another call than this one at this call's
+  // first epoch (its signature and epoch in `other`, `other_epoch`), or -1. A peer whose signal of this exchange
+  // arrived is checked at the first exchange only (its signal ordered its signature before this read); one still
+  // missing, only if it published another call for this epoch.
+  int peer_in_another_call(bool first, CallSignature* other, uint64_t* other_epoch) const {
+    for (int p = 0; p < world_; ++p) {
+      if (p == me_.rank) continue;
+      const bool arrived = me_.channels[p].arrived();
+      if (arrived && !first) continue;
+      CallSignature s;
+      const uint64_t e = group_.ranks[p].published->read(first_epoch_, &s);
+      const bool same = s == signature_;
+      if (arrived ? e != first_epoch_ || !same : e == first_epoch_ && !same) {
+        if (other) *other = s, *other_epoch = e;
+        return p;
+      }
+    }
+    return -1;
+  }
+
+  // The first peer, in rank order, whose signal of this exchange has not arrived.
+  int first_missing() const {
+    for (int p = 0; p < world_; ++p)
+      if (p != me_.rank && !me_.channels[p].arrived()) return p;
+    return -1;
   }
 
   std::string where() const {

@@ -41,6 +41,7 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
       s.rank = r;
       s.scratch.reset(new std::byte[2 * scratch_half_bytes_]);  // left uninitialised: never read before written
       s.inbound = std::make_unique<HostSemaphore[]>(world_);
+      s.doorbell = std::make_unique<Doorbell>();
       s.expected.assign(world_, 0);
       s.published = std::make_unique<PublishedCalls>();
       s.in_call = std::make_unique<std::atomic<bool>>(false);
@@ -53,7 +54,8 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
       for (int peer = 0; peer < world_; ++peer) {
         if (peer == r) continue;
         HostRankState& p = group->ranks[peer];
-        s.channels[peer] = HostMemoryChannel{p.scratch.get(), &p.inbound[r], &s.inbound[peer], &s.expected[peer]};
+        s.channels[peer] =
+            HostMemoryChannel{p.scratch.get(), &p.inbound[r], &s.inbound[peer], &s.expected[peer], p.doorbell.get()};
       }
     }
     groups_.push_back(std::move(group));

@@ -58,6 +58,9 @@ struct HostRankState {
   // algorithm or another allocation left whose upper word happens to equal an epoch.
   std::unique_ptr<std::byte[]> packet_scratch;
   std::unique_ptr<HostSemaphore[]> inbound;      // [world]: signals received from each peer
+  // Rung by every signal or packet sent to this rank (built-in algorithms and plans) and by the group's failure;
+  // the rank's waits sleep on it (host_semaphore.h).
+  std::unique_ptr<Doorbell> doorbell;
   std::vector<uint64_t> expected;                // [world]: signals consumed from each peer
   std::vector<HostMemoryChannel> channels;       // [world]: to each peer (the entry for myself is unused)
   uint64_t epoch = 0;                            // rounds completed; round e uses half e & 1
@@ -78,15 +81,18 @@ struct HostGroup {
 
   std::vector<HostRankState> ranks;
   // After a failure (a timeout, mismatched calls) the group's semaphores are out of step: every later call on it
-  // fails with the reason, and ranks still waiting in the failed call stop early with it.
+  // fails with the reason, and ranks still waiting in the failed call stop early with it (woken at once).
   std::atomic<bool> broken{false};
   std::mutex reason_mutex;
   std::string broken_reason;  // guarded by reason_mutex
 
   void mark_broken(const std::string& reason) {
-    std::lock_guard<std::mutex> lock(reason_mutex);
-    if (broken_reason.empty()) broken_reason = reason;
-    broken.store(true, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(reason_mutex);
+      if (broken_reason.empty()) broken_reason = reason;
+      broken.store(true, std::memory_order_release);
+    }
+    for (HostRankState& r : ranks) r.doorbell->ring(/*urgent=*/true);
   }
   std::string reason() {
     std::lock_guard<std::mutex> lock(reason_mutex);

@@ -158,11 +158,17 @@ class PlanRun {
   }
 
   // Thread blocks take turns; each runs until it finishes or must wait (a semaphore or packets not yet there).
+  // When none can run, the rank waits on its doorbell until one can (every signal and packet to it rings it).
   bool run() {
     const auto& tbs = plan_.ranks[rank_].threadblocks;
     std::vector<size_t> pc(tbs.size(), 0);
-    auto backoff = std::chrono::microseconds(2);
-    for (uint64_t spin = 0;;) {
+    auto none_can_run = [&]() -> uint32_t {  // as wait_until's `missing`: any ring may let one run
+      for (size_t t = 0; t < tbs.size(); ++t)
+        if (pc[t] < tbs[t].size() && ready(tbs[t][pc[t]])) return 0;
+      return 1;
+    };
+    Doorbell& doorbell = *state(rank_).doorbell;
+    for (;;) {
       bool progressed = false, finished = true;
       for (size_t t = 0; t < tbs.size(); ++t) {
         while (pc[t] < tbs[t].size() && ready(tbs[t][pc[t]])) {
@@ -174,15 +180,13 @@ class PlanRun {
         finished &= pc[t] == tbs[t].size();
       }
       if (finished) return true;
-      if (progressed) {
-        spin = 0;
-        continue;
+      if (progressed) continue;
+      switch (wait_until(doorbell, none_can_run, deadline_, [&] { return !still_in_step(); },
+                         wait_spin_for(comm_.num_partitions()))) {
+        case WaitResult::kArrived: break;
+        case WaitResult::kTimedOut: return fail(tbs, pc);
+        case WaitResult::kStopped: return false;
       }
-      if (++spin < 256) continue;
-      if (Clock::now() > deadline_) return fail(tbs, pc);
-      if (!still_in_step()) return false;
-      std::this_thread::sleep_for(backoff);
-      if (backoff < std::chrono::microseconds(200)) backoff *= 2;
     }
   }
 
@@ -283,6 +287,7 @@ class PlanRun {
       if (k * kPacketData < bytes) std::memcpy(&payload, data + k * kPacketData, std::min(kPacketData, bytes - k * kPacketData));
       std::atomic_ref<uint64_t>(words[k]).store((uint64_t(flag_) << 32) | payload, std::memory_order_release);
     }
+    if (rank != rank_) state(rank).doorbell->ring();
   }
   void read_packets(const ChunkRef& ref, size_t t, std::byte* out, size_t bytes) {
     const auto* words = reinterpret_cast<uint64_t*>(address(rank_, ref, t));
@@ -312,6 +317,7 @@ class PlanRun {
   void signal(int c) {
     const PlanChannel& ch = channel(c);
     endpoints(ch.peer).inbound[ch.peer_channel].count.fetch_add(1, std::memory_order_release);
+    state(ch.peer).doorbell->ring();
   }
 
   // result <- sources in order (+) ..., over `len` elements (bf16 and f16 in f32, rounded once: fold_sources);
