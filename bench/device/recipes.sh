@@ -20,6 +20,13 @@
 #   nccl_clients     NCCL's real clients through our libnccl.so.2 in 2, 3 and 4 processes sharing GPU 0: nccl-tests
 #                    (MPI), torch.distributed, JAX's multi-process tests (bench/device/nccl_clients.py; carry
 #                    .devcache and .whl; everything at 2 processes, a core subset at 3 and 4; about 6 minutes)
+#   kernel_record    the one-GPU speed record of every kernel (bench/kernels/kernel_record.py): every algorithm of
+#                    every collective, 1 KiB to 256 MiB (x4), on 2, 4 and 8 virtual ranks and 2 and 4 processes
+#                    sharing GPU 0, each beside a device-to-device copy of the same bytes; one JSON in $OUT, printed
+#                    against the newest record of this GPU under bench/results, kernels over 10 % slower flagged.
+#                    Made to follow build in one call (`COMMIT=<sha> recipes.sh build kernel_record`: COMMIT names
+#                    the tree, which has no .git there): its budget is what ten minutes leave after the recipes
+#                    before it (KERNEL_RECORD_BUDGET=S sets it); what does not fit is skipped, with a note
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -84,9 +91,16 @@ nccl_clients() {
     --jax-jobs 2 --nccl-tests-jobs 2 --out "$OUT"
   echo "nccl_clients: $((SECONDS - started)) s"
 }
+kernel_record() {
+  # Ten minutes a call: this recipe ends by 560 s after the first recipe of this run started (the build's ~130 s
+  # before it), the rest kept for stopping.
+  local budget=${KERNEL_RECORD_BUDGET:-$((560 - SECONDS))}
+  [ "$budget" -lt 60 ] && budget=60
+  python3 bench/kernels/kernel_record.py --budget "$budget" ${COMMIT:+--commit "$COMMIT"} --out "$OUT"
+}
 
 RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
-RECIPES+=" nccl_clients"
+RECIPES+=" nccl_clients kernel_record"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then

@@ -7,7 +7,9 @@ Command line: ``python -m jax_mscclpp.bench --help`` (docs/benchmarking.md). Fro
 
 Modules: ``units`` (sizes), ``metrics`` (algbw, busbw, stats), ``programs`` (what runs), ``timing`` (how it is
 timed), ``modes`` (plain / command buffers), ``sweep`` (configurations -> records), ``report`` (table, JSON, CSV,
-PNG), ``machine`` (what it ran on), ``launcher`` (one process per device), ``progress``, ``cli``, ``driver`` (one run, end to end).
+PNG), ``machine`` (what it ran on), ``launcher`` (one process per device), ``progress``, ``cli``, ``driver`` (one run, end to end);
+``kernel_record`` (the kernel speed record: ``python -m jax_mscclpp.bench.kernel_record``), ``kernel_record_base``
+(its record, plan and comparison) and ``kernel_record_jax`` (its JAX settings).
 Importing this package does not start JAX's backends; ``run`` does.
 """
 
