@@ -1,8 +1,9 @@
 """The public collectives: drop-in replacements for the lax collectives inside ``jax.shard_map``.
 
 Each takes a pytree and an axis name or tuple of names (ranks are row-major over them, as in lax), checks its
-input at trace time (unknown axis -> NameError, unsupported dtype -> TypeError, unsupported op or algorithm ->
-ValueError), reshapes to the block layout of ``primitives.py`` and binds the primitive.
+input at trace time (unknown axis -> NameError, a dtype lax's collective refuses too -> TypeError, unsupported op
+or algorithm -> ValueError), reshapes to the block layout of ``primitives.py`` and binds the primitive. Every
+other dtype runs: ours, or lax's collective where ours has no way for it (``carriers.py``, decided at lowering).
 """
 
 from __future__ import annotations
@@ -127,10 +128,13 @@ _REDUCE_API = {"sum": "psum", "max": "pmax", "min": "pmin"}  # the public name o
 _LAX_REDUCE = {"sum": lax.psum, "max": lax.pmax, "min": lax.pmin}
 
 
-def reduce_over_one_rank(leaves, axes, op: str) -> list:
-    """``leaves`` reduced over axes whose sizes multiply to one: lax's own reduction, which moves no data and types
-    its result as lax does (invariant over ``axes`` where lax makes it so, with lax's transpose under ``jax.grad``)."""
-    return [_LAX_REDUCE[op](leaf, axes) for leaf in leaves]
+def reduce_over_one_rank(leaves, axes, op: str, api_name: str) -> list:
+    """``leaves`` reduced over axes whose sizes multiply to one (the call ``api_name``): lax's own reduction, which
+    moves no data and types its result as lax does (invariant over ``axes`` where lax makes it so, with lax's
+    transpose under ``jax.grad``)."""
+    routing.one_rank(api_name, axes)
+    with routing.lax_scope(api_name):
+        return [_LAX_REDUCE[op](leaf, axes) for leaf in leaves]
 
 
 def reduction_leaves(x, op: str, api: str, axis_name, algorithm):
@@ -167,10 +171,11 @@ def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: 
     if isinstance(op, str) and op in REDUCE_OPS:
         _check_algorithm(Collective.ALL_REDUCE, algorithm, api)
         if _lax_route(api, axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, op) is not None:
-            return _LAX_REDUCE[op](x, axis_name, axis_index_groups=axis_index_groups)
+            with routing.lax_scope(api):
+                return _LAX_REDUCE[op](x, axis_name, axis_index_groups=axis_index_groups)
     leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
-        return jax.tree_util.tree_unflatten(treedef, reduce_over_one_rank(leaves, axes, op))
+        return jax.tree_util.tree_unflatten(treedef, reduce_over_one_rank(leaves, axes, op, api))
     calls = bucketed(leaves, axes)
     own = [len(call) == 1 and has_own_call(leaves[call[0]]) for call, _ in calls]
     large = algorithm
@@ -199,8 +204,9 @@ def pmin(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
 def pmean(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     """Mean over ``axis_name``: ``lax.pmean``'s drop-in, our ``psum`` divided by the axis size as lax divides it
     (integer and bool sums become floats, as ``x / n`` makes them)."""
-    if axis_index_groups is not None:
-        return lax.pmean(x, axis_name, axis_index_groups=axis_index_groups)
+    if _lax_route("pmean", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, "sum") is not None:
+        with routing.lax_scope("pmean"):
+            return lax.pmean(x, axis_name, axis_index_groups=axis_index_groups)
     total = psum(x, axis_name, algorithm=algorithm)
     _, world = _axes_and_world(axis_name, "pmean")
     return jax.tree_util.tree_map(lambda v: v / world, total)
@@ -230,16 +236,21 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "v
         raise ValueError(f"all_gather: unsupported to={to!r}; supported: {', '.join(map(repr, ALL_GATHER_TO))}")
     if _lax_route("all_gather", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
         to_arg = {} if to == "varying" else {"to": to}
-        return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups, **to_arg)
+        with routing.lax_scope("all_gather"):
+            return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups,
+                                  **to_arg)
     axes, world = _axes_and_world(axis_name, "all_gather")
     prim = all_gather_p if to == "varying" else all_gather_invariant_p
+    if world == 1:
+        routing.one_rank("all_gather", axes)
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "all_gather", Collective.ALL_GATHER)
         ndim = leaf.ndim
         where = _canonical_axis(axis, ndim if tiled else ndim + 1, "all_gather", "axis")
         if world == 1:  # one rank: nothing to exchange (no communicator, no plan needed)
-            blocks = leaf[None] if to == "varying" else jax.lax.all_gather(leaf, axes, to=to)
+            with routing.lax_scope("all_gather"):
+                blocks = leaf[None] if to == "varying" else jax.lax.all_gather(leaf, axes, to=to)
         else:
             blocks = prim.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
         out = jnp.moveaxis(blocks, 0, where)
@@ -257,9 +268,12 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
     """Sums over ``axis_name`` and leaves rank r block r of ``scatter_dimension``: ``lax.psum_scatter``."""
     _check_algorithm(Collective.REDUCE_SCATTER, algorithm, "psum_scatter")
     if _lax_route("psum_scatter", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
-        return lax.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled,
-                                axis_index_groups=axis_index_groups)
+        with routing.lax_scope("psum_scatter"):
+            return lax.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled,
+                                    axis_index_groups=axis_index_groups)
     axes, world = _axes_and_world(axis_name, "psum_scatter")
+    if world == 1:
+        routing.one_rank("psum_scatter", axes)
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "psum_scatter", Collective.REDUCE_SCATTER)
@@ -311,10 +325,13 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
     ``concat_axis`` (stacked into a new axis unless ``tiled``): ``lax.all_to_all``."""
     _check_algorithm(Collective.ALL_TO_ALL, algorithm, "all_to_all")
     if _lax_route("all_to_all", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
-        return jax.tree_util.tree_map(
-            lambda leaf: lax.all_to_all(leaf, axis_name, split_axis, concat_axis, axis_index_groups=axis_index_groups,
-                                        tiled=tiled), x)
+        with routing.lax_scope("all_to_all"):
+            return jax.tree_util.tree_map(
+                lambda leaf: lax.all_to_all(leaf, axis_name, split_axis, concat_axis,
+                                            axis_index_groups=axis_index_groups, tiled=tiled), x)
     axes, world = _axes_and_world(axis_name, "all_to_all")
+    if world == 1:
+        routing.one_rank("all_to_all", axes)
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "all_to_all", Collective.ALL_TO_ALL)
@@ -341,3 +358,33 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
         return jnp.squeeze(out, split) if split != concat else out
 
     return jax.tree_util.tree_map(one, x)
+
+
+# Our public function of each collective, called with the shape parameters lax_equivalents.lax_collective takes:
+# the one dispatch the benchmark tool (bench.programs) and the soak (soak.programs) call ours through.
+_PUBLIC_CALLS = {
+    Collective.ALL_REDUCE: lambda x, axes, op, dim, concat, tiled, algorithm: all_reduce(
+        x, axes, op=op, algorithm=algorithm),
+    Collective.ALL_GATHER: lambda x, axes, op, dim, concat, tiled, algorithm: all_gather(
+        x, axes, axis=dim, tiled=tiled, algorithm=algorithm),
+    Collective.REDUCE_SCATTER: lambda x, axes, op, dim, concat, tiled, algorithm: psum_scatter(
+        x, axes, scatter_dimension=dim, tiled=tiled, algorithm=algorithm),
+    Collective.ALL_TO_ALL: lambda x, axes, op, dim, concat, tiled, algorithm: all_to_all(
+        x, axes, dim, concat, tiled=tiled, algorithm=algorithm),
+}
+
+
+def ours_collective(collective: Collective, axes, *, op: str = "sum", dim: int = 0, concat: int = 0,
+                    tiled: bool = True, algorithm: str | None = None):
+    """Our public function of ``collective`` over ``axes`` as a function of one rank's operand, its parameters
+    as ``lax_equivalents.lax_collective`` takes them (``dim``: all_gather's axis, psum_scatter's scatter
+    dimension or all_to_all's split axis; ``concat``: all_to_all's concat axis); ValueError for a collective
+    without one."""
+    try:
+        call = _PUBLIC_CALLS[collective]
+    except KeyError:
+        name = collective.name.lower() if isinstance(collective, Collective) else repr(collective)
+        known = ", ".join(c.name.lower() for c in _PUBLIC_CALLS)
+        raise ValueError(f"jax_mscclpp: no public function of {name} is dispatched here; dispatched: {known}") \
+            from None
+    return lambda x: call(x, axes, op, dim, concat, tiled, algorithm)

@@ -24,19 +24,28 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from . import _compat, _native, primitives, selection
+from . import _compat, _native, explain, primitives, routing, selection
 from ._types import DTYPE_CODES, check_dtype
 from .collectives import _axes_and_world, _lax_route, psum
 from .communicator import Communicator
 
 RESIDUAL_TARGET = "jax_mscclpp_all_reduce_residual"
 RMSNORM_TARGET = "jax_mscclpp_all_reduce_rmsnorm"
+_LAX_ASKED = "algorithm='lax' asked for"
+
+
+def _api(norm: bool) -> str:
+    return "all_reduce_residual_rmsnorm" if norm else "all_reduce_residual"
 
 
 def _reference(x, residual, weight, *, axes, norm, eps, algorithm, axis_index_groups=None):
-    """The composition the fused kernel computes: (normed, new_residual) or (new_residual,)."""
-    total = (lax.psum(x, axes, axis_index_groups=axis_index_groups) if algorithm == "lax"
-             else psum(x, axes, algorithm=algorithm))
+    """The composition the fused kernel computes: (normed, new_residual) or (new_residual,); with ``algorithm``
+    "lax", over lax's psum (bound under ``routing.lax_scope``; its callers note it for ``explain``)."""
+    if algorithm == "lax":
+        with routing.lax_scope(_api(norm)):
+            total = lax.psum(x, axes, axis_index_groups=axis_index_groups)
+    else:
+        total = psum(x, axes, algorithm=algorithm)
     new_residual = residual + total
     if not norm:
         return (new_residual,)
@@ -92,6 +101,8 @@ def _lower_gpu(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
         return _lower_composition(ctx, x, residual, *weight, axes=axes, world=world, norm=norm, eps=eps,
                                   algorithm=algorithm)
     nbytes = int(np.prod(x_aval.shape, dtype=int)) * np.dtype(x_aval.dtype).itemsize
+    explain.record(_api(norm), axes, nbytes, np.dtype(x_aval.dtype).name, "fused",
+                   "one kernel sums and applies the epilogue (selection.fuses)")
     if norm:
         return jax.ffi.ffi_lowering(primitives.gpu_target(RMSNORM_TARGET, nbytes), has_side_effect=True)(
             ctx, x, residual, weight[0], comm_id=np.int64(comm.id), eps=np.float32(eps))
@@ -101,6 +112,10 @@ def _lower_gpu(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
 
 def _lower_composition(ctx, x, residual, *weight, axes, world, norm, eps, algorithm):
     del world
+    if algorithm == "lax":  # lax's psum, bound here (ours notes its own decision where it is lowered)
+        aval = ctx.avals_in[0]
+        explain.record(_api(norm), axes, int(np.prod(aval.shape, dtype=int)) * np.dtype(aval.dtype).itemsize,
+                       np.dtype(aval.dtype).name, "lax", _LAX_ASKED)
     run = _composition(axes, norm, eps, algorithm)
     return mlir.lower_fun(run, multiple_results=True)(ctx, x, residual, *weight)
 
@@ -108,6 +123,8 @@ def _lower_composition(ctx, x, residual, *weight, axes, world, norm, eps, algori
 def _batch(args, dims, *, axes, world, norm, eps, algorithm):
     """Under vmap the composition runs (each mapped call its own collective)."""
     del world
+    if algorithm == "lax":
+        explain.record(_api(norm), axes, None, None, "lax", _LAX_ASKED)
     run = _composition(axes, norm, eps, algorithm)
     outs = jax.vmap(run, in_axes=tuple(d if isinstance(d, int) else None for d in dims))(*args)
     return list(outs), [0] * len(outs)
@@ -170,6 +187,7 @@ def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None,
         return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm="lax",
                           axis_index_groups=axis_index_groups)[0]
     if world == 1:
+        routing.one_rank("all_reduce_residual", axes)
         return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm="lax")[0]
     x = _compat.make_varying(x, axes)
     dummy = jnp.zeros((0,), x.dtype)
@@ -187,6 +205,7 @@ def all_reduce_residual_rmsnorm(x, residual, weight, axis_name, *, eps: float = 
         return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm="lax",
                           axis_index_groups=axis_index_groups)
     if world == 1:
+        routing.one_rank("all_reduce_residual_rmsnorm", axes)
         return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm="lax")
     x = _compat.make_varying(x, axes)
     normed, new_residual = _fused(x, residual, weight, (axes, world, True, float(eps), algorithm))

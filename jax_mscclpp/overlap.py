@@ -25,7 +25,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
 
-from . import _compat, _native, primitives
+from . import _compat, _native, primitives, routing
 from ._types import Collective
 from .collectives import (_lax_route, bucketed, has_own_call, reduce_over_one_rank, reduce_tree, reduction_leaves,
                           unbucketed)
@@ -106,11 +106,12 @@ def psum_start(x, axis_name, *, algorithm: str | None = None, axis_index_groups=
     leaves, treedef, axes, world = reduction_leaves(x, "sum", "psum_start", axis_name, algorithm)
     shapes = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves)
     if _lax_route("psum_start", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, "sum") is not None:
-        return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
-                       lax.psum(leaves, axis_name, axis_index_groups=axis_index_groups))
+        with routing.lax_scope("psum_start"):
+            summed = lax.psum(leaves, axis_name, axis_index_groups=axis_index_groups)
+        return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [], summed)
     if world == 1:  # nothing to exchange: complete at the start, typed as lax's psum
         return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
-                       reduce_over_one_rank(leaves, axes, "sum"))
+                       reduce_over_one_rank(leaves, axes, "sum", "psum_start"))
     calls = bucketed(leaves, axes)
     call_ids = tuple(next(_call_ids) for _ in calls)
     operands = [operand for _, operand in calls]

@@ -27,7 +27,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching
 
-from . import _compat, carriers, collectives, primitives
+from . import _compat, carriers, collectives, primitives, routing
 from ._types import Collective
 
 
@@ -103,6 +103,8 @@ def ppermute(x, axis_name, perm, *, algorithm: str | None = None):
     pairs = _normalized_perm(perm, world, "ppermute")
     _compat.check_ppermute_perm(perm)
     axes = _compat.ppermute_rank_axes(axes)  # as lax.ppermute numbers the ranks of a tuple of axes
+    if world == 1:
+        routing.one_rank("ppermute", axes)
 
     def one(leaf):
         leaf = jnp.asarray(leaf)

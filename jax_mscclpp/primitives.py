@@ -85,11 +85,12 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
             f"jax_mscclpp: {collective.name.lower()} over {axes} must run inside jax.shard_map; "
             "use the jax.lax collective under pmap"
         )
-    lax_reason = _lowering_lax_reason(platform, ctx, mesh)
+    lax_reason = _lowering_lax_reason(platform, ctx, mesh, collective, op)
     if lax_reason is not None:
         routing.log_lax_lowering(collective.name.lower(), axes, lax_reason)
         _explained(collective, op, axes, ctx.avals_in[0], "lax", lax_reason)
-        return mlir.lower_fun(_lax_equivalent(collective, axes, op), multiple_results=False)(ctx, x)
+        fallback = lax_equivalent or _lax_equivalent(collective, axes, op)
+        return mlir.lower_fun(fallback, multiple_results=False)(ctx, x)
     started = call_id is not None and platform == "gpu"
     if Communicator.drop_unusable(mesh, axes, side_stream=started):
         routing.logger.info("a failed call left the communicator over %s unusable: this program gets a fresh one", axes)
@@ -100,8 +101,7 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
                                 communicator=lambda: Communicator(mesh, axes, side_stream=started))
-    _explained(collective, op, axes, aval_in, decision.algorithm,
-               _communicator_lax_reason(mesh, axes, started) if decision.kind == "lax" else None,
+    _explained(collective, op, axes, aval_in, decision.algorithm, decision.reason,
                selection.protocol_of(decision.algorithm, platform, (count // blocks) * itemsize)
                if decision.kind == "native" else None)
     if decision.kind == "composed":
@@ -135,32 +135,31 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     return target(ctx, x, **attrs, max_blocks=np.int32(0))
 
 
-def _explained(collective, op, axes, aval, algorithm: str, reason: str | None, protocol: str | None = None) -> None:
+def _explained(collective, op, axes, aval, algorithm: str, reason: str, protocol: str | None = None) -> None:
     """Notes the decision for ``explain`` (explain.py)."""
     name = collective.name.lower() + (f"({op})" if collective == Collective.ALL_REDUCE else "")
-    nbytes = int(np.prod(aval.shape, dtype=int)) * np.dtype(aval.dtype).itemsize
-    explain.record(name, axes, nbytes, np.dtype(aval.dtype).name, algorithm, reason, protocol)
+    nbytes = int(np.prod(aval.shape, dtype=int)) * aval.dtype.itemsize
+    explain.record(name, axes, nbytes, carriers.dtype_name(aval.dtype), algorithm, reason, protocol)
 
 
-def _communicator_lax_reason(mesh, axes, started) -> str | None:
-    """Why a call decided as lax is lax, where it is not the table's rule or algorithm="lax": the communicator's
-    fallback."""
-    comm = Communicator._cache.get(Communicator._key(mesh, axes, started))
-    return None if comm is None else comm.fallback_reason
+def _block_elements(collective, world: int, aval) -> int:
+    """The elements of one block of a call of ``collective`` on ``aval`` (the primitive's operand)."""
+    return int(np.prod(aval.shape, dtype=int)) // layout.blocks(collective, world)[0]
 
 
-def _lowering_lax_reason(platform: str, ctx, mesh) -> str | None:
+def _lowering_lax_reason(platform: str, ctx, mesh, collective, op) -> str | None:
     """Why a call must lower to lax's collective where it is being lowered, or None. Our calls locate their rank by
     XLA's partition id, which a partially manual program (shard_map's ``axis_names=``, a vmap of a shard_map over
     a mesh axis) cannot use; a GPU communicator needs the mesh's devices, which an abstract mesh (a shard_map
-    nested without a concrete mesh) does not carry."""
+    nested without a concrete mesh) does not carry; a dtype may have no way through ours (``carriers.lax_reason``:
+    a reduction no kernel runs), wherever the primitive was bound (a transpose, a started call)."""
     manual = _compat.lowering_manual_axes(ctx)
     if manual != frozenset(mesh.axis_names):
         return (f"the program is manual over {sorted(manual, key=repr)} only, not every mesh axis "
                 f"{list(mesh.axis_names)}")
     if platform == "gpu" and _compat.mesh_devices(mesh) is None:
         return "the mesh is abstract here (no devices): a GPU communicator needs the mesh's devices"
-    return None
+    return carriers.lax_reason(ctx.avals_in[0].dtype, collective, op)
 
 
 def _started_on_side_stream(ctx) -> set:
@@ -178,15 +177,19 @@ def _lower_unsupported(ctx, x, *, collective, **params):
 
 def lowering(prim: Primitive, collective: Collective, platform: str, lower):
     """The lowering rule of ``prim`` (a primitive of ``collective``) on ``platform``: ``lower(platform, ctx, x,
-    **params)``, or, for a dtype the kernels do not have, ``prim`` bound again on the bytes that carry it
-    (``carriers.py``). A started call (``call_id``) of such a dtype runs complete where it stands: its result is
-    converted right after the call, which a kernel still running on the side stream would race."""
+    **params)``, or, for a dtype the kernels do not have, ``prim`` bound again on the values that carry it
+    (``carriers.py``; a dtype that cannot travel through ours reaches ``lower``, which emits lax's collective). A
+    started call (``call_id``) of such a dtype runs complete where it stands: its result is converted right after
+    the call, which a kernel still running on the side stream would race."""
 
     def rule(ctx, x, **params):
-        carried = carriers.carrier(ctx.avals_in[0].dtype, collective, params.get("op", "sum"))
+        aval = ctx.avals_in[0]
+        carried = carriers.carrier(aval.dtype, collective, params.get("op", "sum"),
+                                   _block_elements(collective, params["world"], aval))
         if carried is not None:
             complete = {k: v for k, v in params.items() if k != "call_id"}
-            return carriers.lowered_through(ctx, x, carried, lambda v: prim.bind(v, **complete))
+            return carriers.lowered_through(ctx, x, carried, lambda v: prim.bind(v, **complete),
+                                            leading=int(layout.per_rank(collective)[0]))
         return lower(platform, ctx, x, **params)
 
     return rule

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _compat, collectives, selection
+from . import _compat, collectives, explain, routing, selection
 from ._types import Collective
 
 _API = "ragged_all_to_all"
@@ -82,7 +82,8 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
     args = (operand, output, input_offsets, send_sizes, output_offsets, recv_sizes)
 
     def lax_call(*a):
-        return lax.ragged_all_to_all(*a, axis_name=axis_name, axis_index_groups=axis_index_groups)
+        with routing.lax_scope(_API):
+            return lax.ragged_all_to_all(*a, axis_name=axis_name, axis_index_groups=axis_index_groups)
 
     collectives._check_algorithm(Collective.ALL_TO_ALL, algorithm, _API)
     if collectives._lax_route(_API, axis_name, [operand, output], axis_index_groups) is not None:
@@ -92,11 +93,15 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
     offsets = tuple(jnp.asarray(v) for v in args[2:])
     _check(operand, output, offsets, world)
     args = (operand, output, *offsets)
+    nbytes = operand.size * operand.dtype.itemsize
     if algorithm == "lax":
+        explain.record(_API, axes, nbytes, operand.dtype.name, "lax", "algorithm='lax' asked for")
         return lax_call(*args)
     platform = _compat.traced_platform() or jax.default_backend()
     if algorithm is not None or platform == "cpu" or _lax_cannot_run_on_gpus():
         return _composed(*args, axes=axes, world=world, algorithm=algorithm)
+    explain.record(_API, axes, nbytes, operand.dtype.name, "lax",
+                   "lax's ragged_all_to_all moves only the rows sent (ours moves world x operand rows) on GPUs")
     return lax_call(*args)
 
 

@@ -25,6 +25,10 @@ its gradient with it. When ``rewrite`` encloses the ``jax.grad`` those psums are
 ``jax.grad`` encloses ``rewrite``, the casts are rebound as ``mscclpp_pvary``, a cast typed and lowered exactly
 like pvary whose transpose is ``jax_mscclpp.psum``.
 
+The reductions of a jaxpr are bound together, as ``jax_mscclpp.psum`` binds a pytree (``_HeldReductions``):
+``lax.psum`` of a pytree, or the gradient psums of a training step, make one call per dtype and size class
+(``collectives.bucketed``), as many as ``jax_mscclpp.psum`` of the same pytree makes, not one per leaf.
+
 A collective stays lax, with a debug message on the ``jax_mscclpp.rewrite`` logger saying why, when our backend
 cannot run it or was not asked to: ``axis_index_groups``, no axes, positional (integer) axes, axes that are not
 manual shard_map axes (vmap or pmap axis names), an operand typed unreduced, an axis size of 1, a dtype ours cannot
@@ -241,8 +245,10 @@ def _rewritten(fun: Callable, config: _Config) -> Callable:
 # ---- the interpreter ----------------------------------------------------------------------------------------
 
 def _evaluate(jaxpr, consts, args, config: _Config) -> list:
-    """Evaluates ``jaxpr`` on ``args`` in the current trace, as ``core.eval_jaxpr`` does, rewriting each equation."""
+    """Evaluates ``jaxpr`` on ``args`` in the current trace, as ``core.eval_jaxpr`` does, rewriting each equation.
+    The reductions it replaces are held and bound together (``_HeldReductions``)."""
     env = {}
+    held = _HeldReductions(config, env)
 
     def read(atom):
         return atom.val if isinstance(atom, Literal) else env[atom]
@@ -252,12 +258,82 @@ def _evaluate(jaxpr, consts, args, config: _Config) -> list:
     for var, value in zip(jaxpr.invars, args):
         env[var] = value
     for eqn in jaxpr.eqns:
+        if held.defers(eqn):
+            continue
         invals = [read(v) for v in eqn.invars]
         with _compat.equation_context(eqn):
+            if held.hold(eqn, invals):
+                continue
             outs = _rewrite_equation(eqn, invals, config)
         for var, value in zip(eqn.outvars, outs):
             env[var] = value
+    held.release()
     return [read(v) for v in jaxpr.outvars]
+
+
+class _HeldReductions:
+    """The reductions of one jaxpr that ours replaces, held and bound together as ``jax_mscclpp.psum`` binds a
+    pytree: each group of held reductions (same op, axes and algorithm) is one ``jax_mscclpp.all_reduce`` of its
+    operands, bucketed by ``collectives.bucketed`` (one call per dtype and size class). ``lax.psum`` of a pytree
+    binds one equation per leaf, and ``jax.grad`` one psum per replicated parameter among the backward pass's
+    other equations: held, they make as many calls as ``jax_mscclpp.psum`` of the same pytree.
+
+    The first-order equations without effects that read a held result (an optimizer's update, the reduce_sum of
+    a bias's gradient) are deferred with it. Everything is released (bound, then the deferred equations
+    evaluated in their order) when an equation that cannot be deferred (a collective, a primitive with inner
+    jaxprs, one with effects) reads a held or deferred result, and when the jaxpr ends."""
+
+    def __init__(self, config: _Config, env: dict):
+        self.config, self.env = config, env
+        self.groups: dict = {}  # (op, axes, algorithm) -> (the first equation, [(outvar, operand, out_aval)])
+        self.deferred: list = []  # equations that read held results, in the jaxpr's order
+        self.pending: set = set()  # the variables of held results and of deferred equations' results
+
+    def defers(self, eqn) -> bool:
+        """Whether ``eqn`` is deferred; an equation that reads a pending variable and cannot be deferred releases
+        everything first (and is then evaluated: False)."""
+        if not any(not isinstance(v, Literal) and v in self.pending for v in eqn.invars):
+            return False
+        if eqn.effects or _jaxpr_params(eqn.params) or eqn.primitive in _compat.LAX_COLLECTIVES:
+            self.release()
+            return False
+        self.deferred.append(eqn)
+        self.pending.update(eqn.outvars)
+        return True
+
+    def hold(self, eqn, invals: list) -> bool:
+        """Holds ``eqn`` (under its equation context) if it is a reduction ours replaces; False otherwise."""
+        name = _compat.LAX_COLLECTIVES.get(eqn.primitive)
+        if name not in REDUCTION_OF:
+            return False
+        axes = _compat.collective_axes(eqn.params)
+        if any(_replacement_reason(name, eqn, invar.aval, outvar.aval, axes, self.config) is not None
+               for invar, outvar in zip(eqn.invars, eqn.outvars)):
+            return False
+        algorithm = self.config.algorithm_for(name)
+        _, members = self.groups.setdefault((REDUCTION_OF[name], axes, algorithm), (eqn, []))
+        for x, invar, outvar in zip(invals, eqn.invars, eqn.outvars):
+            members.append((outvar, _vary(x, axes, self.config), outvar.aval))  # as lax does, through the cast
+            self.pending.add(outvar)                                            # whose transpose is ours
+            _log("replaced lax %s over %s on %s (%d bytes per rank) with jax_mscclpp.%s%s", name, axes,
+                 invar.aval.str_short(), _nbytes(invar.aval), name, f" (algorithm {algorithm})" if algorithm else "")
+        return True
+
+    def release(self) -> None:
+        """Binds every held group, in the order they were opened, then evaluates the deferred equations."""
+        for (op, axes, algorithm), (first, members) in self.groups.items():
+            with _compat.equation_context(first):
+                outs = collectives.all_reduce([x for _, x, _ in members], axes, op=op, algorithm=algorithm)
+                for (outvar, _, out_aval), out in zip(members, outs):
+                    self.env[outvar] = _typed_as(out, out_aval, self.config)
+        deferred = self.deferred
+        self.groups, self.deferred, self.pending = {}, [], set()
+        for eqn in deferred:
+            invals = [v.val if isinstance(v, Literal) else self.env[v] for v in eqn.invars]
+            with _compat.equation_context(eqn):
+                outs = _rewrite_equation(eqn, invals, self.config)
+            for var, value in zip(eqn.outvars, outs):
+                self.env[var] = value
 
 
 def _rewrite_equation(eqn, invals: list, config: _Config) -> list:
@@ -267,7 +343,7 @@ def _rewrite_equation(eqn, invals: list, config: _Config) -> list:
         out = _replace_ragged(eqn, invals, config)
         if out is not None:
             return [out]
-    elif name is not None:
+    elif name is not None and name not in REDUCTION_OF:  # a reduction ours replaces is held (_HeldReductions)
         out = _replace_collective(name, eqn, invals[0], config)
         if out is not None:
             return [out]
@@ -306,10 +382,9 @@ def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=No
     unreduced = _compat.unreduced_axes(aval) & frozenset(axes)
     if unreduced:
         return f"the operand is typed unreduced over {sorted(unreduced, key=repr)}"
-    try:
-        carriers.carrier(aval.dtype, COLLECTIVES[name], REDUCTION_OF.get(name, "sum"))
-    except TypeError:
-        return f"dtype {np.dtype(aval.dtype).name} is not supported"
+    dtype_reason = carriers.lax_reason(aval.dtype, COLLECTIVES[name], REDUCTION_OF.get(name, "sum"))
+    if dtype_reason is not None:
+        return dtype_reason
     sizes = _compat.bound_axis_sizes()
     if int(np.prod([sizes[a] for a in axes])) == 1:
         return "axis size 1"
@@ -320,14 +395,13 @@ def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=No
 
 
 def _nbytes(aval) -> int:
-    return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+    return int(np.prod(aval.shape, dtype=np.int64)) * aval.dtype.itemsize
 
 
-def _replace_collective(name: str, eqn, x, config: _Config):
-    """Our collective in place of ``eqn`` (a lax collective), typed as its result; None when it must stay lax."""
+def _replacement_reason(name: str, eqn, aval, out_aval, axes: tuple, config: _Config) -> str | None:
+    """Why the lax collective ``eqn`` (operand ``aval``, result ``out_aval``) stays lax (logged), or None when ours
+    replaces it."""
     _collectives_seen.count = getattr(_collectives_seen, "count", 0) + 1
-    aval, out_aval = eqn.invars[0].aval, eqn.outvars[0].aval
-    axes = _compat.collective_axes(eqn.params)
     reason = _why_not(name, aval, axes, config, eqn.params.get("axis_index_groups"))
     if reason is None and _compat.check_vma_enabled():
         # Ours: a reduction leaves the operand's varying axes minus the reduced ones, the others add them.
@@ -337,17 +411,23 @@ def _replace_collective(name: str, eqn, x, config: _Config):
         extra = ours - _compat.varying_axes(out_aval)
         if extra:
             reason = f"ours would vary over {sorted(extra)} where lax's result does not"
-    what = f"lax {name} over {axes} on {aval.str_short()}"
     if reason is not None:
-        _log("kept %s: %s", what, reason)
+        _log("kept lax %s over %s on %s: %s", name, axes, aval.str_short(), reason)
+    return reason
+
+
+def _replace_collective(name: str, eqn, x, config: _Config):
+    """Our collective in place of ``eqn`` (a lax collective other than a reduction: ``_HeldReductions`` replaces
+    those), typed as its result; None when it must stay lax."""
+    aval, out_aval = eqn.invars[0].aval, eqn.outvars[0].aval
+    axes = _compat.collective_axes(eqn.params)
+    if _replacement_reason(name, eqn, aval, out_aval, axes, config) is not None:
         return None
+    what = f"lax {name} over {axes} on {aval.str_short()}"
     algorithm = config.algorithm_for(name)
     x = _vary(x, axes, config)  # as lax does, through the cast whose transpose is ours
     params = eqn.params
-    if name in ("psum", "pmax", "pmin"):
-        op = {"psum": "sum", "pmax": "max", "pmin": "min"}[name]
-        out = collectives.all_reduce(x, axes, op=op, algorithm=algorithm)
-    elif name == "all_gather":
+    if name == "all_gather":
         to = "invarying" if eqn.primitive in _compat.INVARIANT_RESULT else "varying"
         out = collectives.all_gather(x, axes, axis=params["all_gather_dimension"], tiled=params["tiled"], to=to,
                                      algorithm=algorithm)

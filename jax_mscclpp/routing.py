@@ -15,12 +15,19 @@ caller's arguments, so it returns what lax returns (or fails as lax fails), and 
   a collective, so ``psum(1, axis)`` is the axis size, usable in shapes.
 
 An empty tuple of axes (which shard_map's own transpose and pmap pass) runs lax's collective too, unlogged: it
-exchanges nothing. Unknown axes stay errors (``NameError``) here, as everywhere in the package.
+exchanges nothing. So does a call over axes whose sizes multiply to one (``ONE_RANK``), which each public function
+computes itself, typed as lax types it. ``explain`` lists every such call (``explain.NO_EXCHANGE``), and the lax
+collectives the package binds at trace time are bound under its name scope (``lax_scope``), by which ``explain``
+tells them from the program's own. Unknown axes stay errors (``NameError``) here, as everywhere in the package. A dtype ours has no
+way for (a reduction no kernel runs) is lax's collective as well, decided where the primitive is lowered, so that
+transposes and started calls take it too (``carriers.lax_reason``; logged by ``log_lax_lowering``).
 """
 
 from __future__ import annotations
 
 import logging
+
+import jax
 
 from . import _compat, explain
 
@@ -29,6 +36,18 @@ logger = logging.getLogger("jax_mscclpp.collectives")
 # The reason of a call over no axes: lax's collective is then the identity (psum) or its world-of-one shape
 # (all_gather adds no axis); nothing is exchanged, so nothing is logged.
 NO_AXES = "no axes"
+# The reason of a call over axes whose sizes multiply to one.
+ONE_RANK = "axis size 1: nothing to exchange"
+
+
+def lax_scope(api_name: str):
+    """The name scope of a lax collective the package binds at trace time for ``jax_mscclpp.<api_name>``."""
+    return jax.named_scope(explain.LAX_SCOPE + api_name)
+
+
+def one_rank(api_name: str, axes: tuple) -> None:
+    """Notes, for ``explain``, a call over axes whose sizes multiply to one (nothing is exchanged)."""
+    explain.record(api_name, axes, None, None, explain.NO_EXCHANGE, ONE_RANK)
 
 
 def lax_reason(api_name: str, axes: tuple, leaves=(), *, axis_index_groups=None, op: str | None = None) -> str | None:
@@ -70,8 +89,10 @@ def _is_number(leaf) -> bool:
 
 
 def log_lax(api_name: str, axes: tuple, reason: str) -> None:
-    """The log line of a call handed to lax's collective (none for a call over no axes)."""
+    """The log line of a call handed to lax's collective (none for a call over no axes, which exchanges
+    nothing)."""
     if reason == NO_AXES:
+        explain.record(api_name, axes, None, None, explain.NO_EXCHANGE, reason)
         return
     explain.record(api_name, axes, None, None, "lax", reason)
     logger.info("jax_mscclpp.%s over %s runs lax's collective: %s", api_name, axes, reason)

@@ -16,7 +16,7 @@ def random_array(rng, shape, dtype):
     dtype = jnp.dtype(dtype)
     if jnp.issubdtype(dtype, jnp.floating):
         return jnp.asarray(rng.standard_normal(shape).astype(np.float32) * 3).astype(dtype)
-    info = np.iinfo(dtype)
+    info = jnp.iinfo(dtype)  # jnp's: it knows int4, uint4, int2, uint2 too
     lo, hi = max(int(info.min), -(2**31)), min(int(info.max), 2**31 - 1)
     return jnp.asarray(rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype))
 
@@ -60,14 +60,19 @@ def compare_with_lax(ours_fn, lax_fn, mesh, args, in_specs, out_specs, check_vma
     return ours
 
 
+# The fp8 variants this jax has (jax 0.10 has them all).
+FP8_DTYPES = [name for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+                                "float8_e4m3b11fnuz", "float8_e3m4", "float8_e4m3", "float8_e8m0fnu")
+              if hasattr(jnp, name)]
 # Dtypes the kernels do not have, moved as bytes by the data movement (jax_mscclpp/carriers.py).
-BYTE_DTYPES = ["bool", "complex64", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-               "float8_e4m3b11fnuz"]
+BYTE_DTYPES = ["bool", "complex64", *FP8_DTYPES]
+# Dtypes of fewer bits than a byte this jax has: moved packed into bytes, or one to a byte (carriers.py).
+SUB_BYTE_DTYPES = [name for name in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn") if hasattr(jnp, name)]
 
 
 def any_array(rng, shape, dtype):
     """Random values of any dtype, never all zeros: bool about half true, complex with both parts random, fp8
-    from random floats, the others as ``random_array``."""
+    from random floats (positive for float8_e8m0fnu, which has no sign), the others as ``random_array``."""
     dtype = jnp.dtype(dtype)
     if dtype == jnp.bool_:
         first = np.arange(np.prod(shape)).reshape(shape) == 0
@@ -75,6 +80,8 @@ def any_array(rng, shape, dtype):
     if jnp.issubdtype(dtype, jnp.complexfloating):
         parts = rng.standard_normal((2, *shape)).astype(np.float32) * 3
         return jnp.asarray((parts[0] + 1j * parts[1]).astype(dtype))
+    if dtype.name == "float8_e8m0fnu":
+        return jnp.asarray(np.abs(rng.standard_normal(shape)).astype(np.float32) * 3 + 2**-10).astype(dtype)
     if dtype.name.startswith("float8"):
         return jnp.asarray(rng.standard_normal(shape).astype(np.float32) * 3).astype(dtype)
     return random_array(rng, shape, dtype)
@@ -87,5 +94,5 @@ def assert_same_bits(ours, ref):
     np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
-__all__ = ["BYTE_DTYPES", "P", "any_array", "assert_same", "assert_same_bits", "compare_with_lax",
-           "random_array", "sharded", "FLOAT_TOL"]
+__all__ = ["BYTE_DTYPES", "FP8_DTYPES", "SUB_BYTE_DTYPES", "P", "any_array", "assert_same", "assert_same_bits",
+           "compare_with_lax", "random_array", "sharded", "FLOAT_TOL"]

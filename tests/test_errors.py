@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import lax
 from jax.sharding import Mesh
 
 import jax_mscclpp as jm
@@ -31,11 +32,18 @@ def test_outside_shard_map_is_a_clear_error(rng):
         jm.all_to_all(x, "x", 0, 0)
 
 
-@pytest.mark.parametrize("dtype,reduce", [("float8_e4m3fn", jm.psum), ("complex64", jm.pmax), ("int4", jm.pmin)])
-def test_unsupported_dtype_is_a_type_error(mesh8, dtype, reduce):
-    x = jnp.ones((8,), dtype)
-    with pytest.raises(TypeError, match=f"unsupported dtype {dtype}.*supported: float32, bfloat16"):
-        run(lambda v: reduce(v, "x"), mesh8, x)
+@pytest.mark.parametrize("case", ["bool_psum_scatter", "key_psum", "key_pmax"])
+def test_a_dtype_lax_refuses_is_a_type_error_as_lax(mesh8, case):
+    """The dtype errors are lax's own, at trace time: a reduction without that arithmetic. Every other dtype runs
+    (tests/test_dtypes.py)."""
+    x = {"bool_psum_scatter": jnp.arange(8 * 8) % 3 == 0}.get(case, jax.random.split(jax.random.key(0), 8 * 8))
+    ours, theirs = {"bool_psum_scatter": (jm.psum_scatter, lax.psum_scatter), "key_psum": (jm.psum, lax.psum),
+                    "key_pmax": (jm.pmax, lax.pmax)}[case]
+    kwargs = {"tiled": True} if case == "bool_psum_scatter" else {}
+    with pytest.raises(TypeError, match="does not accept dtype"):
+        run(lambda v: theirs(v, "x", **kwargs), mesh8, x)
+    with pytest.raises(TypeError, match=f"unsupported dtype {x.dtype} for op"):
+        run(lambda v: ours(v, "x", **kwargs), mesh8, x)
 
 
 def test_unsupported_op_and_algorithm(mesh8, rng):

@@ -224,6 +224,60 @@ def test_psum_over_two_axes_and_constants_in_inner_jaxprs(cpu_devices):
     compare(jax.jit(jm.rewrite(grad)), jax.jit(grad), x, expected=("all_reduce",))
 
 
+# ---- a pytree's psum: one call per bucket, as jax_mscclpp.psum -------------------------------------------------
+
+def our_all_reduces(fn, *args) -> int:
+    """The all_reduce custom calls of ``fn``'s lowered program."""
+    return fn.lower(*args).as_text().count("custom_call @jax_mscclpp_all_reduce(")
+
+
+def gradient_like_tree(n=8):
+    """Per-rank shapes: small leaves of three dtypes and two leaves over psum's bucket size (each its own call)."""
+    large = (jm.collectives.BUCKET_LEAF_BYTES // 4 + 16,)
+    shapes = {"w0": ((n, 3), "float32"), "w1": ((n, 5, 2), "float32"), "b0": ((n,), "float32"),
+              "b1": ((n, 7), "float32"), "steps": ((n,), "int32"), "count": ((n, 2), "int32"),
+              "half": ((n, 4), "bfloat16"), "big0": ((n * large[0],), "float32"), "big1": ((n * large[0],), "float32")}
+    return {k: jax.ShapeDtypeStruct(shape, dtype) for k, (shape, dtype) in shapes.items()}
+
+
+@pytest.mark.parametrize("check_vma", [True, False], ids=["vma", "no_vma"])
+def test_a_pytree_psum_makes_as_many_calls_as_jax_mscclpp_psum(mesh8, check_vma):
+    tree = gradient_like_tree()
+    specs = dict(mesh=mesh8, in_specs=(P("x"),), out_specs=P(), check_vma=check_vma)
+    ours = jax.jit(jax.shard_map(lambda t: jm.psum(t, "x"), **specs))
+    rewritten = jax.jit(jm.rewrite(jax.shard_map(lambda t: lax.psum(t, "x"), **specs)))
+    expected = our_all_reduces(ours, tree)
+    # Three buckets (float32, int32, bfloat16) and the two large leaves: fewer calls than the nine leaves.
+    assert expected == 5
+    assert our_all_reduces(rewritten, tree) == expected
+    small = {k: random_array(np.random.default_rng(3), v.shape, v.dtype) for k, v in tree.items() if "big" not in k}
+    assert_same(rewritten(small), jax.jit(jax.shard_map(lambda t: lax.psum(t, "x"), **specs))(small))
+    assert our_all_reduces(rewritten, small) == our_all_reduces(ours, small) == 3
+
+
+def test_the_gradient_psums_of_a_training_step_share_a_call(mesh8):
+    """A replicated model's gradients, summed by the psums jax.grad inserts (check_vma) between the backward
+    pass's other equations, then applied: one call, as ``jm.psum`` of the gradient tree."""
+    rng = np.random.default_rng(5)
+    params = {f"{kind}{i}": random_array(rng, (4, 4) if kind == "w" else (4,), "float32")
+              for i in range(3) for kind in ("w", "b")}
+    x = random_array(rng, (16, 4), "float32")
+
+    def loss(p, v):
+        for i in range(3):
+            v = jnp.tanh(v @ p[f"w{i}"] + p[f"b{i}"])
+        return jnp.sum(v * v)
+
+    def train_step(p, v):
+        return jax.tree_util.tree_map(lambda w, g: w - 0.1 * g, p, jax.grad(loss)(p, v))
+
+    step = jax.shard_map(train_step, mesh=mesh8, in_specs=(P(), P("x")), out_specs=P())
+    rewritten = jax.jit(jm.rewrite(step))
+    assert str(jax.make_jaxpr(step)(params, x)).count("psum") == 6
+    assert our_all_reduces(rewritten, params, x) == 1
+    assert_same(rewritten(params, x), jax.jit(step)(params, x))
+
+
 # ---- what stays lax, and says so ------------------------------------------------------------------------------
 
 def test_what_ours_cannot_run_stays_lax_with_the_reason_logged(mesh8, caplog):

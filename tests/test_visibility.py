@@ -91,6 +91,86 @@ def test_explain_names_lax_lowerings_with_their_reason(cpu_devices):
     assert call.algorithm == "lax" and "not every mesh axis" in call.reason
 
 
+def test_explain_lists_the_calls_of_a_world_of_one(cpu_devices):
+    """A one-device mesh (and a size-1 axis of a larger one): every call is listed, exchanging nothing."""
+    def body(v):
+        return (jm.psum(v, "x"), jm.all_gather(v, "x"), jm.psum_scatter(v, "x", tiled=True),
+                jm.all_to_all(v, "x", 0, 0, tiled=True), jm.ppermute(v, "x", [(0, 0)]))
+
+    for mesh, spec, summed in ((Mesh(np.array(cpu_devices[:1]), ("x",)), P("x"), P()),
+                               (Mesh(np.array(cpu_devices[:8]).reshape(8, 1), ("d", "x")), P(("d", "x")), P("d"))):
+        def program(v):
+            return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=(summed, spec, spec, spec, spec))(v)
+
+        calls = jm.explain(program, jnp.ones(mesh.devices.size * 4))
+        assert [c.collective for c in calls] == ["psum", "all_gather", "psum_scatter", "all_to_all", "ppermute"]
+        assert all(c.axes == ("x",) and c.algorithm == "none" and c.reason == "axis size 1: nothing to exchange"
+                   for c in calls), calls
+        assert "psum over ('x',): none (axis size 1: nothing to exchange)" in [str(c) for c in calls]
+
+
+def test_explain_lists_calls_handed_to_lax_by_a_partially_manual_shard_map_every_time(cpu_devices):
+    mesh = Mesh(np.array(cpu_devices[:8]).reshape(2, 4), ("a", "b"))
+    f = jax.jit(jax.shard_map(lambda v: jm.psum(v, "b"), mesh=mesh, in_specs=P("b"), out_specs=P(),
+                              axis_names={"b"}))
+    f(jnp.ones(8))  # traced and cached before explain
+    for _ in range(2):
+        (call,) = jm.explain(f, jnp.ones(8))
+        assert (call.collective, call.axes, call.algorithm) == ("psum", ("b",), "lax")
+        assert "manual over ['b'] only" in call.reason
+
+
+def test_explain_lists_the_programs_own_lax_collectives(mesh8):
+    """lax's collectives written in the program, and the psums JAX inserts for a replicated value's gradient, are
+    listed beside ours; rewrite leaves none of them."""
+    def body(v, w):
+        loss = jax.grad(lambda w: jnp.sum(jm.psum(v * w, "x") ** 2))(w)
+        return lax.psum(v, "x"), lax.all_gather(v, "x", tiled=True), loss
+
+    f = jax.shard_map(body, mesh=mesh8, in_specs=(P("x"), P()), out_specs=(P(), P("x"), P()))
+    args = (jnp.ones(8 * 4), jnp.ones(4))
+    calls = jm.explain(f, *args)
+    theirs = [c for c in calls if c.collective.startswith("lax.")]
+    assert [(c.collective, c.bytes, c.dtype) for c in theirs] == [
+        ("lax.psum", 16, "float32"), ("lax.psum", 16, "float32"), ("lax.all_gather", 16, "float32")]
+    assert all(c.algorithm == "lax" and "not a jax_mscclpp call" in c.reason for c in theirs)
+    assert [c.collective for c in calls if not c.collective.startswith("lax.")] == ["all_reduce(sum)"]
+    rewritten = jm.explain(jm.rewrite(f), *args)
+    assert rewritten and not [c for c in rewritten if c.collective.startswith("lax.")], rewritten
+
+
+def test_explain_says_why_a_large_pytree_sum_runs_lax(mesh8):
+    big = jax.ShapeDtypeStruct((8 * selection.GRADIENT_TREE_BYTES // 8,), jnp.float32)  # half the bytes each
+    tree = {"a": big, "b": big, "small": jax.ShapeDtypeStruct((8 * 4,), jnp.float32)}
+    calls = jm.explain(sharded(lambda t: jm.psum(t, "x"), mesh8, P("x"), P()), tree)
+    large = [c for c in calls if c.bytes == selection.GRADIENT_TREE_BYTES // 2]
+    assert len(large) == 2 and all(c.algorithm == "lax" and c.reason == selection.GRADIENT_TREE_REASON
+                                   for c in large), calls
+    (small,) = [c for c in calls if c.bytes == 16]
+    assert small.algorithm != "lax" and small.reason.startswith("the selection table")
+
+
+def test_explain_gives_every_call_its_reason(cpu_devices):
+    mesh = Mesh(np.array(cpu_devices[:8]).reshape(2, 4), ("a", "b"))
+
+    def body(v):
+        return (jm.psum(v, "b"), jm.psum(v, "b", algorithm="2pa_ll"), jm.psum(v, "b", algorithm="lax"),
+                jm.psum(v[:2], ("a", "b"), algorithm="2ph"), jm.psum(2, "b"), lax.pmax(v, "b"),
+                jm.all_gather(v, ("a", "b")), jm.pmean(v, "a"), jm.psum(v, ()),
+                jm.fused.all_reduce_residual(v, v, "b"), jm.ppermute(v, "b", [(0, 1), (1, 0)]))
+
+    f = jax.shard_map(body, mesh=mesh, in_specs=P(("a", "b")), out_specs=(
+        P("a"), P("a"), P("a"), P(), P(), P("a"), P(("a", "b")), P("b"), P(("a", "b")), P(("a", "b")),
+        P(("a", "b"))))
+    calls = jm.explain(f, jnp.ones(8 * 4))
+    # The eleven calls, 2PH's pieces (our reduce_scatter and all_gather over the fast axis) too.
+    assert len(calls) == 13, calls
+    assert all(isinstance(c.reason, str) and c.reason for c in calls), calls
+    reasons = {c.reason for c in calls}
+    assert {"algorithm='2pa_ll' asked for", "algorithm='lax' asked for"} <= reasons
+    assert any("constant" in r for r in reasons) and any("not a jax_mscclpp call" in r for r in reasons)
+
+
 def test_rewrite_logs_what_it_keeps(mesh8, caplog):
     def body(v):
         grouped = lax.psum(v, "x", axis_index_groups=[[0, 1, 2, 3], [4, 5, 6, 7]])

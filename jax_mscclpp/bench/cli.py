@@ -7,7 +7,7 @@ import sys
 
 from . import launcher, machine
 from .modes import MODES
-from .programs import OPS, REDOPS
+from .programs import OP_NAMES, OPS, REDOPS, resolve_ops
 from .units import parse_sizes
 
 USAGE = (
@@ -30,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         "of one blocking call, algbw and busbw, and the speedup over lax. Every configuration is checked against "
         "lax on random data before it is timed.",
     )
-    p.add_argument("--ops", type=_list, default=list(OPS), help=f"comma list of {', '.join(OPS)} (default: all)")
+    p.add_argument("--ops", type=_list, default=list(OPS),
+                   help=f"comma list of {', '.join(OPS)} (default: all), or the drop-ins' names: "
+                   f"{', '.join(n for n in OP_NAMES if n not in OPS)} (psum, pmax, pmin also set --redop)")
     p.add_argument("--sizes", default=None,
                    help="comma list of sizes and LO:HI[:FACTOR] ranges, binary suffixes: 1K,64K,1M or 1K:1G "
                    "(default: 1K:1G on GPU, 1K:1M on CPU). Size is nccl-tests': the larger per-rank buffer")
@@ -39,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithm", "--algorithms", dest="algorithms", type=_list, default=["all"],
                    help="comma list of algorithm names, 'auto' (the runtime's choice) or 'all' (each algorithm "
                    "this platform runs, and auto; the default). lax is always timed beside them")
-    p.add_argument("--redop", choices=REDOPS, default="sum", help="all_reduce reduction (default: sum)")
+    p.add_argument("--redop", choices=REDOPS, default=None,
+                   help="all_reduce reduction (default: the one a name in --ops says, else sum)")
     p.add_argument("--mode", "--modes", dest="modes", type=_list, default=list(MODES),
                    help="comma list of plain (no command buffers) and cmdbuf (XLA command buffers; GPU only) "
                    "(default: both)")
@@ -68,9 +71,10 @@ def _check_names(parser: argparse.ArgumentParser, args) -> None:
 
     from jax_mscclpp._types import ALGORITHMS_OF, SUPPORTED_DTYPES
 
-    for op in args.ops:
-        if op not in OPS:
-            parser.error(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    try:
+        args.ops, args.redop = resolve_ops(args.ops, args.redop)
+    except ValueError as e:
+        parser.error(str(e))
     for mode in args.modes:
         if mode not in MODES:
             parser.error(f"unknown mode {mode!r}; known: {', '.join(MODES)}")

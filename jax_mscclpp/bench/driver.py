@@ -28,16 +28,18 @@ def select_devices(count: int | None = None) -> list:
 
 
 def resolve_settings(platform: str, *, ops: Sequence[str] | None = None, sizes=None, dtypes=None,
-                     algorithms=None, modes=None, iters=None, warmup=None, chain=None, redop="sum", check=True,
+                     algorithms=None, modes=None, iters=None, warmup=None, chain=None, redop=None, check=True,
                      seed=0) -> sweep.Settings:
-    """Settings with this platform's defaults for whatever is None. ``sizes`` is a list of bytes or a spec."""
+    """Settings with this platform's defaults for whatever is None. ``sizes`` is a list of bytes or a spec;
+    ``ops`` may name the drop-ins (psum, psum_scatter, ...: ``programs.resolve_ops``)."""
     defaults = sweep.DEFAULTS[sweep.platform_kind(platform)]
+    ops, redop = programs.resolve_ops(ops or programs.OPS, redop)
     if sizes is None:
         sizes = defaults["sizes"]
     if isinstance(sizes, str):
         sizes = parse_sizes(sizes)
     return sweep.Settings(
-        ops=tuple(ops or programs.OPS),
+        ops=ops,
         sizes=tuple(int(s) for s in sizes),
         dtypes=tuple(dtypes or ("bfloat16",)),
         algorithms=tuple(algorithms or ("all",)),

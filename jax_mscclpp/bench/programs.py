@@ -27,15 +27,18 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-import jax_mscclpp as jm
-from jax_mscclpp import lax_equivalents
+from jax_mscclpp import collectives, lax_equivalents
 from jax_mscclpp._types import Collective
-from jax_mscclpp.collective_specs import BENCHED, spec_named
+from jax_mscclpp.collective_specs import BENCHED, OPERATION_NAMES, REDUCTION_OF, spec_named
 
 AXIS = "x"
 OPS = BENCHED  # collective_specs.py
 COLLECTIVE = {op: spec_named(op).collective for op in OPS}
 REDOPS = ("sum", "max", "min")
+# Every name an op is given by (``--ops``, ``bench.run(ops=...)``), with the benched op it names: ours
+# (codes.def's) and the public drop-ins' (psum, pmax, psum_scatter, ...), as the pytest fixtures take them
+# (collective_specs.OPERATION_NAMES).
+OP_NAMES = OPERATION_NAMES
 
 # Relative to the largest magnitude of the reference: sums in another order round differently.
 FLOAT_TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 4e-3, "bfloat16": 3e-2}
@@ -61,8 +64,7 @@ class Layout:
 
 def layout(op: str, size_bytes: int, world: int, dtype) -> Layout:
     """The per-rank layout for ``op`` at (about) ``size_bytes``; never less than one element per block."""
-    if op not in OPS:
-        raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    benched_collective(op)
     itemsize = np.dtype(jnp.dtype(dtype)).itemsize
     unit = itemsize if op == "all_reduce" else itemsize * world
     size = max(unit, size_bytes // unit * unit)
@@ -73,19 +75,38 @@ def layout(op: str, size_bytes: int, world: int, dtype) -> Layout:
 
 
 def ours_collective(op: str, algorithm: str | None, redop: str = "sum") -> Callable:
-    """Our collective on a rank's 1-D operand; ``algorithm`` None lets the runtime choose."""
-    if op == "all_reduce":
-        return lambda x: jm.all_reduce(x, AXIS, op=redop, algorithm=algorithm)
-    if op == "all_gather":
-        return lambda x: jm.all_gather(x, AXIS, axis=0, tiled=True, algorithm=algorithm)
-    if op == "reduce_scatter":
-        return lambda x: jm.psum_scatter(x, AXIS, scatter_dimension=0, tiled=True, algorithm=algorithm)
-    return lambda x: jm.all_to_all(x, AXIS, 0, 0, tiled=True, algorithm=algorithm)
+    """Our collective on a rank's 1-D operand (``collectives.ours_collective``); ``algorithm`` None lets the
+    runtime choose. ValueError for an op that is not benched."""
+    return collectives.ours_collective(benched_collective(op), AXIS, op=redop, algorithm=algorithm)
 
 
 def lax_collective(op: str, redop: str = "sum") -> Callable:
     """The lax collective computing the same result (lax_equivalents.py)."""
-    return lax_equivalents.lax_collective(Collective[op.upper()], AXIS, op=redop)
+    return lax_equivalents.lax_collective(benched_collective(op), AXIS, op=redop)
+
+
+def resolve_ops(names, redop: str | None = None) -> tuple[tuple[str, ...], str]:
+    """(the benched ops, the all_reduce reduction) that ``names`` (``OP_NAMES``) and ``redop`` (None: unset)
+    ask for: a drop-in's name stands for its op (psum_scatter -> reduce_scatter), and one that names a
+    reduction (psum, pmax, pmin) sets it. ValueError for an unknown name, or for reductions that disagree."""
+    ops, asked = [], {} if redop is None else {redop: "--redop"}
+    for name in names:
+        if name not in OP_NAMES:
+            raise ValueError(f"unknown op {name!r}; known: {', '.join(OP_NAMES)}")
+        if name in REDUCTION_OF:
+            asked.setdefault(REDUCTION_OF[name], name)
+        ops.append(OP_NAMES[name])
+    if len(asked) > 1:
+        raise ValueError(f"different reductions asked for: {', '.join(f'{v} ({k})' for k, v in asked.items())}; "
+                         "one run times one all_reduce reduction")
+    return tuple(dict.fromkeys(ops)), next(iter(asked), "sum")
+
+
+def benched_collective(op: str) -> Collective:
+    """The collective the benched op ``op`` (codes.def's name) runs; ValueError naming the benched ones."""
+    if op not in OPS:
+        raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+    return COLLECTIVE[op]
 
 
 def trivial_collective(op: str, world: int) -> Callable:

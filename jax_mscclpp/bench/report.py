@@ -149,9 +149,38 @@ def write_csv(path: str, meta: dict, records: Sequence) -> str:
     return path
 
 
+def plot_series(records: Sequence, metric: str, sizes: Sequence[int] | None = None) -> dict[str, dict]:
+    """The plot's lines for one op's ``records``: label -> {size: (value, the point's label)}, ``metric`` "us"
+    (time per collective) or "busbw", at ``sizes`` (default: every size). lax is one line; so is each algorithm
+    asked for, ``auto`` included, whose points are labelled with the algorithm it chose at each size (one line
+    to hold against lax, whatever it chose). A value below noise is None: no point is drawn there, and the line
+    keeps its other points. Records of several modes or dtypes get a line each, the mode and dtype in its
+    label."""
+    rows = [_as_dict(r) for r in records]
+    several_modes = len({r["mode"] for r in rows}) > 1
+    several_dtypes = len({r["dtype"] for r in rows}) > 1
+
+    def suffix(r):
+        parts = ([r["mode"]] if several_modes else []) + ([r["dtype"]] if several_dtypes else [])
+        return f" ({', '.join(parts)})" if parts else ""
+
+    def value(r, who):
+        return None if _noisy(r, who) else r[f"{who}_us"] if metric == "us" else r[f"{who}_busbw"]
+
+    series: dict[str, dict] = {}
+    for r in rows:
+        if sizes is not None and r["size"] not in sizes:
+            continue
+        series.setdefault("lax" + suffix(r), {})[r["size"]] = (value(r, "lax"), None)
+        if r["status"] == "ok":
+            point = r["chosen"] if r["algorithm"] != r["chosen"] else None
+            series.setdefault(r["algorithm"] + suffix(r), {})[r["size"]] = (value(r, "ours"), point)
+    return series
+
+
 def write_png(path: str, meta: dict, records: Sequence) -> str | None:
-    """Latency (small sizes) and bus bandwidth (large sizes) against size, ours beside lax, one row per op.
-    Returns None when matplotlib is missing."""
+    """Latency (small sizes) and bus bandwidth (large sizes) against size, ours beside lax, one row per op
+    (``plot_series``). Returns None when matplotlib is missing."""
     try:
         import matplotlib
 
@@ -163,12 +192,6 @@ def write_png(path: str, meta: dict, records: Sequence) -> str | None:
     ops = list(dict.fromkeys(r["op"] for r in rows))
     if not ops:
         return None
-    several_modes = len({r["mode"] for r in rows}) > 1
-    several_dtypes = len({r["dtype"] for r in rows}) > 1
-
-    def suffix(r):
-        parts = ([r["mode"]] if several_modes else []) + ([r["dtype"]] if several_dtypes else [])
-        return f" ({', '.join(parts)})" if parts else ""
 
     fig, axes = plt.subplots(len(ops), 2, figsize=(12, 3.6 * len(ops)), squeeze=False)
     for row_axes, op in zip(axes, ops):
@@ -179,21 +202,17 @@ def write_png(path: str, meta: dict, records: Sequence) -> str | None:
         panels = ((row_axes[0], small, "us", "time per collective (us)"),
                   (row_axes[1], large, "busbw", "bus bandwidth (GB/s)"))
         for ax, keep, metric, ylabel in panels:
-            series: dict[str, list] = {}
-            for r in mine:
-                if r["size"] not in keep:
+            for label, points in plot_series(mine, metric, keep).items():
+                xs = [s for s in sorted(points) if points[s][0] is not None and points[s][0] > 0]
+                if not xs:
                     continue
-                lax_value = None if _noisy(r, "lax") else r["lax_us"] if metric == "us" else r["lax_busbw"]
-                series.setdefault("lax" + suffix(r), {})[r["size"]] = lax_value
-                if r["status"] == "ok":
-                    label = (r["algorithm"] if r["algorithm"] == r["chosen"] else f"auto>{r['chosen']}") + suffix(r)
-                    ours_value = None if _noisy(r, "ours") else r["ours_us"] if metric == "us" else r["ours_busbw"]
-                    series.setdefault(label, {})[r["size"]] = ours_value
-            for label, points in series.items():
-                xs = [s for s in sorted(points) if points[s] is not None and points[s] > 0]
-                if xs:
-                    style = dict(color="black", linestyle="--") if label.startswith("lax") else {}
-                    ax.plot(xs, [points[s] for s in xs], marker="o", markersize=3, label=label, **style)
+                style = dict(color="black", linestyle="--") if label.startswith("lax") else {}
+                ys = [points[s][0] for s in xs]
+                ax.plot(xs, ys, marker="o", markersize=3, label=label, **style)
+                for x, y in zip(xs, ys):
+                    if points[x][1] is not None:
+                        ax.annotate(points[x][1], (x, y), textcoords="offset points", xytext=(0, 4), ha="center",
+                                    fontsize=6)
             ax.set_xscale("log", base=2)
             if metric == "us":
                 ax.set_yscale("log")

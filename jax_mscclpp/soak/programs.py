@@ -21,12 +21,11 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-import jax_mscclpp as jm
-
-from .. import _compat, plans
+from .. import _compat, collectives, plans
 from .._types import ALGORITHMS, Algorithm, Collective
+from ..collective_specs import spec_named
 from ..lax_equivalents import lax_collective
-from .configs import AUTO, Config
+from .configs import AUTO, OPS, Config
 
 _ALGORITHM_NAMES = {int(code): name for name, code in ALGORITHMS.items()}
 _CUSTOM_CALL = re.compile(r'@?"?(jax_mscclpp_\w+)"?.*?algorithm = (\d+) : i32.*?plan_id = (-?\d+) : i64')
@@ -39,19 +38,17 @@ def make_mesh(devices: list, config: Config) -> Mesh:
 
 
 def collective(config: Config, ours: bool) -> Callable:
-    """One call of the config's collective on a rank's operand: ours (``jax_mscclpp``) or lax's
-    (``lax_equivalents``), each given the dimensions as drawn (negative ones too)."""
-    axes, c = config.axes, config
+    """One call of the config's collective on a rank's operand: ours (``collectives.ours_collective``) or lax's
+    (``lax_equivalents``), each given the dimensions as drawn (negative ones too). ValueError for an op the soak
+    does not draw."""
+    c = config
+    if c.op not in OPS:
+        raise ValueError(f"unknown op {c.op!r}; the soak draws: {', '.join(OPS)}")
+    shape = dict(op=c.redop, dim=c.dim, concat=c.concat, tiled=c.tiled)
+    which = spec_named(c.op).collective
     if not ours:
-        return lax_collective(Collective[c.op.upper()], axes, op=c.redop, dim=c.dim, concat=c.concat, tiled=c.tiled)
-    algorithm = None if c.algorithm == AUTO else c.algorithm
-    if c.op == "all_reduce":
-        return lambda v: jm.all_reduce(v, axes, op=c.redop, algorithm=algorithm)
-    if c.op == "all_gather":
-        return lambda v: jm.all_gather(v, axes, axis=c.dim, tiled=c.tiled, algorithm=algorithm)
-    if c.op == "reduce_scatter":
-        return lambda v: jm.psum_scatter(v, axes, scatter_dimension=c.dim, tiled=c.tiled, algorithm=algorithm)
-    return lambda v: jm.all_to_all(v, axes, c.dim, c.concat, tiled=c.tiled, algorithm=algorithm)
+        return lax_collective(which, c.axes, **shape)
+    return collectives.ours_collective(which, c.axes, **shape, algorithm=None if c.algorithm == AUTO else c.algorithm)
 
 
 def _back_to_operand(config: Config, y, i):

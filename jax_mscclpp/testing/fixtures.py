@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..collective_specs import OPERATION_NAMES, REDUCTION_OF
+from ..collective_specs import OPERATION_NAMES
 
 AXIS = "x"
 OP_ALIASES = OPERATION_NAMES  # every name CollectiveBenchmark takes -> the collective's (collective_specs.py)
@@ -92,13 +92,10 @@ class CollectiveBenchmark:
         import jax.numpy as jnp
         import numpy as np
 
-        from ..bench import driver, sweep
+        from ..bench import driver, programs, sweep
         from ..bench.units import parse_size
 
-        if op not in OP_ALIASES:
-            raise ValueError(f"unknown op {op!r}; known: {', '.join(OP_ALIASES)}")
-        canonical = OP_ALIASES[op]
-        redop = redop or REDUCTION_OF.get(op, "sum")
+        (canonical,), redop = programs.resolve_ops([op], redop)
         size = parse_size(nbytes) if isinstance(nbytes, str) else int(nbytes)
         algorithm = "auto" if algorithm is None else algorithm
         devices = list(np.asarray(self.mesh.devices).flat)
