@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import _compat, carriers, routing, selection
+from . import _compat, carriers, explain, groups, routing, selection
 from ._types import REDUCE_OPS, Collective
 from .primitives import all_gather_invariant_p, all_gather_p, all_reduce_p, all_to_all_p, reduce_scatter_p
 
@@ -51,6 +51,18 @@ def _lax_route(api_name: str, axis_name, leaves, axis_index_groups, op: str | No
     if reason is not None:
         routing.log_lax(api_name, axes, reason)
     return reason
+
+
+def _groups_of(api_name: str, axis_name, axis_index_groups, *, equal_sizes: bool) -> groups.Groups | None:
+    """The checked ``axis_index_groups`` of a call over one axis that ours runs (``groups.check``; noted for
+    ``explain``), or None for a plain call (no groups, or the whole axis as one group in axis order)."""
+    if axis_index_groups is None:
+        return None
+    axes, world = _axes_and_world(axis_name, api_name)
+    checked = groups.check(api_name, axis_index_groups, world, equal_sizes=equal_sizes)
+    if checked is not None:
+        explain.record(api_name, axes, None, None, explain.COMPOSED, groups.REASON)
+    return checked
 
 
 def _check_algorithm(collective: Collective, algorithm, api_name: str) -> None:
@@ -160,8 +172,10 @@ def all_reduce(x, axis_name, *, op: str = "sum", algorithm: str | None = None, a
 
     Small leaves of a pytree are reduced together in one call per dtype (``BUCKET_LEAF_BYTES``). Under ``auto``, a
     sum of a pytree that looks like a training step's gradients runs lax's all-reduces for its large leaves, which
-    XLA overlaps with the backward pass (``selection.tree_sum_algorithm``). Calls ours cannot run (``routing``:
-    ``axis_index_groups``, vmap axes, constants, unreduced operands, ...) run lax's reduction instead."""
+    XLA overlaps with the backward pass (``selection.tree_sum_algorithm``). ``axis_index_groups`` over one axis
+    reduce each group (``groups.py``: our all_gather, then the group's members reduced in group order). Calls ours
+    cannot run (``routing``: groups over a tuple of axes, vmap axes, constants, unreduced operands, ...) run lax's
+    reduction instead."""
     return reduce_tree(x, axis_name, op, algorithm, gradient_rule=True, axis_index_groups=axis_index_groups)
 
 
@@ -173,6 +187,9 @@ def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: 
         if _lax_route(api, axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, op) is not None:
             with routing.lax_scope(api):
                 return _LAX_REDUCE[op](x, axis_name, axis_index_groups=axis_index_groups)
+        checked = _groups_of(api, axis_name, axis_index_groups, equal_sizes=False)
+        if checked is not None:
+            return grouped_reduce(x, axis_name, op, api, checked)
     leaves, treedef, axes, world = reduction_leaves(x, op, api, axis_name, algorithm)
     if world == 1:
         return jax.tree_util.tree_unflatten(treedef, reduce_over_one_rank(leaves, axes, op, api))
@@ -183,6 +200,15 @@ def reduce_tree(x, axis_name, op: str, algorithm: str | None, *, gradient_rule: 
         large = selection.tree_sum_algorithm(algorithm, [leaf_bytes(leaves[c[0]]) for (c, _), o in zip(calls, own) if o])
     results = [all_reduce_p.bind(operand, axes=axes, world=world, op=op, algorithm=large if o else algorithm)
                for (_, operand), o in zip(calls, own)]
+    return jax.tree_util.tree_unflatten(treedef, unbucketed(leaves, calls, results))
+
+
+def grouped_reduce(x, axis_name, op: str, api: str, checked: groups.Groups):
+    """``x`` (a pytree) reduced with ``op`` over each group of ``checked`` along the one axis ``axis_name``: our
+    all_gather of each call's operand (small leaves bucketed, as ``all_reduce``), then ``groups.reduce``."""
+    leaves, treedef, axes, _ = reduction_leaves(x, op, api, axis_name, None)
+    calls = bucketed(leaves, axes)
+    results = [groups.reduce(all_gather(operand, axes), checked, axes[0], op) for _, operand in calls]
     return jax.tree_util.tree_unflatten(treedef, unbucketed(leaves, calls, results))
 
 
@@ -203,10 +229,16 @@ def pmin(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
 
 def pmean(x, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     """Mean over ``axis_name``: ``lax.pmean``'s drop-in, our ``psum`` divided by the axis size as lax divides it
-    (integer and bool sums become floats, as ``x / n`` makes them)."""
+    (integer and bool sums become floats, as ``x / n`` makes them). With ``axis_index_groups`` over one axis, each
+    group's sum over the group size (every group the same size)."""
     if _lax_route("pmean", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, "sum") is not None:
         with routing.lax_scope("pmean"):
             return lax.pmean(x, axis_name, axis_index_groups=axis_index_groups)
+    checked = _groups_of("pmean", axis_name, axis_index_groups, equal_sizes=True)
+    if checked is not None:
+        _check_algorithm(Collective.ALL_REDUCE, algorithm, "pmean")
+        total = grouped_reduce(x, axis_name, "sum", "pmean", checked)
+        return jax.tree_util.tree_map(lambda v: v / checked.size, total)
     total = psum(x, axis_name, algorithm=algorithm)
     _, world = _axes_and_world(axis_name, "pmean")
     return jax.tree_util.tree_map(lambda v: v / world, total)
@@ -230,7 +262,8 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "v
                algorithm: str | None = None, axis_index_groups=None):
     """Gathers ``x`` from every rank along ``axis`` (stacked, or concatenated when ``tiled``): ``lax.all_gather``.
     ``to="invarying"`` types the result invariant over the axes (its transpose keeps each rank's block of the
-    cotangent), as lax's."""
+    cotangent), as lax's. With ``axis_index_groups`` over one axis, the members of the rank's group in group order
+    (``groups.py``; every group the same size; ``to="varying"`` only, the groups' results differing)."""
     _check_algorithm(Collective.ALL_GATHER, algorithm, "all_gather")
     if not isinstance(to, str) or to not in ALL_GATHER_TO:
         raise ValueError(f"all_gather: unsupported to={to!r}; supported: {', '.join(map(repr, ALL_GATHER_TO))}")
@@ -240,6 +273,11 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "v
             return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups,
                                   **to_arg)
     axes, world = _axes_and_world(axis_name, "all_gather")
+    checked = _groups_of("all_gather", axis_name, axis_index_groups, equal_sizes=True)
+    if checked is not None and to != "varying":
+        raise ValueError(f"all_gather: to={to!r} with axis_index_groups of more than one group: each group "
+                         "gathers its own members, so the result varies over the axis; use to='varying'")
+    size = world if checked is None else checked.size  # the ranks each result gathers
     prim = all_gather_p if to == "varying" else all_gather_invariant_p
     if world == 1:
         routing.one_rank("all_gather", axes)
@@ -253,10 +291,12 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "v
                 blocks = leaf[None] if to == "varying" else jax.lax.all_gather(leaf, axes, to=to)
         else:
             blocks = prim.bind(leaf, axes=axes, world=world, op="sum", algorithm=algorithm)
+            if checked is not None:
+                blocks = groups.members(blocks, checked, axes[0])
         out = jnp.moveaxis(blocks, 0, where)
         if tiled:
             shape = list(leaf.shape)
-            shape[where] *= world
+            shape[where] *= size
             out = out.reshape(shape)
         return out
 
@@ -265,13 +305,17 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "v
 
 def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = False, algorithm: str | None = None,
                  axis_index_groups=None):
-    """Sums over ``axis_name`` and leaves rank r block r of ``scatter_dimension``: ``lax.psum_scatter``."""
+    """Sums over ``axis_name`` and leaves rank r block r of ``scatter_dimension``: ``lax.psum_scatter``. With
+    ``axis_index_groups`` over one axis, the group's sum and the block of the rank's position in its group
+    (``groups.py``; every group the same size)."""
     _check_algorithm(Collective.REDUCE_SCATTER, algorithm, "psum_scatter")
     if _lax_route("psum_scatter", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
         with routing.lax_scope("psum_scatter"):
             return lax.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled,
                                     axis_index_groups=axis_index_groups)
     axes, world = _axes_and_world(axis_name, "psum_scatter")
+    checked = _groups_of("psum_scatter", axis_name, axis_index_groups, equal_sizes=True)
+    n, what = (world, "axis size") if checked is None else (checked.size, "group size")
     if world == 1:
         routing.one_rank("psum_scatter", axes)
 
@@ -280,22 +324,25 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
         d = _canonical_axis(scatter_dimension, leaf.ndim, "psum_scatter", "scatter_dimension")
         size = leaf.shape[d]
         if tiled:
-            if size % world:
+            if size % n:
                 raise ValueError(
-                    f"psum_scatter: dimension {d} of size {size} does not divide by the axis size {world}"
+                    f"psum_scatter: dimension {d} of size {size} does not divide by the {what} {n}"
                 )
             shape = list(leaf.shape)
-            shape[d : d + 1] = [world, size // world]
+            shape[d : d + 1] = [n, size // n]
             blocks = jnp.moveaxis(leaf.reshape(shape), d, 0)
         else:
-            if size != world:
+            if size != n:
                 raise ValueError(
-                    f"psum_scatter: dimension {d} has size {size} but must equal the axis size {world} "
+                    f"psum_scatter: dimension {d} has size {size} but must equal the {what} {n} "
                     "(or pass tiled=True)"
                 )
             blocks = jnp.moveaxis(leaf, d, 0)
         if world == 1:
             return blocks[0]
+        if checked is not None:
+            total = groups.reduce(all_gather(blocks, axes), checked, axes[0], "sum")
+            return total[groups.position(checked, axes[0])]
         return reduce_scatter_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
 
     return jax.tree_util.tree_map(one, x)
@@ -304,25 +351,30 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
 reduce_scatter = psum_scatter
 
 
-def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm):
+def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm, checked=None):
+    n = world if checked is None else checked.size  # the ranks exchanging pieces
     shape = list(leaf.shape)
-    shape[split_axis : split_axis + 1] = [world, shape[split_axis] // world]
+    shape[split_axis : split_axis + 1] = [n, shape[split_axis] // n]
     blocks = jnp.moveaxis(leaf.reshape(shape), split_axis, 0)
     if world == 1:
         received = blocks
+    elif checked is not None:  # every rank's pieces, then from each member of the group its piece for me
+        rows = groups.members(all_gather(blocks, axes), checked, axes[0])
+        received = jnp.take(rows, groups.position(checked, axes[0]), axis=1)
     else:
         received = all_to_all_p.bind(blocks, axes=axes, world=world, op="sum", algorithm=algorithm)
-    # received[r] is rank r's piece for me; pieces are concatenated along concat_axis in rank order.
+    # received[r] is the r-th sender's piece for me; pieces are concatenated along concat_axis in that order.
     out = jnp.moveaxis(received, 0, concat_axis)
     out_shape = list(received.shape[1:])
-    out_shape[concat_axis] *= world
+    out_shape[concat_axis] *= n
     return out.reshape(out_shape)
 
 
 def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool = False,
                algorithm: str | None = None, axis_index_groups=None):
     """Splits ``split_axis`` into one piece per rank, sends piece r to rank r, and joins what arrives along
-    ``concat_axis`` (stacked into a new axis unless ``tiled``): ``lax.all_to_all``."""
+    ``concat_axis`` (stacked into a new axis unless ``tiled``): ``lax.all_to_all``. With ``axis_index_groups`` over
+    one axis, among the members of the rank's group in group order (``groups.py``; every group the same size)."""
     _check_algorithm(Collective.ALL_TO_ALL, algorithm, "all_to_all")
     if _lax_route("all_to_all", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups) is not None:
         with routing.lax_scope("all_to_all"):
@@ -330,6 +382,8 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
                 lambda leaf: lax.all_to_all(leaf, axis_name, split_axis, concat_axis,
                                             axis_index_groups=axis_index_groups, tiled=tiled), x)
     axes, world = _axes_and_world(axis_name, "all_to_all")
+    checked = _groups_of("all_to_all", axis_name, axis_index_groups, equal_sizes=True)
+    n, what = (world, "axis size") if checked is None else (checked.size, "group size")
     if world == 1:
         routing.one_rank("all_to_all", axes)
 
@@ -339,12 +393,12 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
         concat = _canonical_axis(concat_axis, leaf.ndim, "all_to_all", "concat_axis")
         size = leaf.shape[split]
         if tiled:
-            if size % world:
-                raise ValueError(f"all_to_all: split_axis {split} of size {size} does not divide by {world}")
-            return _all_to_all_tiled(leaf, axes, world, split, concat, algorithm)
-        if size != world:
+            if size % n:
+                raise ValueError(f"all_to_all: split_axis {split} of size {size} does not divide by {n}")
+            return _all_to_all_tiled(leaf, axes, world, split, concat, algorithm, checked)
+        if size != n:
             raise ValueError(
-                f"all_to_all: split_axis {split} has size {size} but must equal the axis size {world} "
+                f"all_to_all: split_axis {split} has size {size} but must equal the {what} {n} "
                 "(or pass tiled=True)"
             )
         # As lax: a new axis of size 1 at concat_axis receives the pieces; the split axis (now size 1) goes.
@@ -354,7 +408,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
         elif split > concat:
             leaf = jnp.expand_dims(leaf, concat)
             split += 1
-        out = _all_to_all_tiled(leaf, axes, world, split, concat, algorithm)
+        out = _all_to_all_tiled(leaf, axes, world, split, concat, algorithm, checked)
         return jnp.squeeze(out, split) if split != concat else out
 
     return jax.tree_util.tree_map(one, x)

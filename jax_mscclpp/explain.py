@@ -5,8 +5,9 @@
 program again on its next call. It returns one ``ExplainedCall`` per collective of the program, in this order:
 
 1. the calls of the package's collectives decided at trace time (``routing.py``): those handed to lax's collective
-   (``axis_index_groups``, vmap axes, a shard_map manual over some mesh axes only, constants, ...), and those over
-   axes whose sizes multiply to one, which exchange nothing (``NO_EXCHANGE``);
+   (vmap axes, a shard_map manual over some mesh axes only, constants, ...), those over axes whose sizes multiply
+   to one, which exchange nothing (``NO_EXCHANGE``), and those ours composes of its collectives (``COMPOSED``:
+   ``axis_index_groups``, ``groups.py``);
 2. the lax collectives of the program that are not the package's calls (``lax.psum`` in ``fn``, the psums JAX
    inserts under ``jax.grad``, what ``rewrite`` kept), named ``lax.<name>``. The lax collectives the package binds
    at trace time are bound under the name scope ``LAX_SCOPE``+name (``routing.lax_scope``), which tells them
@@ -26,6 +27,9 @@ from typing import NamedTuple
 
 # The algorithm of a call that exchanges nothing (axes whose sizes multiply to one, or no axes).
 NO_EXCHANGE = "none"
+# The algorithm of a call that ours runs as a composition of its collectives and local steps, noted at trace time
+# (``axis_index_groups``: ``groups.py``); its collectives are listed as lowered.
+COMPOSED = "composed"
 # The name scope of the lax collectives the package binds at trace time: this, then the public function's name.
 LAX_SCOPE = "jax_mscclpp."
 # The reasons of the lax collectives of a program that are not the package's calls.
@@ -42,14 +46,14 @@ class ExplainedCall(NamedTuple):
     bytes: int | None      # its operand's bytes per rank (None for a call decided at trace time)
     dtype: str | None
     algorithm: str         # our algorithm's name, a registered plan's name, "2ph", "fused" (a fused epilogue's
-                           # kernel), "lax", or NO_EXCHANGE
+                           # kernel), "lax", COMPOSED, or NO_EXCHANGE
     reason: str | None     # why it runs what it runs (the package always gives one)
     protocol: str | None = None  # what an algorithm chosen by size runs as (GPUs: "allpairs" -> "allpairs_ll")
 
     def __str__(self) -> str:
         size = "" if self.bytes is None else f" {self.bytes} B"
         dtype = "" if self.dtype is None else f" {self.dtype}"
-        why = "" if self.reason is None or self.algorithm not in ("lax", NO_EXCHANGE) else f" ({self.reason})"
+        why = "" if self.reason is None or self.algorithm not in ("lax", NO_EXCHANGE, COMPOSED) else f" ({self.reason})"
         runs_as = "" if self.protocol is None else f" as {self.protocol}"
         return f"{self.collective} over {self.axes}{size}{dtype}: {self.algorithm}{runs_as}{why}"
 

@@ -24,7 +24,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from . import _compat, _native, explain, primitives, routing, selection
+from . import _compat, _native, explain, groups, primitives, routing, selection
 from ._types import DTYPE_CODES, check_dtype
 from .collectives import _axes_and_world, _lax_route, psum
 from .communicator import Communicator
@@ -40,12 +40,13 @@ def _api(norm: bool) -> str:
 
 def _reference(x, residual, weight, *, axes, norm, eps, algorithm, axis_index_groups=None):
     """The composition the fused kernel computes: (normed, new_residual) or (new_residual,); with ``algorithm``
-    "lax", over lax's psum (bound under ``routing.lax_scope``; its callers note it for ``explain``)."""
+    "lax", over lax's psum (bound under ``routing.lax_scope``; its callers note it for ``explain``), else over our
+    psum (with ``axis_index_groups``, its grouped sum)."""
     if algorithm == "lax":
         with routing.lax_scope(_api(norm)):
             total = lax.psum(x, axes, axis_index_groups=axis_index_groups)
     else:
-        total = psum(x, axes, algorithm=algorithm)
+        total = psum(x, axes, algorithm=algorithm, axis_index_groups=axis_index_groups)
     new_residual = residual + total
     if not norm:
         return (new_residual,)
@@ -179,12 +180,23 @@ def _checked(x, residual, weight, axis_name, api, algorithm):
     return x, residual, weight, axes, world
 
 
+def _grouped(axis_index_groups, world: int) -> bool:
+    """Whether ``axis_index_groups`` split the axis (then our grouped psum composes the call: the fused kernel sums
+    whole axes); checked as psum checks them."""
+    return axis_index_groups is not None and groups.check("psum", axis_index_groups, world,
+                                                          equal_sizes=False) is not None
+
+
 def all_reduce_residual(x, residual, axis_name, *, algorithm: str | None = None, axis_index_groups=None):
     """``residual + psum(x, axis_name)`` in one kernel where it can (see the module docstring); a sum ours cannot
-    run (``routing``: ``axis_index_groups``, vmap axes, ...) is lax's psum and the add (logged)."""
+    run (``routing``: vmap axes, ...) is lax's psum and the add (logged); with ``axis_index_groups`` over one axis,
+    our grouped psum and the add."""
     x, residual, _, axes, world = _checked(x, residual, None, axis_name, "all_reduce_residual", algorithm)
     if _lax_route("all_reduce_residual", axis_name, [x], axis_index_groups, "sum") is not None:
         return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm="lax",
+                          axis_index_groups=axis_index_groups)[0]
+    if _grouped(axis_index_groups, world):
+        return _reference(x, residual, None, axes=axes, norm=False, eps=0.0, algorithm=algorithm,
                           axis_index_groups=axis_index_groups)[0]
     if world == 1:
         routing.one_rank("all_reduce_residual", axes)
@@ -198,11 +210,15 @@ def all_reduce_residual_rmsnorm(x, residual, weight, axis_name, *, eps: float = 
                                 algorithm: str | None = None, axis_index_groups=None):
     """``(rms_norm(r) * weight, r)`` with ``r = residual + psum(x, axis_name)``, the norm over the last axis in
     float32; one kernel where it can (see the module docstring); a sum ours cannot run (``routing``:
-    ``axis_index_groups``, vmap axes, ...) is lax's psum, then the add and the norm (logged)."""
+    vmap axes, ...) is lax's psum, then the add and the norm (logged); with ``axis_index_groups`` over one axis, our
+    grouped psum, then the add and the norm."""
     x, residual, weight, axes, world = _checked(x, residual, weight, axis_name, "all_reduce_residual_rmsnorm",
                                                 algorithm)
     if _lax_route("all_reduce_residual_rmsnorm", axis_name, [x], axis_index_groups, "sum") is not None:
         return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm="lax",
+                          axis_index_groups=axis_index_groups)
+    if _grouped(axis_index_groups, world):
+        return _reference(x, residual, weight, axes=axes, norm=True, eps=float(eps), algorithm=algorithm,
                           axis_index_groups=axis_index_groups)
     if world == 1:
         routing.one_rank("all_reduce_residual_rmsnorm", axes)

@@ -27,8 +27,8 @@ from jax.interpreters import mlir
 
 from . import _compat, _native, primitives, routing
 from ._types import Collective
-from .collectives import (_lax_route, bucketed, has_own_call, reduce_over_one_rank, reduce_tree, reduction_leaves,
-                          unbucketed)
+from .collectives import (_groups_of, _lax_route, bucketed, grouped_reduce, has_own_call, reduce_over_one_rank,
+                          reduce_tree, reduction_leaves, unbucketed)
 
 _call_ids = itertools.count(1)
 
@@ -101,14 +101,19 @@ def psum_start(x, axis_name, *, algorithm: str | None = None, axis_index_groups=
     ``psum(x, axis_name)`` would. Small leaves share a call, as in ``psum``. Between the two, independent work may
     run beside the sum; nothing may read the sum before its done. Contract: every start is joined by
     ``psum_done`` in the same jitted function; a start left unjoined leaves a kernel reading and writing buffers
-    that XLA may free or reuse once the function returns. A sum ours cannot run (``routing``: ``axis_index_groups``,
-    vmap axes, constants, ...) is lax's psum, complete at the start (logged), as ``psum`` runs it."""
+    that XLA may free or reuse once the function returns. A sum ours cannot run (``routing``: vmap axes,
+    constants, ...) is lax's psum, complete at the start (logged), as ``psum`` runs it; so is, with ours, a sum with
+    ``axis_index_groups`` over one axis (``psum``'s grouped sum)."""
     leaves, treedef, axes, world = reduction_leaves(x, "sum", "psum_start", axis_name, algorithm)
     shapes = tuple(jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves)
     if _lax_route("psum_start", axis_name, jax.tree_util.tree_leaves(x), axis_index_groups, "sum") is not None:
         with routing.lax_scope("psum_start"):
             summed = lax.psum(leaves, axis_name, axis_index_groups=axis_index_groups)
         return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [], summed)
+    checked = _groups_of("psum_start", axis_name, axis_index_groups, equal_sizes=False)
+    if checked is not None:  # complete at the start
+        return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
+                       grouped_reduce(leaves, axis_name, "sum", "psum_start", checked))
     if world == 1:  # nothing to exchange: complete at the start, typed as lax's psum
         return Started(treedef, shapes, tuple((i,) for i in range(len(leaves))), axes, (), [],
                        reduce_over_one_rank(leaves, axes, "sum", "psum_start"))

@@ -5,7 +5,8 @@ found by XLA's partition id. Every other call a lax collective accepts is handed
 caller's arguments, so it returns what lax returns (or fails as lax fails), and the reason is logged on the
 ``jax_mscclpp.collectives`` logger at info level:
 
-- ``axis_index_groups`` given (ours reduces over whole axes);
+- ``axis_index_groups`` given over a tuple of axes, or to a collective that does not compose groups (ours composes
+  them over one axis for the collectives of ``GROUPED``: ``groups.py``);
 - an axis bound by ``vmap`` (outside a shard_map, or inside one with ``check_vma=False``; inside one with
   ``check_vma=True`` lax fails unclearly, so that is a clear ``NotImplementedError`` here), or by a ``shard_map``
   that is manual over only some mesh axes (``axis_names=``);
@@ -50,11 +51,18 @@ def one_rank(api_name: str, axes: tuple) -> None:
     explain.record(api_name, axes, None, None, explain.NO_EXCHANGE, ONE_RANK)
 
 
+# The public functions that run ``axis_index_groups=`` over one axis themselves (``groups.py``).
+GROUPED = frozenset({"psum", "pmax", "pmin", "pmean", "all_gather", "psum_scatter", "all_to_all", "psum_start",
+                     "all_reduce_residual", "all_reduce_residual_rmsnorm"})
+
+
 def lax_reason(api_name: str, axes: tuple, leaves=(), *, axis_index_groups=None, op: str | None = None) -> str | None:
     """Why the call ``api_name`` over ``axes`` (already checked to be bound) on ``leaves`` must run lax's
     collective, or None when ours runs it. ``op``: the reduction of a psum/pmax/pmin."""
-    if axis_index_groups is not None:
-        return "axis_index_groups is given (ours reduces over whole axes)"
+    if axis_index_groups is not None and api_name not in GROUPED:
+        return f"axis_index_groups is given (ours composes groups for {', '.join(sorted(GROUPED))} only)"
+    if axis_index_groups is not None and len(axes) != 1:
+        return "axis_index_groups over a tuple of axes (ours composes groups over one axis)"
     if not axes:
         return NO_AXES
     mesh_axes, manual = _compat.mesh_axes()

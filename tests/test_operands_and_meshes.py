@@ -1,5 +1,5 @@
 """Every operand and mesh a lax collective takes, held against lax on CPU devices: constants, empty axis tuples,
-unreduced operands, axis_index_groups, vmap axis names, nested, partially manual and vmapped shard_maps.
+unreduced operands, axis_index_groups under pmap, vmap axis names, nested, partially manual and vmapped shard_maps.
 
 Ids in the comments of each test are rows of docs/bad_input.md ("Operands and meshes").
 """
@@ -142,38 +142,28 @@ def test_unreduced_operand_is_reduced_as_lax(cpu_devices, caplog):
 GROUPS = [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-@pytest.mark.parametrize("name", ["psum", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all"])
-def test_axis_index_groups_are_lax_s_behaviour(mesh8, rng, caplog, name):
-    # axis_index_groups/shard_map, axis_index_groups/pmap
+@pytest.mark.parametrize("name", ["psum", "pmax", "pmin", "pmean", "all_gather", "psum_scatter", "all_to_all"])
+def test_axis_index_groups_under_pmap_are_lax_s(rng, name):
+    # axis_index_groups/pmap: lax's result, whether pmap runs as a shard_map (ours composes the groups) or not
+    # (lax's collective runs them); axis_index_groups/shard_map: tests/test_axis_index_groups.py
     calls = {
         "psum": lambda m, v: m.psum(v, "x", axis_index_groups=GROUPS),
         "pmax": lambda m, v: m.pmax(v, "x", axis_index_groups=GROUPS),
         "pmin": lambda m, v: m.pmin(v, "x", axis_index_groups=GROUPS),
+        "pmean": lambda m, v: m.pmean(v, "x", axis_index_groups=GROUPS),
         "all_gather": lambda m, v: m.all_gather(v, "x", axis_index_groups=GROUPS),
         "psum_scatter": lambda m, v: m.psum_scatter(v, "x", axis_index_groups=GROUPS, tiled=True),
         "all_to_all": lambda m, v: m.all_to_all(v, "x", 0, 0, axis_index_groups=GROUPS, tiled=True),
     }
     x = random_array(rng, (8, 8), "float32")
-    raised = []
-    for module in (jm, lax):
-        f = jax.jit(jax.shard_map(lambda v: calls[name](module, v), mesh=mesh8, in_specs=P("x"), out_specs=P("x")))
-        try:
-            f(x)
-        except Exception as error:  # lax refuses groups under shard_map; ours must do what lax does
-            raised.append(type(error))
-    assert len(raised) in (0, 2) and len(set(raised)) <= 1, raised
-    # under pmap, lax supports them for the reductions: ours gives lax's result
-    if name in ("psum", "pmax", "pmin"):
-        with caplog.at_level(logging.INFO, logger="jax_mscclpp.collectives"):
-            ours = jax.pmap(lambda v: calls[name](jm, v), axis_name="x")(x)
-        assert_same(ours, jax.pmap(lambda v: calls[name](lax, v), axis_name="x")(x))
-        assert "axis_index_groups" in caplog.text
+    ours = jax.pmap(lambda v: calls[name](jm, v), axis_name="x")(x)
+    assert_same(ours, jax.pmap(lambda v: calls[name](lax, v), axis_name="x")(x))
 
 
 @pytest.mark.parametrize("name", ["psum_start", "all_reduce_residual", "all_reduce_residual_rmsnorm"])
-def test_axis_index_groups_of_our_own_sums(mesh8, rng, caplog, name):
-    """psum_start/psum_done and the fused sums take axis_index_groups as psum does: lax's psum (logged), then
-    the rest of the composition; under shard_map both refuse the groups alike, under pmap both compute them."""
+def test_axis_index_groups_of_our_own_sums_under_pmap(rng, name):
+    """Under pmap, psum_start/psum_done and the fused sums take axis_index_groups as psum does, then the rest of
+    the composition: lax's results (under shard_map: tests/test_axis_index_groups.py)."""
     from jax_mscclpp import fused
 
     x, residual = random_array(rng, (8, 2, 8), "float32"), random_array(rng, (8, 2, 8), "float32")
@@ -192,18 +182,8 @@ def test_axis_index_groups_of_our_own_sums(mesh8, rng, caplog, name):
             return fused.all_reduce_residual(v, r, "x", axis_index_groups=GROUPS)
         return fused.all_reduce_residual_rmsnorm(v, r, weight, "x", axis_index_groups=GROUPS)
 
-    raised = []
-    for fn in (ours, reference):
-        f = jax.jit(jax.shard_map(fn, mesh=mesh8, in_specs=(P("x"), P("x")), out_specs=P("x")))
-        try:
-            f(x, residual)
-        except Exception as error:  # noqa: BLE001 - lax refuses groups under shard_map; ours must do the same
-            raised.append(type(error))
-    assert len(raised) in (0, 2) and len(set(raised)) <= 1, raised
-    with caplog.at_level(logging.INFO, logger="jax_mscclpp.collectives"):
-        got = jax.pmap(ours, axis_name="x")(x, residual)
+    got = jax.pmap(ours, axis_name="x")(x, residual)
     assert_same(got, jax.pmap(reference, axis_name="x")(x, residual))
-    assert f"jax_mscclpp.{name} over ('x',) runs lax's collective: axis_index_groups" in caplog.text
 
 
 # ---- vmap axis names ---------------------------------------------------------------------------------------------
