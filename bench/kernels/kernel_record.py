@@ -66,28 +66,6 @@ def block_count(op: str, size: int, n: int, dtype: str) -> int:
     return lay.in_elems
 
 
-def replay_times_ms(vr, op: str, repeats: int, replays: int, **params) -> list[float]:
-    """Milliseconds per call of every timed replay (``VirtualRanks.timed_graph``, keeping every sample)."""
-    from tests.harness.virtual_ranks import make_params
-
-    p = make_params(vr.cuda, op, iters=repeats, **params)
-    for rank in vr.ranks:
-        rank.capture(p)
-    for rank in vr.ranks:
-        rank.replay(1)
-    vr.synchronize()
-    first = vr.ranks[0]
-    times = []
-    for _ in range(replays):
-        first.record_start()
-        for rank in vr.ranks:
-            rank.replay(1)
-        first.record_stop()
-        vr.synchronize()
-        times.append(first.elapsed_ms() / repeats)
-    return times
-
-
 class VirtualRanksSource(kr.Source):
     """``virtual:N``: N virtual ranks on GPU 0 (see the module docstring)."""
 
@@ -196,7 +174,7 @@ class VirtualRanksSource(kr.Source):
                 try:
                     first_ms = vr.timed(op, repeats=1, **params)  # warm-up, and how many calls fill a replay
                     repeats = int(min(MAX_REPEATS, max(3, REPLAY_MS / max(first_ms, 1e-3))))
-                    samples = [ms * 1e3 for ms in replay_times_ms(vr, op, repeats, REPLAYS, **params)]
+                    samples = [ms * 1e3 for ms in vr.graph_replay_times(op, repeats, REPLAYS, **params)]
                     rows.append(kr.new_row(cell, time_source="cuda_events", repeats=repeats, launches=launches,
                                            memcpy_us=memcpy[cell.size], ranks_per_gpu=n, cost_s=time.time() - t,
                                            **kr.samples_fields(samples)))

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from ..collective_specs import SPECS
 from . import metrics
 from .units import format_size
+from .json_safe import json_safe
 
 SCHEMA = "jax_mscclpp.kernel_record/1"
 DEFAULT_NAME = "kernel-record"
@@ -434,21 +435,11 @@ def validate(doc) -> list[str]:
     return problems
 
 
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def write_record(doc: Mapping, path: str) -> str:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(_finite(doc), f, indent=1, allow_nan=False)
+        json.dump(json_safe(doc), f, indent=1, allow_nan=False)
         f.write("\n")
     os.replace(tmp, path)
     return path

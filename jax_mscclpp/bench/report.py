@@ -15,6 +15,7 @@ from typing import Sequence
 
 from .metrics import below_noise
 from .units import format_size
+from .json_safe import json_safe
 
 SCHEMA = "jax_mscclpp.bench/1"
 # Machine columns repeated on every CSV row, so a row stands alone.
@@ -107,16 +108,6 @@ def preamble(meta: dict) -> list[str]:
     ] + ([f"# caveat: {warning}"] if warning else [])
 
 
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def write_json(path: str, meta: dict, settings: dict, records: Sequence, notes: Sequence[str] = ()) -> str:
     doc = {
         "schema": SCHEMA,
@@ -127,7 +118,7 @@ def write_json(path: str, meta: dict, settings: dict, records: Sequence, notes: 
         "records": [_with_noise_flags(_as_dict(r)) for r in records],
     }
     with open(path, "w") as f:
-        json.dump(_finite(doc), f, indent=1, allow_nan=False)
+        json.dump(json_safe(doc), f, indent=1, allow_nan=False)
         f.write("\n")
     return path
 
@@ -145,7 +136,7 @@ def write_csv(path: str, meta: dict, records: Sequence) -> str:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for row in rows:
-            writer.writerow({**head, **{k: ("" if v is None else v) for k, v in _finite(row).items()}})
+            writer.writerow({**head, **{k: ("" if v is None else v) for k, v in json_safe(row).items()}})
     return path
 
 

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import platform
 import socket
 import sys
 
 from ..bench.machine import describe
-
-
-def _finite(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
+from ..bench.json_safe import json_safe
 
 
 def _header_without_devices() -> dict:
@@ -44,6 +34,6 @@ def write_json(path: str, tool: str, devices, settings: dict, results: dict) -> 
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     with open(path, "w") as f:
-        json.dump(_finite(payload), f, indent=1, sort_keys=False, default=str)
+        json.dump(json_safe(payload), f, indent=1, sort_keys=False, default=str)
         f.write("\n")
     return path

@@ -210,9 +210,13 @@ class VirtualRanks(RankData):
         self.run("collective", ranks, collective=collective, algorithm=algorithm, **params)
 
     def timed_graph(self, op: str, repeats: int, replays: int = 3, **params) -> float:
-        """Milliseconds per call of ``op``: every rank captures ``repeats`` calls into a CUDA graph (``iters``),
-        replays it once to warm up, then ``replays`` times between events on rank 0's stream (rank 0 cannot
-        finish before its peers, whose graphs are launched right after its own). The median replay is returned."""
+        """Milliseconds per call of ``op``: the median of ``graph_replay_times``."""
+        return float(np.median(self.graph_replay_times(op, repeats, replays, **params)))
+
+    def graph_replay_times(self, op: str, repeats: int, replays: int = 3, **params) -> list[float]:
+        """Milliseconds per call of ``op`` in each timed replay: every rank captures ``repeats`` calls into a CUDA
+        graph (``iters``), replays it once to warm up, then ``replays`` times between events on rank 0's stream
+        (rank 0 cannot finish before its peers, whose graphs are launched right after its own)."""
         p = make_params(self.cuda, op, iters=repeats, **params)
         for rk in self.ranks:
             rk.capture(p)
@@ -228,7 +232,7 @@ class VirtualRanks(RankData):
             first.record_stop()
             self.synchronize()
             times.append(first.elapsed_ms() / repeats)
-        return float(np.median(times))
+        return times
 
     # -- teardown --------------------------------------------------------------------------------------------------
 
