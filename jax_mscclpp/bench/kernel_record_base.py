@@ -11,11 +11,8 @@ import glob
 import json
 import math
 import os
-import platform as _platform
 import re
-import socket
 import subprocess
-import sys
 from typing import Callable, Iterable, Mapping, Sequence
 
 from ..collective_specs import SPECS
@@ -329,21 +326,10 @@ def commit_of(given: str | None = None, cwd: str | None = None) -> tuple[str, bo
 
 
 def machine_info(facts: Sequence[Mapping] = ()) -> dict:
-    """The record's machine block: this host, the versions and the environment that shape kernels, merged with
-    the sources' ``facts`` (the first value given for each key wins). Starts no JAX backend."""
-    import importlib.metadata
-
+    """The record's machine block: this host, the versions and the environment that shape kernels
+    (``machine.host``), merged with the sources' ``facts`` (the first value given for each key wins). Starts no
+    JAX backend."""
     from . import machine
-
-    def version(dist):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            return None
-
-    import numpy as np
-
-    import jax_mscclpp
 
     merged: dict = {}
     for f in facts:
@@ -352,21 +338,14 @@ def machine_info(facts: Sequence[Mapping] = ()) -> dict:
                 merged[k] = v
     gpu_count = int(merged.get("gpu_count") or 0)
     platform = "gpu" if gpu_count else merged.get("platform", "cpu")
+    here = machine.host()
     info = {
-        "hostname": socket.gethostname(),
-        "os": _platform.platform(),
-        "cpu": machine._cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **{k: here[k] for k in ("hostname", "os", "cpu", "cpu_count")},
         "platform": platform,
         "device_kind": merged.get("gpu_model") if gpu_count else merged.get("device_kind", "cpu"),
         "gpu_model": merged.get("gpu_model") if gpu_count else None,
         "gpu_count": gpu_count,
-        "versions": {"python": _platform.python_version(), "jax": version("jax"), "jaxlib": version("jaxlib"),
-                     "jax_mscclpp": getattr(jax_mscclpp, "__version__", None), "numpy": np.__version__},
-        "environment": {k: v for k, v in sorted(os.environ.items())
-                        if k.startswith("JAX_MSCCLPP_") or k in ("XLA_FLAGS", "JAX_PLATFORMS", "NCCL_NVLS_ENABLE",
-                                                                  "CUDA_DEVICE_MAX_CONNECTIONS")},
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        **{k: here[k] for k in ("versions", "environment", "command")},
     }
     for k, v in merged.items():
         if k not in info:

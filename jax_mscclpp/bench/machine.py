@@ -55,12 +55,39 @@ def _cpu_model() -> str:
     return _platform.processor() or _platform.machine()
 
 
+# The environment variables a record keeps: those that shape our kernels and XLA's.
+RECORDED_ENVIRONMENT = ("XLA_FLAGS", "JAX_PLATFORMS", "NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS")
+
+
+def host() -> dict:
+    """This host, the versions and the environment that shape a measurement, and the command: what every result
+    file's header holds besides its devices. Starts no JAX backend."""
+    import numpy as np
+
+    import jax_mscclpp
+
+    return {
+        "hostname": socket.gethostname(),
+        "os": _platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "versions": {
+            "python": _platform.python_version(),
+            "jax": _version("jax"),
+            "jaxlib": _version("jaxlib"),
+            "jax_mscclpp": getattr(jax_mscclpp, "__version__", None),
+            "numpy": np.__version__,
+        },
+        "environment": {k: v for k, v in sorted(os.environ.items())
+                        if k.startswith("JAX_MSCCLPP_") or k in RECORDED_ENVIRONMENT},
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+    }
+
+
 def describe(devices=None) -> dict:
     """Machine, devices, versions and date, for the header of every result file."""
     import jax
     import numpy as np
-
-    import jax_mscclpp
 
     devices = list(np.asarray(devices).flat) if devices is not None else jax.devices()
     first = devices[0]
@@ -75,12 +102,10 @@ def describe(devices=None) -> dict:
         cuda_built = bool(_native.CUDA_BUILT)
     except Exception:  # noqa: BLE001
         cuda_built = None
+    facts = host()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "hostname": socket.gethostname(),
-        "os": _platform.platform(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
+        **{k: facts[k] for k in ("hostname", "os", "cpu", "cpu_count")},
         "platform": first.platform,
         "platform_version": platform_version,
         "device_kind": first.device_kind,
@@ -90,17 +115,5 @@ def describe(devices=None) -> dict:
         "gpu_model": first.device_kind if accelerator else None,
         "gpu_count": len(devices) if accelerator else 0,
         "cuda_built": cuda_built,
-        "versions": {
-            "python": _platform.python_version(),
-            "jax": jax.__version__,
-            "jaxlib": _version("jaxlib"),
-            "jax_mscclpp": getattr(jax_mscclpp, "__version__", None),
-            "numpy": np.__version__,
-        },
-        "environment": {
-            k: v
-            for k, v in sorted(os.environ.items())
-            if k.startswith("JAX_MSCCLPP_") or k in ("XLA_FLAGS", "JAX_PLATFORMS", "NCCL_NVLS_ENABLE")
-        },
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        **{k: facts[k] for k in ("versions", "environment", "command")},
     }
