@@ -25,6 +25,9 @@ print("info: platforms", info["platforms"], "cuda_built", info["cuda_built"], "t
 assert "cpu" in info["platforms"]
 if sys.argv[1:] == ["cuda"]:
     assert info["cuda_built"], "the wheel was built without its CUDA parts"
+from jax_mscclpp._native import native  # noqa: E402
+
+assert not hasattr(native, "skip_next_calls"), "the wheel's module has the testing build's fault hooks"
 
 mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
 

@@ -1,5 +1,5 @@
 """What the examples share for measuring and reporting: the median step time of a function, the speedup (lax's
-time over ours, as ``python -m jax_mscclpp.bench`` reports it), what every JSON report opens with (example, date,
+time over ours, as ``python -m jax_mscclpp.tools.bench`` reports it), what every JSON report opens with (example, date,
 machine, devices, versions) and how it is written.
 
 Imported after JAX (``header`` reads the devices and versions of the running process).

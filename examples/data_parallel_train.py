@@ -182,7 +182,7 @@ def main(argv=None) -> int:
                      else f"{_report.speedup(timed[variant], timed['mscclpp']):7.2f}x")
             print(f"{name:<8} {grad_mib:>9.1f} {variant:<8} {timed[variant]:>10.3f}  {ratio}")
             if args.profile:
-                from jax_mscclpp.bench import profile
+                from jax_mscclpp.tools.bench import profile
 
                 state = {"p": jax.tree_util.tree_map(jnp.copy, params0)}
 

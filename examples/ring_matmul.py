@@ -156,7 +156,7 @@ def measure(args) -> dict:
         row = {"collectives": name, "max_relative_error": worst, "pass": worst < tolerance,
                "median_step_ms": median_ms(step, operands, args.steps)}
         if args.profile:
-            from jax_mscclpp.bench import profile
+            from jax_mscclpp.tools.bench import profile
 
             logdir = os.path.join(args.profile, f"{name}-process{args.process_id}")
             row["profile"] = profile.summarize(profile.capture(lambda: step(*operands), args.profile_steps, logdir),
@@ -182,7 +182,7 @@ def print_report(report: dict, processes: int) -> bool:
         print(f"[{row['collectives']}] median step {row['median_step_ms']:9.3f} ms; largest error "
               f"{row['max_relative_error']:.2e} of the largest output {'PASS' if row['pass'] else 'FAIL'}")
         if "profile" in row:
-            from jax_mscclpp.bench.profile import format_summary
+            from jax_mscclpp.tools.bench.profile import format_summary
 
             print(format_summary(f"    profile [{row['collectives']}]", row["profile"]))
     times = {row["collectives"]: row["median_step_ms"] for row in report["results"]}

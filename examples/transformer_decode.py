@@ -274,8 +274,8 @@ def generate(step, params, cfg, prompt, steps: int, dtype, mesh) -> dict:
 
 
 def profile_steps(step, params, cfg, prompt, steps: int, dtype, mesh, logdir: str) -> dict:
-    """Per-step kernel figures of ``steps`` decode steps (jax_mscclpp.bench.profile)."""
-    from jax_mscclpp.bench import profile
+    """Per-step kernel figures of ``steps`` decode steps (jax_mscclpp.tools.bench.profile)."""
+    from jax_mscclpp.tools.bench import profile
 
     batch = prompt.shape[0]
     max_len = steps + 2
@@ -381,7 +381,7 @@ def run(args) -> dict:
                 logdir = os.path.join(args.profile, f"{name}-b{batch}")
                 summary = profile_steps(steps[name], params, cfg, prompt, args.profile_steps, dtype, mesh, logdir)
                 profiles.append({"batch": batch, "collectives": name, **summary})
-                from jax_mscclpp.bench.profile import format_summary
+                from jax_mscclpp.tools.bench.profile import format_summary
 
                 print(format_summary(f"       profile batch {batch} {name}", summary))
 

@@ -57,7 +57,7 @@ ffi::Error run_cpu(Collective collective, ffi::AnyBuffer x, ffi::AnyBuffer parti
                             std::to_string(comm->world_size()) + " ranks (or partition " + std::to_string(pid) +
                             " is not part of communicator " + std::to_string(comm_id) + ")");
   }
-  std::string err;
+  host::HostFailure failure;
   const auto started = host::Clock::now();
   if (call.algorithm == Algorithm::kPlan) {
     auto plan = comm->find_plan(plan_id);
@@ -65,18 +65,18 @@ ffi::Error run_cpu(Collective collective, ffi::AnyBuffer x, ffi::AnyBuffer parti
       return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
                         "jax_mscclpp: plan " + std::to_string(plan_id) + " is not registered with communicator " +
                             std::to_string(comm_id));
-    err = host::run_plan(*comm, *plan, plan_id, pid, call, timeout_seconds());
+    failure = host::run_plan(*comm, *plan, plan_id, pid, call, timeout_seconds());
   } else {
-    err = host::run_collective(*comm, pid, call, timeout_seconds());
+    failure = host::run_collective(*comm, pid, call, timeout_seconds());
   }
-  if (!err.empty()) {
+  if (failure.failed()) {
     bool broken = false;
     if (host::HostGroup* group = comm->group_of(pid)) {
       group->record_failure(comm->rank_index(pid),
-                            std::chrono::duration<double>(host::Clock::now() - started).count(), err);
+                            std::chrono::duration<double>(host::Clock::now() - started).count(), failure.message);
       broken = group->broken.load(std::memory_order_acquire);
     }
-    return host_failure_error(err, broken);
+    return host_failure_error(failure, broken);
   }
   return ffi::Error::Success();
 }
@@ -108,7 +108,7 @@ auto common_cpu_binding() {
 }
 
 // One handler per collective row of codes.def, named after its enumerator (kAllReduce -> kAllReduceCpu).
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, ...)                                     \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cpu,                                                    \
                                 (implementation_of<Collective::enumerator, permute_cpu,               \
                                                    collective_cpu<Collective::enumerator>>()),        \
@@ -119,7 +119,7 @@ auto common_cpu_binding() {
 
 const HandlerList& cpu_handlers() {
   static const HandlerList handlers = {
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, ...)                                     \
   {target_name(Collective::enumerator), reinterpret_cast<void*>(enumerator##Cpu)},
 #include "jax_mscclpp/codes.def"
   };

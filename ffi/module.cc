@@ -34,6 +34,7 @@ nb::dict handler_dict(const HandlerList& handlers) {
   return d;
 }
 
+#if JAX_MSCCLPP_TESTING
 // The faults of the rank at `partition` of host communicator `comm_id` (test hooks), else a ValueError.
 host::InjectedFaults& injected_faults(int64_t comm_id, int partition) {
   auto comm = find_host_communicator(comm_id);
@@ -42,6 +43,7 @@ host::InjectedFaults& injected_faults(int64_t comm_id, int partition) {
   if (!state) throw nb::value_error("partition out of range");
   return *state->faults;
 }
+#endif
 
 nb::dict code_row(const char* enumerator, int code, const char* name) {
   nb::dict row;
@@ -54,12 +56,13 @@ nb::dict code_row(const char* enumerator, int code, const char* name) {
 // Every table of kernels/include/jax_mscclpp/codes.def, for jax_mscclpp/_types.py: {table: [row dict, ...]}.
 nb::dict code_tables() {
   nb::list collectives, reduce_ops, dtypes, algorithms, plan_ops, plan_buffers, plan_channels;
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
-  {                                                                                 \
-    nb::dict row = code_row(#enumerator, code, name);                               \
-    row["input_per_rank"] = input_blocks != 0;                                      \
-    row["output_per_rank"] = output_blocks != 0;                                    \
-    collectives.append(row);                                                        \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks, reduces) \
+  {                                                                                          \
+    nb::dict row = code_row(#enumerator, code, name);                                        \
+    row["input_per_rank"] = input_blocks != 0;                                               \
+    row["output_per_rank"] = output_blocks != 0;                                             \
+    row["reduces"] = reduces != 0;                                                           \
+    collectives.append(row);                                                                 \
   }
 #define JAX_MSCCLPP_REDUCE_OP(enumerator, code, name) reduce_ops.append(code_row(#enumerator, code, name));
 #define JAX_MSCCLPP_DTYPE(enumerator, code, name, bytes, host_type, device_type, nccl_type, xla_type) \
@@ -205,6 +208,9 @@ NB_MODULE(_jax_mscclpp, m) {
       nb::arg("comm_id"),
       "Whether an earlier failure left a group of a host communicator unusable (its ranks are out of step).");
 
+#if JAX_MSCCLPP_TESTING
+  // The fault hooks of jax_mscclpp.testing.faults: the testing build's only (JAX_MSCCLPP_TESTING, root
+  // CMakeLists.txt); a module without them has neither name.
   m.def(
       "skip_next_calls",
       [](int64_t comm_id, int partition, int calls) {
@@ -223,6 +229,7 @@ NB_MODULE(_jax_mscclpp, m) {
       nb::arg("comm_id"), nb::arg("partition"), nb::arg("exchanges"),
       "Test hook: the rank at `partition` stops its next built-in collective call after `exchanges` exchanges "
       "with its peers, telling no one (its own call fails).");
+#endif
 
 #ifdef JAX_MSCCLPP_WITH_CUDA
   nb::module_ cuda = m.def_submodule("cuda", "CUDA communicators of the JAX path.");

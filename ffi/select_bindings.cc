@@ -97,6 +97,17 @@ void register_select_bindings(nb::module_& m) {
       "matches; a 'lax' rule decides nothing unless `lax_runs`; without one, 'lax' where it runs, else the "
       "collective's any-size algorithm where the platform runs it. `world` None: any.");
   s.def(
+      "missing_need",
+      [](const std::string& algorithm, int world, bool port_channels) -> std::optional<std::string> {
+        const char* missing =
+            select::missing_need(select::algorithm_code(algorithm), select::gpu_channels(world, port_channels));
+        if (missing == nullptr) return std::nullopt;
+        return std::string(missing);
+      },
+      nb::arg("algorithm"), nb::arg("world"), nb::arg("port_channels"),
+      "What `algorithm` needs (codes.def's `needs`) that a GPU communicator of `world` ranks, made with port "
+      "channels or not, lacks: None for nothing, else 'port channels' or 'a SwitchChannel' (rules.h, missing_need).");
+  s.def(
       "parse_tuning_file",
       [](const std::string& text, const std::map<std::string, std::map<int32_t, std::vector<std::string>>>& runs) {
         std::vector<select::Rule> rules;

@@ -28,7 +28,7 @@ def def_file_text(name: str) -> str:
 
 # Row macro -> (table, the names of its columns after enumerator, code, name).
 _ROW_MACROS = {
-    "JAX_MSCCLPP_COLLECTIVE": ("collective", ("input_per_rank", "output_per_rank")),
+    "JAX_MSCCLPP_COLLECTIVE": ("collective", ("input_per_rank", "output_per_rank", "reduces")),
     "JAX_MSCCLPP_REDUCE_OP": ("reduce_op", ()),
     "JAX_MSCCLPP_DTYPE": ("dtype", ("bytes", "host_type", "device_type", "nccl_type", "xla_type")),
     "JAX_MSCCLPP_ALGORITHM": ("algorithm", ("collectives", "host", "needs")),
@@ -42,7 +42,7 @@ _DEFINE = re.compile(r"^#define (JAX_MSCCLPP_[A-Z0-9_]+) (\d+)\s*$")
 
 def _column(column: str, text: str, constants: dict[str, int]):
     """One column's value as the native module gives it (ffi/module.cc, code_tables)."""
-    if column in ("input_per_rank", "output_per_rank"):
+    if column in ("input_per_rank", "output_per_rank", "reduces"):
         return int(text) != 0
     if column == "collectives":  # an OR of the JAX_MSCCLPP_AR / ... constants, or a number
         return sum(constants[term] if term in constants else int(term)
@@ -87,11 +87,20 @@ def _members(table: str) -> list[tuple[str, int]]:
     return [(_member(row["enumerator"]), row["code"]) for row in CODE_TABLES[table]]
 
 
+_REDUCES = {row["code"]: row["reduces"] for row in CODE_TABLES["collective"]}
+
+
 class _CollectiveBase(enum.IntEnum):
     @property
     def target(self) -> str:
         """The FFI target name of this collective (the same on every platform)."""
         return "jax_mscclpp_" + self.name.lower()
+
+    @property
+    def reduces(self) -> bool:
+        """Whether the result combines ranks' elements with the call's reduce op (codes.def, column ``reduces``);
+        False for a collective that moves elements unchanged."""
+        return _REDUCES[int(self)]
 
 
 Collective = _CollectiveBase("Collective", _members("collective"), module=__name__)

@@ -38,9 +38,6 @@ from jax.interpreters import mlir
 
 from ._types import SUPPORTED_DTYPES, Collective
 
-# Collectives that only move data: any dtype can travel through them as the values of another.
-MOVES_DATA = frozenset({Collective.ALL_GATHER, Collective.ALL_TO_ALL, Collective.PERMUTE})
-
 _UNSIGNED_OF_WIDTH = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
                       8: np.dtype(np.uint64)}
 
@@ -84,15 +81,15 @@ def _decide(dtype, collective: Collective, op: str, block_elements: int | None) 
     """(how ``dtype`` travels through ``collective`` with ``op``, why lax's collective runs it instead): both None
     when the kernels have it."""
     if _is_key(dtype):
-        if collective in MOVES_DATA:
+        if not collective.reduces:
             return Carrier(np.dtype(np.uint32)), None
         return None, f"dtype {dtype.name} is not supported for op {op!r}: a PRNG key has no arithmetic"
     dtype = np.dtype(dtype)
     if dtype in SUPPORTED_DTYPES:
         return None, None
-    moves = collective in MOVES_DATA
+    moves = not collective.reduces  # any dtype can travel through a collective that only moves data
     if dtype.kind == "c":
-        if moves or (op == "sum" and collective in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER)):
+        if moves or op == "sum":
             return Carrier(np.dtype(jnp.finfo(dtype).dtype)), None
     elif dtype == np.bool_:
         if moves or op in ("max", "min"):
@@ -129,7 +126,7 @@ def check(dtype, api_name: str, collective: Collective, op: str = "sum") -> None
     """Raises TypeError where lax's collective refuses ``dtype`` at trace time too: a reduction without that
     arithmetic, which is a sum of bool (psum counts bools as int32 before this check, as lax does) or any reduction
     of a PRNG key. Every other dtype runs, ours or lax's (``lax_reason``)."""
-    if collective in MOVES_DATA:
+    if not collective.reduces:
         return
     if _is_key(dtype) or (np.dtype(dtype) == np.bool_ and op == "sum"):
         raise TypeError(f"{api_name}: unsupported dtype {dtype_name(dtype)} for op {op!r} (as lax's: the "

@@ -2,10 +2,11 @@
 
 ``SPECS`` holds a ``CollectiveSpec`` per collective of ``codes.def``, keyed by its ``Collective``: its name (the
 codes.def name, which the benchmark tool, the soak and the test fixtures use, as nccl-tests does), nccl-tests'
-algbw -> busbw factor, whether it reduces (else it only moves bytes, so ours and lax agree exactly), and whether the
-benchmark tool and the soak build it. ``PUBLIC_NAMES`` holds a ``PublicName`` per lax collective we give a drop-in
-for: the collective it runs, its reduction, the lax primitives ``rewrite`` replaces by it, and whether it is the
-collective itself (``pbroadcast`` is an all_gather and a slice of it). Every table below is derived from the two:
+algbw -> busbw factor, and whether the benchmark tool and the soak build it (whether it reduces, else it only
+moves bytes so that ours and lax agree exactly, is codes.def's: ``Collective.reduces``). ``PUBLIC_NAMES`` holds a
+``PublicName`` per lax collective we give a drop-in for: the collective it runs, its reduction, the lax primitives
+``rewrite`` replaces by it, and whether it is the collective itself (``pbroadcast`` is an all_gather and a slice
+of it). Every table below is derived from the two:
 
 - ``REWRITABLE``: the names ``rewrite(collectives=...)`` takes (``rewrite.py``), with their collective;
 - ``REDUCTION_OF``: the reduce op of each all_reduce name;
@@ -30,9 +31,8 @@ from ._codes import Collective
 class CollectiveSpec:
     collective: Collective
     bus_factor: Callable[[int], float]  # nccl-tests' algbw -> busbw factor over ``world`` ranks
-    reduces: bool  # its result adds (or maxes) ranks' elements; else it moves bytes unchanged
-    benched: bool  # python -m jax_mscclpp.bench builds it
-    soaked: bool  # python -m jax_mscclpp.soak draws it
+    benched: bool  # python -m jax_mscclpp.tools.bench builds it
+    soaked: bool  # python -m jax_mscclpp.tools.soak draws it
 
     @property
     def name(self) -> str:
@@ -62,11 +62,11 @@ def _one(world: int) -> float:  # nccl-tests' sendrecv: every byte crosses one l
 
 
 SPECS = {spec.collective: spec for spec in (
-    CollectiveSpec(Collective.ALL_REDUCE, _all_reduce_factor, reduces=True, benched=True, soaked=True),
-    CollectiveSpec(Collective.ALL_GATHER, _moving_factor, reduces=False, benched=True, soaked=True),
-    CollectiveSpec(Collective.REDUCE_SCATTER, _moving_factor, reduces=True, benched=True, soaked=True),
-    CollectiveSpec(Collective.ALL_TO_ALL, _moving_factor, reduces=False, benched=True, soaked=True),
-    CollectiveSpec(Collective.PERMUTE, _one, reduces=False, benched=False, soaked=False),
+    CollectiveSpec(Collective.ALL_REDUCE, _all_reduce_factor, benched=True, soaked=True),
+    CollectiveSpec(Collective.ALL_GATHER, _moving_factor, benched=True, soaked=True),
+    CollectiveSpec(Collective.REDUCE_SCATTER, _moving_factor, benched=True, soaked=True),
+    CollectiveSpec(Collective.ALL_TO_ALL, _moving_factor, benched=True, soaked=True),
+    CollectiveSpec(Collective.PERMUTE, _one, benched=False, soaked=False),
 )}
 
 PUBLIC_NAMES = (

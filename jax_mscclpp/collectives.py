@@ -413,32 +413,3 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
 
     return jax.tree_util.tree_map(one, x)
 
-
-# Our public function of each collective, called with the shape parameters lax_equivalents.lax_collective takes:
-# the one dispatch the benchmark tool (bench.programs) and the soak (soak.programs) call ours through.
-_PUBLIC_CALLS = {
-    Collective.ALL_REDUCE: lambda x, axes, op, dim, concat, tiled, algorithm: all_reduce(
-        x, axes, op=op, algorithm=algorithm),
-    Collective.ALL_GATHER: lambda x, axes, op, dim, concat, tiled, algorithm: all_gather(
-        x, axes, axis=dim, tiled=tiled, algorithm=algorithm),
-    Collective.REDUCE_SCATTER: lambda x, axes, op, dim, concat, tiled, algorithm: psum_scatter(
-        x, axes, scatter_dimension=dim, tiled=tiled, algorithm=algorithm),
-    Collective.ALL_TO_ALL: lambda x, axes, op, dim, concat, tiled, algorithm: all_to_all(
-        x, axes, dim, concat, tiled=tiled, algorithm=algorithm),
-}
-
-
-def ours_collective(collective: Collective, axes, *, op: str = "sum", dim: int = 0, concat: int = 0,
-                    tiled: bool = True, algorithm: str | None = None):
-    """Our public function of ``collective`` over ``axes`` as a function of one rank's operand, its parameters
-    as ``lax_equivalents.lax_collective`` takes them (``dim``: all_gather's axis, psum_scatter's scatter
-    dimension or all_to_all's split axis; ``concat``: all_to_all's concat axis); ValueError for a collective
-    without one."""
-    try:
-        call = _PUBLIC_CALLS[collective]
-    except KeyError:
-        name = collective.name.lower() if isinstance(collective, Collective) else repr(collective)
-        known = ", ".join(c.name.lower() for c in _PUBLIC_CALLS)
-        raise ValueError(f"jax_mscclpp: no public function of {name} is dispatched here; dispatched: {known}") \
-            from None
-    return lambda x: call(x, axes, op, dim, concat, tiled, algorithm)

@@ -264,7 +264,6 @@ class Communicator:
         members = {}  # partition -> partitions of its group
         for p in range(len(self.devices)):
             members.setdefault(self.group_of_partition[p], []).append(p)
-        self.shares_gpus = processes_share_gpus(self.devices)
         if jax.process_count() == 1:
             ordinals = {p: d.local_hardware_id for p, d in local.items()}
             missing = [(a, b) for a in ordinals.values() for b in ordinals.values()
@@ -288,42 +287,48 @@ class Communicator:
                       stacklevel=4)
 
     def _connect_gpu_ranks(self, local: dict, members: dict) -> None:
+        """The runtime's one setup of this process's ranks (runtime/gpu/rank_setup.h, connect_all): each rank's
+        frame is published where every rank reads it (a dict in one process, JAX's key-value store across
+        processes), every peer's is fetched, then channels are built; it says whether two ranks drive one GPU."""
         import jax
 
         from . import _compat
 
         cuda = native.cuda
-        endpoints = {}
         for p, d in local.items():
-            endpoints[p] = cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p],
-                                                 self.world_size, self.scratch_bytes, self.port_channels)
+            cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p], self.world_size,
+                                  self.scratch_bytes, self.port_channels)
         self.alive = True
+        partition_of_rank = {r: p for p, r in enumerate(self.rank_of_partition)}
+        frames = {}
         if jax.process_count() > 1:
             # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the
             # generation keeps a communicator re-created after destroy() from reading its predecessor's endpoints.
             device_ids, _, _, axes, side_stream = self.cache_key
             prefix = (f"jax_mscclpp/{self.generation}/" + "/".join(map(str, device_ids)) + "/"
                       + "/".join(map(str, axes)) + ("/side" if side_stream else ""))
-            for p, endpoint in endpoints.items():
-                _compat.kv_set_bytes(f"{prefix}/{p}", bytes(endpoint), replace=True)
             timeout = float(native.timeout_seconds())
-            for p in local:
-                for q in members[self.group_of_partition[p]]:
-                    if q in endpoints:
-                        continue
-                    try:
-                        endpoints[q] = _compat.kv_get_bytes(f"{prefix}/{q}", timeout)
-                    except Exception as error:
-                        raise TimeoutError(
-                            f"jax_mscclpp: setting up collectives over {self.axis_names}: rank "
-                            f"{self.rank_of_partition[q]} (process {self.devices[q].process_index}) did not "
-                            f"publish its endpoint within {timeout:g} s (JAX_MSCCLPP_TIMEOUT_S)") from error
-        for p, d in local.items():
-            for q in members[self.group_of_partition[p]]:
-                if q != p:
-                    cuda.comm_connect(self.id, d.local_hardware_id, self.rank_of_partition[q], endpoints[q])
-        for p, d in local.items():
-            cuda.comm_finalize(self.id, d.local_hardware_id)
+
+            def publish(rank: int, frame: bytes) -> None:
+                frames[rank] = frame
+                _compat.kv_set_bytes(f"{prefix}/{partition_of_rank[rank]}", bytes(frame), replace=True)
+
+            def fetch(rank: int) -> bytes:
+                if rank in frames:
+                    return frames[rank]
+                q = partition_of_rank[rank]
+                try:
+                    return _compat.kv_get_bytes(f"{prefix}/{q}", timeout)
+                except Exception as error:
+                    raise TimeoutError(
+                        f"jax_mscclpp: setting up collectives over {self.axis_names}: rank {rank} (process "
+                        f"{self.devices[q].process_index}) did not publish its endpoint within {timeout:g} s "
+                        "(JAX_MSCCLPP_TIMEOUT_S)") from error
+        else:
+            publish, fetch = frames.__setitem__, frames.__getitem__
+        ranks = [(d.local_hardware_id, self.rank_of_partition[p],
+                  [self.rank_of_partition[q] for q in members[self.group_of_partition[p]]]) for p, d in local.items()]
+        self.shares_gpus = cuda.comm_connect_all(self.id, ranks, publish, fetch)
         self._local_gpus = tuple(d.local_hardware_id for d in local.values())
 
     @property

@@ -1,6 +1,6 @@
 """The lax collective that computes what each of our collectives computes: the one place it is written. The JAX
-path emits it for algorithm "lax" (``primitives``), the benchmark tool times it beside ours (``bench.programs``),
-and the soak compares ours with it (``soak.programs``).
+path emits it for algorithm "lax" (``primitives``), the benchmark tool times it beside ours
+(``tools.bench.programs``), and the soak compares ours with it (``tools.soak.programs``).
 
 ``lax_collective(collective, axes, ...)`` takes the collective's shape parameters as our public functions do
 (``dim``: all_gather's axis, psum_scatter's scatter dimension or all_to_all's split axis; ``concat``: all_to_all's

@@ -55,8 +55,8 @@ from jax import lax
 from jax.extend.core import Literal, Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _compat, carriers, collectives, permute, plans, ragged, selection
-from ._types import ALGORITHMS_OF
+from . import _compat, carriers, collectives, permute, plans, public_calls, ragged, selection
+from ._types import ALGORITHMS_OF, Collective
 from .collective_specs import REDUCTION_OF, REWRITABLE
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
@@ -323,7 +323,8 @@ class _HeldReductions:
         """Binds every held group, in the order they were opened, then evaluates the deferred equations."""
         for (op, axes, algorithm), (first, members) in self.groups.items():
             with _compat.equation_context(first):
-                outs = collectives.all_reduce([x for _, x, _ in members], axes, op=op, algorithm=algorithm)
+                reduction = public_calls.ours_collective(Collective.ALL_REDUCE, axes, op=op, algorithm=algorithm)
+                outs = reduction([x for _, x, _ in members])
                 for (outvar, _, out_aval), out in zip(members, outs):
                     self.env[outvar] = _typed_as(out, out_aval, self.config)
         deferred = self.deferred
@@ -416,6 +417,27 @@ def _replacement_reason(name: str, eqn, aval, out_aval, axes: tuple, config: _Co
     return reason
 
 
+# The shape parameters of public_calls.ours_collective, from the lax primitive's, for each collective that
+# _replace_collective replaces by its public function.
+_SHAPE_PARAMETERS = {
+    "all_gather": lambda eqn: dict(
+        dim=eqn.params["all_gather_dimension"], tiled=eqn.params["tiled"],
+        to="invarying" if eqn.primitive in _compat.INVARIANT_RESULT else "varying"),
+    "psum_scatter": lambda eqn: dict(dim=eqn.params["scatter_dimension"], tiled=eqn.params["tiled"]),
+    # lax.all_to_all inserts the size-1 concat axis before binding, so the primitive always splits one axis into
+    # world pieces and concatenates along another: our tiled all_to_all.
+    "all_to_all": lambda eqn: dict(dim=eqn.params["split_axis"], concat=eqn.params["concat_axis"], tiled=True),
+    "ppermute": lambda eqn: dict(perm=eqn.params["perm"]),
+}
+
+
+def _shape_of(name: str, eqn) -> dict:
+    """The shape parameters of ours for the lax collective ``eqn`` (public name ``name``)."""
+    if name not in _SHAPE_PARAMETERS:
+        raise ValueError(f"jax_mscclpp.rewrite: no shape parameters written for lax {name} (_SHAPE_PARAMETERS)")
+    return _SHAPE_PARAMETERS[name](eqn)
+
+
 def _replace_collective(name: str, eqn, x, config: _Config):
     """Our collective in place of ``eqn`` (a lax collective other than a reduction: ``_HeldReductions`` replaces
     those), typed as its result; None when it must stay lax."""
@@ -426,23 +448,10 @@ def _replace_collective(name: str, eqn, x, config: _Config):
     what = f"lax {name} over {axes} on {aval.str_short()}"
     algorithm = config.algorithm_for(name)
     x = _vary(x, axes, config)  # as lax does, through the cast whose transpose is ours
-    params = eqn.params
-    if name == "all_gather":
-        to = "invarying" if eqn.primitive in _compat.INVARIANT_RESULT else "varying"
-        out = collectives.all_gather(x, axes, axis=params["all_gather_dimension"], tiled=params["tiled"], to=to,
-                                     algorithm=algorithm)
-    elif name == "ppermute":
-        out = permute.ppermute(x, axes, params["perm"], algorithm=algorithm)
-    elif name == "pbroadcast":
-        out = permute.pbroadcast(x, axes, params["source"], algorithm=algorithm)
-    elif name == "psum_scatter":
-        out = collectives.psum_scatter(x, axes, scatter_dimension=params["scatter_dimension"],
-                                       tiled=params["tiled"], algorithm=algorithm)
+    if name == "pbroadcast":  # not a collective of its own: our all_gather and a slice of it
+        out = permute.pbroadcast(x, axes, eqn.params["source"], algorithm=algorithm)
     else:
-        # lax.all_to_all inserts the size-1 concat axis before binding, so the primitive always splits one axis
-        # into world pieces and concatenates along another: our tiled all_to_all.
-        out = collectives.all_to_all(x, axes, params["split_axis"], params["concat_axis"], tiled=True,
-                                     algorithm=algorithm)
+        out = public_calls.ours_collective(COLLECTIVES[name], axes, **_shape_of(name, eqn), algorithm=algorithm)(x)
     _log("replaced %s (%d bytes per rank) with jax_mscclpp.%s%s", what, _nbytes(aval), name,
          f" (algorithm {algorithm})" if algorithm else "")
     return _typed_as(out, out_aval, config)

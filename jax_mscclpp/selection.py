@@ -24,26 +24,20 @@ LL hop, latency-bound) apply and the rest stays lax.
 from __future__ import annotations
 
 import dataclasses
-import os
 
 from . import selection_table, settings
-from ._codes import CODE_TABLES
 from ._jax_mscclpp import select as _select
 from ._types import ALGORITHMS_OF, COMPOSED_ALGORITHMS, PLATFORM_ALGORITHMS, Collective
 
-ENV_ALGORITHM = settings.ENV_ALGORITHM
-
-# Whether XLA may record a GPU call into its command buffers (CUDA graphs): "1" always, "0" never, unset: calls of
-# more than GRAPH_MIN_BYTES per rank only (docs/architecture.md, "Command buffers", has the measurements).
-ENV_COMMAND_BUFFERS = "JAX_MSCCLPP_COMMAND_BUFFERS"
+# Whether XLA may record a GPU call into its command buffers (CUDA graphs; settings.command_buffers): "1" always,
+# "0" never, unset: calls of more than GRAPH_MIN_BYTES per rank only (docs/architecture.md, "Command buffers", has
+# the measurements).
 GRAPH_MIN_BYTES = 1 << 20
 
 
 # The built-in rules: kernels/include/jax_mscclpp/selection.def, shared with the NCCL-API library (a view of the
 # matcher's rows, selection_table.py).
 DEFAULT_TABLE = selection_table.DEFAULT_TABLE
-# What each algorithm needs of a GPU communicator beyond memory channels (codes.def, column `needs`).
-ALGORITHM_NEEDS = {row["name"]: row["needs"] for row in CODE_TABLES["algorithm"]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +61,7 @@ LAX_CANNOT_RUN_REASON = "lax cannot run here (processes share a GPU): the first 
 
 def _requested_reason(requested: str, algorithm: str | None) -> str:
     """Why ``requested`` runs: asked for by ``algorithm=`` or by JAX_MSCCLPP_ALGORITHM."""
-    return f"algorithm={requested!r} asked for" if algorithm is not None else f"{ENV_ALGORITHM}={requested}"
+    return f"algorithm={requested!r} asked for" if algorithm is not None else f"{settings.ENV_ALGORITHM}={requested}"
 
 
 def _table_reason(platform: str) -> str:
@@ -106,9 +100,7 @@ def in_command_buffers(nbytes: int) -> bool:
     step whose input or output buffers moved), which outweighs a small call's kernel; a large call's kernel hides it.
     Never where failing kernels stop (``settings.stops_on_failure``): a recorded call replays without its handler,
     which refuses every call of a rank whose kernel failed."""
-    value = os.environ.get(ENV_COMMAND_BUFFERS, "").strip()
-    if value not in ("", "0", "1"):
-        raise ValueError(f"jax_mscclpp: {ENV_COMMAND_BUFFERS}={value!r}: expected 0, 1 or unset")
+    value = settings.command_buffers()
     if settings.stops_on_failure():
         return False
     return value == "1" or (value == "" and nbytes > GRAPH_MIN_BYTES)
@@ -231,9 +223,16 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
         return Decision("lax", "lax", reason=communicator().fallback_reason)
     if chosen == "lax":
         return Decision("lax", "lax", reason=reason)
-    if platform == "gpu" and ALGORITHM_NEEDS.get(chosen) == "kNeedsPortChannels" and not communicator().port_channels:
-        raise ValueError(f"jax_mscclpp: algorithm {chosen!r} needs port channels: create the communicator with "
-                         "Communicator(mesh, axes, port_channels=True) before the first call")
+    if platform == "gpu":
+        # What the algorithm needs of the communicator beyond memory channels (codes.def's `needs`, checked by the
+        # native matcher's one check: runtime/select/rules.h, missing_need).
+        missing = _select.missing_need(chosen, world, communicator().port_channels)
+        if missing == "port channels":
+            raise ValueError(f"jax_mscclpp: algorithm {chosen!r} needs port channels: create the communicator with "
+                             "Communicator(mesh, axes, port_channels=True) before the first call")
+        if missing is not None:
+            raise ValueError(f"jax_mscclpp: algorithm {chosen!r} needs {missing}, which a GPU communicator of "
+                             f"{world} ranks does not have")
     return Decision("native", chosen, reason=reason)
 
 

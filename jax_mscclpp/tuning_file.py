@@ -13,7 +13,7 @@ Where it is read from:
   else ``$XDG_CACHE_HOME/jax_mscclpp``, else ``~/.cache/jax_mscclpp``. The NCCL-API library names the topology
   its communicator spans: the same name for a communicator over every device of the job.
 
-``python -m jax_mscclpp.tune`` writes it. Format (JSON, ``"format": "jax_mscclpp.tuning/1"``): ``rules`` is an
+``python -m jax_mscclpp.tools.tune`` writes it. Format (JSON, ``"format": "jax_mscclpp.tuning/1"``): ``rules`` is an
 ordered list of ``{collective, platform, max_bytes, algorithm}`` (plus ``min_bytes``, ``margin`` and ``runner_up``,
 for people) with selection's meaning: per-rank input bytes, inclusive upper bound (an integer, at least 0), first
 match wins; ``null`` max_bytes means no limit. Sizes past the last rule's bound fall through to the default table.
@@ -149,7 +149,8 @@ def load_rules(path: str, named: bool = False) -> tuple:
     except OSError:
         if named:
             raise ValueError(f"jax_mscclpp: {ENV_FILE}={path!r} is not understood: the file does not exist; "
-                             "accepted: the path of a selection file (python -m jax_mscclpp.tune writes one) or off")
+                             "accepted: the path of a selection file (python -m jax_mscclpp.tools.tune writes one) "
+                             "or off")
         _warn_once((path, "missing"), f"jax_mscclpp: {ENV_FILE}={path} does not exist; using the default table")
         return ()
     signature = (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -163,7 +164,7 @@ def load_rules(path: str, named: bool = False) -> tuple:
     except (OSError, ValueError) as e:
         if named:
             raise ValueError(f"jax_mscclpp: {ENV_FILE}={path!r} is not understood: cannot read the selection file "
-                             f"({e}); accepted: the path of a selection file (python -m jax_mscclpp.tune writes "
+                             f"({e}); accepted: the path of a selection file (python -m jax_mscclpp.tools.tune writes "
                              "one) or off") from e
         _warn_once((path, signature), f"jax_mscclpp: cannot read the selection file {path}: {e}; using the default table")
         rules = ()

@@ -58,7 +58,7 @@ def pytest_configure(config):
 
 
 def _ensure_host_devices(count: int) -> None:
-    from jax_mscclpp.bench import machine
+    from jax_mscclpp.tools.bench import machine
 
     machine.ensure_host_devices(count)
 
@@ -83,7 +83,7 @@ def pytest_runtest_setup(item):
         n = marker.args[0] if marker.args else marker.kwargs.get("n", 2)
         needed = max(needed, int(n))
     if needed:
-        from jax_mscclpp.bench import machine
+        from jax_mscclpp.tools.bench import machine
 
         _ensure_host_devices(machine.DEFAULT_HOST_DEVICES)  # before the check starts JAX
         reason = _gpu_skip_reason(needed)
@@ -95,7 +95,7 @@ def pytest_runtest_setup(item):
 def jm_mesh():
     """A 1-D mesh named "x" over every device of JAX's default backend (8 CPU devices unless XLA_FLAGS or the
     ``jm_cpu_devices`` option set a count, when JAX has not started before)."""
-    from jax_mscclpp.bench import machine
+    from jax_mscclpp.tools.bench import machine
     from jax_mscclpp.testing import fixtures
 
     _ensure_host_devices(machine.DEFAULT_HOST_DEVICES)

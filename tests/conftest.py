@@ -35,6 +35,17 @@ def mesh8(cpu_devices):
 
 
 @pytest.fixture
+def fault_hooks():
+    """jax_mscclpp.testing.faults, for a test that injects a lost peer: skips it in a build without the fault hooks
+    (only the testing build, JAX_MSCCLPP_TESTING, has them)."""
+    from jax_mscclpp.testing import faults
+
+    if not faults.HOOKS_BUILT:
+        pytest.skip("needs the fault hooks of the testing build (-C cmake.define.JAX_MSCCLPP_TESTING=ON)")
+    return faults
+
+
+@pytest.fixture
 def rng(request):
     # A different, reproducible stream per test (whatever PYTHONHASHSEED is): random data, never zeros.
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

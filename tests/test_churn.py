@@ -1,7 +1,7 @@
 """Communicator churn, CI-sized: create / use / destroy cycles over random meshes, axes, rank counts and scratch
 sizes leave no communicator, thread or heap growth behind once JAX's caches are cleared."""
 
-from jax_mscclpp.soak import churn
+from jax_mscclpp.tools.soak import churn
 
 
 def test_churn(cpu_devices):

@@ -45,6 +45,7 @@ def test_names_python_uses_are_the_native_names():
             assert np.dtype(name).itemsize == row["bytes"]
     assert all(rows("algorithm")[name]["code"] == int(code) for name, code in ALGORITHMS.items())
     assert {c.name.lower() for c in Collective} == set(rows("collective"))
+    assert {c.name.lower(): c.reduces for c in Collective} == {n: r["reduces"] for n, r in rows("collective").items()}
     assert plan_encoding.OPCODES == {n: r["code"] for n, r in rows("plan_op").items()}
 
 
@@ -80,6 +81,7 @@ def test_the_harness_and_the_gpu_tests_use_the_native_tables():
     from tests.gpu import test_ppermute
 
     assert set(test_ppermute.ALGORITHMS) == {n for n in ALGORITHM_CODES if n.startswith("p2p")}
+    assert set(h.REDUCING) == {n for n, r in rows("collective").items() if r["reduces"]}
     for c in Collective:
         for world in (1, 2, 8):
             assert (h.in_blocks(c.name.lower(), world), h.out_blocks(c.name.lower(), world)) == \
@@ -101,6 +103,26 @@ def test_no_source_defines_codes_by_hand(table):
     pattern = re.compile(r"\b(" + "|".join(row["enumerator"] for row in TABLES[table]) + r")\s*=\s*-?\d")
     found = {str(p.relative_to(REPO)): hits for p in _SOURCES if len(hits := pattern.findall(p.read_text())) > 1}
     assert not found
+
+
+# Whether a collective reduces is codes.def's column (codes.h, collective_reduces; Python, Collective.reduces):
+# no source names the reducing collectives to ask it.
+_ASKS_BY_NAME = {
+    ".py": re.compile(r"[(\[{]\s*(?:Collective\.)?(?:ALL_REDUCE|\"all_reduce\")\s*,\s*"
+                      r"(?:Collective\.)?(?:REDUCE_SCATTER|\"reduce_scatter\")\s*[)\]}]"),
+    ".cc": re.compile(r"\bk(?:AllReduce|ReduceScatter)\b[^;{}]*\|\|[^;{}]*\bk(?:ReduceScatter|AllReduce)\b"),
+}
+
+
+def test_no_source_lists_the_reducing_collectives():
+    sources = [p for d in ("jax_mscclpp", "ffi", "kernels", "runtime", "nccl") for p in (REPO / d).rglob("*")
+               if p.suffix in (".py", ".h", ".cc", ".cu", ".cuh")]
+    found = [str(p.relative_to(REPO)) for p in sources
+             if _ASKS_BY_NAME[".py" if p.suffix == ".py" else ".cc"].search(p.read_text())]
+    assert not found
+    assert _ASKS_BY_NAME[".py"].search('REDUCING = ("all_reduce", "reduce_scatter")')
+    assert _ASKS_BY_NAME[".py"].search("collective in (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER)")
+    assert _ASKS_BY_NAME[".cc"].search("return code == codes::kAllReduce || code == codes::kReduceScatter;")
 
 
 # The block layout ---------------------------------------------------------------------------------------------

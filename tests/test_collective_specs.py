@@ -11,9 +11,9 @@ from jax._src.lax import parallel
 import jax_mscclpp as jm
 from jax_mscclpp import _compat, collective_specs as specs
 from jax_mscclpp._codes import CODE_TABLES, Collective
-from jax_mscclpp.bench import metrics, programs
-from jax_mscclpp.soak import configs
 from jax_mscclpp.testing import fixtures
+from jax_mscclpp.tools.bench import metrics, programs
+from jax_mscclpp.tools.soak import configs
 
 
 def test_every_codes_def_collective_has_one_spec():
@@ -52,6 +52,10 @@ def test_a_traced_lax_collective_maps_to_its_public_name():
 def test_the_derived_tables():
     rewrite = importlib.import_module("jax_mscclpp.rewrite")  # the module, not the function it exports
     assert rewrite.COLLECTIVES == {p.name: p.collective for p in specs.PUBLIC_NAMES}
+    # rewrite calls ours through public_calls for every collective itself but the reductions, which it holds and
+    # binds together (as all_reduce), and ragged_all_to_all (six operands); pbroadcast is an all_gather and a slice.
+    assert set(rewrite._SHAPE_PARAMETERS) == {p.name for p in specs.PUBLIC_NAMES
+                                              if p.is_the_collective and p.name not in specs.REDUCTION_OF}
     assert specs.REDUCTION_OF == {"psum": "sum", "pmax": "max", "pmin": "min"}
     assert programs.OPS == configs.OPS == ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
     assert fixtures.OP_ALIASES == {"all_reduce": "all_reduce", "psum": "all_reduce", "pmax": "all_reduce",

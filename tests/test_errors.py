@@ -66,7 +66,7 @@ def test_shape_errors(mesh8, rng):
         run(lambda v: jm.all_gather(v, "x", axis=3), mesh8, x)
 
 
-def test_lost_peer_times_out_naming_rank_peer_and_op(cpu_devices, rng):
+def test_lost_peer_times_out_naming_rank_peer_and_op(cpu_devices, rng, fault_hooks):
     # A mesh of its own: after a timeout its communicator refuses further calls.
     mesh = Mesh(np.array(cpu_devices[:8])[[3, 1, 4, 0, 5, 2, 7, 6]], ("x",))
     comm = jm.Communicator(mesh, "x")

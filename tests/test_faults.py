@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 
 import jax_mscclpp as jm
 from jax_mscclpp.dsl import library
-from jax_mscclpp.soak import faults as fault_scenarios
+from jax_mscclpp.tools.soak import faults as fault_scenarios
 from jax_mscclpp.testing import faults
 from tests.helpers import P, random_array, sharded
 
@@ -34,7 +34,9 @@ def plan_registered():
 
 
 @pytest.mark.parametrize("scenario", fault_scenarios.SCENARIOS, ids=[s.name for s in fault_scenarios.SCENARIOS])
-def test_scenario(cpu_devices, plan_registered, scenario):
+def test_scenario(cpu_devices, plan_registered, scenario, request):
+    if scenario.expect == "lost peer":
+        request.getfixturevalue("fault_hooks")
     # A mismatch is caught at the first exchange; its generous limit keeps a loaded 2-core machine (8 device
     # threads) from turning a slow peer into a timeout before that exchange.
     limit = MISMATCH_LIMIT_S if scenario.expect == "mismatch" else TIMEOUT_S
@@ -92,13 +94,24 @@ def test_packets_never_match_data_left_in_scratch(cpu_devices):
         jm.unregister_algorithm("faults_1pa_ll_plan")
 
 
-def test_the_fault_tool_exits_normally():
+def test_the_fault_tool_exits_normally(fault_hooks):
     env = dict(os.environ, JAX_PLATFORMS="cpu", NCCL_NVLS_ENABLE="0",
                XLA_FLAGS="--xla_force_host_platform_device_count=8")
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.soak.faults", "--timeout", "0.3", "--scenarios",
+    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.tools.soak.faults", "--timeout", "0.3", "--scenarios",
                            "stopped_mid_call,mismatched_size"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "2 of 2 scenarios ended as they must" in proc.stdout
     assert time.monotonic() - started < 60
+
+
+def test_an_injection_without_the_fault_hooks_says_where_they_are(mesh8):
+    """Only the testing build has the hooks (JAX_MSCCLPP_TESTING); a module without them refuses an injection by
+    saying so, and one with them takes it (0 calls skipped: nothing injected)."""
+    comm = jm.Communicator(mesh8, "x")
+    if faults.HOOKS_BUILT:
+        faults.skip_next_calls(comm, mesh8.devices[0], 0)
+    else:
+        with pytest.raises(RuntimeError, match="no fault hooks; they come with the testing build"):
+            faults.skip_next_calls(comm, mesh8.devices[0])

@@ -1,5 +1,6 @@
 """No import cycle among jax_mscclpp's modules, counting every import: module level, inside functions and
-classes, under ``if`` or ``try``, relative ones resolved.
+classes, under ``if`` or ``try``, relative ones resolved; and the package's core never imports its command-line
+tools (``jax_mscclpp.tools``), which are built on it.
 
 The graph is read from the source with ``ast`` (nothing is imported): an edge A -> B for every ``import B``,
 ``from B import x`` or ``from B.x import y`` in A (``from package import submodule`` is an edge to the
@@ -19,6 +20,10 @@ import pytest
 PACKAGE = "jax_mscclpp"
 ROOT = pathlib.Path(__file__).resolve().parents[1] / PACKAGE
 NATIVE_MODULES = ("jax_mscclpp._jax_mscclpp",)
+TOOLS = PACKAGE + ".tools"
+# Beside the tools themselves, the modules that may import them: the pytest fixtures (``CollectiveBenchmark`` runs
+# the benchmark tool's sweep).
+USES_TOOLS = (PACKAGE + ".testing",)
 
 
 def module_files(root: pathlib.Path = ROOT) -> dict[str, pathlib.Path]:
@@ -115,3 +120,15 @@ def test_no_import_cycle():
     cycle = find_cycle(import_graph())
     if cycle:
         pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_core_never_imports_the_tools():
+    graph = import_graph()
+    assert any(_within(m, TOOLS) for m in graph), "no tools found: the layout changed"
+    found = {module: sorted(t for t in targets if _within(t, TOOLS)) for module, targets in graph.items()
+             if not any(_within(module, allowed) for allowed in (TOOLS, *USES_TOOLS))}
+    assert not {module: tools for module, tools in found.items() if tools}

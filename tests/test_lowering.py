@@ -4,7 +4,7 @@ import jax
 import pytest
 
 import jax_mscclpp as jm
-from jax_mscclpp import primitives, selection
+from jax_mscclpp import primitives, selection, settings
 from tests.helpers import P, random_array
 
 
@@ -46,21 +46,21 @@ def test_info_describes_the_installation(mesh8):
 
 def test_command_buffer_choice(monkeypatch):
     # GPU calls up to GRAPH_MIN_BYTES per rank stay out of XLA's command buffers unless the variable says otherwise.
-    monkeypatch.delenv(selection.ENV_COMMAND_BUFFERS, raising=False)
+    monkeypatch.delenv(settings.ENV_COMMAND_BUFFERS, raising=False)
     small, large = selection.GRAPH_MIN_BYTES, selection.GRAPH_MIN_BYTES + 1
     assert not selection.in_command_buffers(small) and selection.in_command_buffers(large)
     assert primitives.gpu_target("jax_mscclpp_all_reduce", small) == "jax_mscclpp_all_reduce_outside_graphs"
     assert primitives.gpu_target("jax_mscclpp_all_reduce", large) == "jax_mscclpp_all_reduce"
-    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "1")
+    monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "1")
     assert selection.in_command_buffers(1)
-    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "0")
+    monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "0")
     assert not selection.in_command_buffers(1 << 30)
-    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "yes")
-    with pytest.raises(ValueError, match="expected 0, 1 or unset"):
+    monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "yes")
+    with pytest.raises(ValueError, match="COMMAND_BUFFERS='yes' is not understood; accepted: 0, 1 or unset"):
         selection.in_command_buffers(1)
     # Where failing kernels stop, no call is recorded: a replayed call skips the handler that refuses calls after a
     # failure.
-    monkeypatch.setenv(selection.ENV_COMMAND_BUFFERS, "1")
+    monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "1")
     monkeypatch.setenv("JAX_MSCCLPP_TRAP_ON_FAILURE", "0")
     assert not selection.in_command_buffers(1 << 30)
     assert primitives.gpu_target("jax_mscclpp_all_reduce", 1 << 30) == "jax_mscclpp_all_reduce_outside_graphs"

@@ -148,7 +148,7 @@ def test_gpu_rules_of_pick():
         assert pick("cpu", name, 1 << 30, True, block_count=256)[0].name == name
 
 
-def test_lost_peer_in_a_plan_times_out(cpu_devices, rng):
+def test_lost_peer_in_a_plan_times_out(cpu_devices, rng, fault_hooks):
     mesh = Mesh(np.array(cpu_devices[:8])[[0, 1, 2, 3, 4, 5, 7, 6]], ("x",))
     comm = jm.Communicator(mesh, "x")
     x = random_array(rng, (8 * 8,), "float32")

@@ -52,7 +52,7 @@ def test_mismatch_is_aborted_and_the_next_program_runs(cpu_devices, rng):
     assert_same(before(x), sharded(lambda v: lax.psum(v, "x"), mesh, P("x"), P())(x))
 
 
-def test_lost_peer_is_deadline_exceeded_and_the_next_program_runs(cpu_devices, rng):
+def test_lost_peer_is_deadline_exceeded_and_the_next_program_runs(cpu_devices, rng, fault_hooks):
     mesh = _mesh(cpu_devices, [0, 2, 1, 3, 4, 5, 7, 6])
     x = random_array(rng, (8 * 4,), "float32")
     f = _healthy(mesh)

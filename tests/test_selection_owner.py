@@ -1,6 +1,7 @@
 """The choices the selection owner makes beyond the rules (jax_mscclpp/selection.py): the protocol of an algorithm
-chosen by size (selection.def's protocol rows, which the kernels' launchers apply too) and whether a fused
-all-reduce epilogue runs as its kernel or as the composition."""
+chosen by size (selection.def's protocol rows, which the kernels' launchers apply too), whether a fused
+all-reduce epilogue runs as its kernel or as the composition, and the refusal of an algorithm that needs what the
+GPU communicator lacks (codes.def's `needs`: port channels, a SwitchChannel)."""
 
 import importlib
 import re
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from jax_mscclpp import selection, selection_table
+from jax_mscclpp._types import Collective
 
 explain = importlib.import_module("jax_mscclpp.explain")  # the module, not the function the package exports
 
@@ -71,3 +73,32 @@ def test_fuses():
     assert selection.fuses(2, None, "float32", lambda: None, takes) is None
     assert selection.fuses(2, None, "float32", lambda: _Comm("peer access"), takes) is None
     assert selection.fuses(4, None, "float16", communicator, lambda c: False) is None
+
+
+class _GpuComm(_Comm):
+    def __init__(self, port_channels):
+        super().__init__()
+        self.port_channels = port_channels
+
+
+def _decide(algorithm, world, port_channels):
+    return selection.decide(Collective.ALL_REDUCE, "gpu", nbytes=4096 * world, world=world, block_count=1024 * world,
+                            itemsize=4, algorithm=algorithm, communicator=lambda: _GpuComm(port_channels))
+
+
+def test_the_needs_of_an_algorithm():
+    """One check of codes.def's `needs` (runtime/select/rules.h, missing_need), which the NCCL-API library runs too:
+    2PR needs port channels; 2PA-NVLS a SwitchChannel, which a GPU communicator has (emulated) up to 8 ranks."""
+    missing = selection._select.missing_need
+    assert missing("2pr", 8, False) == "port channels" and missing("2pr", 8, True) is None
+    assert missing("2pa_nvls", 8, False) is None and missing("2pa_nvls", 9, True) == "a SwitchChannel"
+    assert all(missing(name, 64, False) is None for name in ("1pa_ll", "2pa_hb", "allpairs", "p2p"))
+
+
+def test_a_forced_algorithm_needing_what_the_communicator_lacks_is_refused():
+    assert _decide("2pa_nvls", 8, False).algorithm == "2pa_nvls"
+    with pytest.raises(ValueError, match="'2pa_nvls' needs a SwitchChannel, which a GPU communicator of 16 ranks"):
+        _decide("2pa_nvls", 16, True)
+    assert _decide("2pr", 16, True).algorithm == "2pr"
+    with pytest.raises(ValueError, match=r"'2pr' needs port channels: .*port_channels=True"):
+        _decide("2pr", 8, False)

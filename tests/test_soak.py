@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 
-from jax_mscclpp.soak import cli, configs, data, programs, runner
+from jax_mscclpp.tools.soak import cli, configs, data, programs, runner
 from tests.helpers import P
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,8 +86,9 @@ def test_a_mismatch_is_reported_with_its_reproduction(cpu_devices, monkeypatch, 
     summary = soak.run()
     assert summary["mismatches"] == summary["calls"] == 12 and summary["errors"] == 0
     record = summary["mismatch_records"][0]
-    assert "python -m jax_mscclpp.soak --devices 8 --config '" in record["reproduce"]
-    assert sum(line.startswith("MISMATCH ") and "reproduce: python -m jax_mscclpp.soak" in line for line in lines) == 12
+    assert "python -m jax_mscclpp.tools.soak --devices 8 --config '" in record["reproduce"]
+    assert sum(line.startswith("MISMATCH ") and "reproduce: python -m jax_mscclpp.tools.soak" in line
+               for line in lines) == 12
     # The reproduction runs the same config on the same data (and, with the fault gone, agrees with lax).
     monkeypatch.setattr(programs, "collective", wrong)
     config = json.dumps(record["config"])
@@ -108,9 +109,9 @@ def test_the_command_line_on_launched_cpu_processes(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu", NCCL_NVLS_ENABLE="0")
     env.pop("XLA_FLAGS", None)
     out = tmp_path / "soak.json"
-    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.soak", "--launch", "2", "--calls", "6", "--programs", "3",
-                           "--max-bytes", "4K", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.tools.soak", "--launch", "2", "--calls", "6",
+                           "--programs", "3", "--max-bytes", "4K", "--out", str(out)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "runs within one process" in proc.stderr
     result = json.loads(out.read_text())

@@ -7,7 +7,7 @@
 #   gpu_suite        the GPU tests, every part (bench/device/gpu_suite.py; a part fits ten minutes)
 #   bench_auto       every collective, 1 KiB to 1 GiB, the runtime's choice against lax (cmdbuf mode)
 #   bench_all        the same for every algorithm
-#   model            a psum between matmuls, 64 blocks (jax_mscclpp.bench.model), profiled
+#   model            a psum between matmuls, 64 blocks (jax_mscclpp.tools.bench.model), profiled
 #   decode           the Llama-8B-shaped decode example, ours and lax, profiled
 #   train            the data-parallel training example, 128 MiB and 1 GiB of gradients, profiled
 #   soak             10,000 random calls against lax: one process on every GPU, then one process per GPU
@@ -44,14 +44,14 @@ build() {
 }
 gpu_suite() { python3 bench/device/gpu_suite.py kernels processes large_world nccl --out "$OUT"; }
 bench_auto() {
-  python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
+  python3 -m jax_mscclpp.tools.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
     --dtype bfloat16 --algorithm auto --mode cmdbuf --no-progress --quiet --out "$OUT" --name bench-auto
 }
 bench_all() {
-  python3 -m jax_mscclpp.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
+  python3 -m jax_mscclpp.tools.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
     --dtype bfloat16 --algorithm all --mode cmdbuf --no-progress --quiet --out "$OUT" --name bench-all
 }
-model() { python3 -m jax_mscclpp.bench.model --rows 8 --layers 64 --iters 10 --profile "$OUT/prof" --out "$OUT"; }
+model() { python3 -m jax_mscclpp.tools.bench.model --rows 8 --layers 64 --iters 10 --profile "$OUT/prof" --out "$OUT"; }
 decode() {
   python3 examples/transformer_decode.py --preset 8b --layers 4 --batch 1,8,64 --steps 32 --profile "$OUT/prof" \
     --profile-steps 8 --profile-batches 8 --out "$OUT/decode.json"
@@ -61,19 +61,19 @@ train() {
     --out "$OUT/train.json"
 }
 soak() {
-  python3 -m jax_mscclpp.soak --calls 10000 --programs 100 --duration 400 --quiet --out "$OUT/soak.json"
-  [ "$gpus" -ge 2 ] && python3 -m jax_mscclpp.soak --calls 10000 --programs 100 --duration 400 --launch "$gpus" \
+  python3 -m jax_mscclpp.tools.soak --calls 10000 --programs 100 --duration 400 --quiet --out "$OUT/soak.json"
+  [ "$gpus" -ge 2 ] && python3 -m jax_mscclpp.tools.soak --calls 10000 --programs 100 --duration 400 --launch "$gpus" \
     --quiet --out "$OUT/soak-launch.json"
 }
 soak_shared() {
-  python3 -m jax_mscclpp.soak --launch 2 --reference cpu --calls 10000 --programs 120 --duration 470 --quiet \
+  python3 -m jax_mscclpp.tools.soak --launch 2 --reference cpu --calls 10000 --programs 120 --duration 470 --quiet \
     --out "$OUT/soak-shared-2proc.json"
-  python3 -m jax_mscclpp.soak --launch 4 --reference cpu --calls 1000 --programs 80 --max-bytes 16M --duration 420 \
+  python3 -m jax_mscclpp.tools.soak --launch 4 --reference cpu --calls 1000 --programs 80 --max-bytes 16M --duration 420 \
     --quiet --out "$OUT/soak-shared-4proc.json"
 }
-churn() { python3 -m jax_mscclpp.soak.churn --cycles 500 --port-channels both --out "$OUT/churn.json"; }
+churn() { python3 -m jax_mscclpp.tools.soak.churn --cycles 500 --port-channels both --out "$OUT/churn.json"; }
 faults() {
-  XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.soak.faults --launch 2 --timeout 5 \
+  XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.tools.soak.faults --launch 2 --timeout 5 \
     --heartbeat 15 --out "$OUT/faults-2proc.json"
 }
 copy_engine() { python3 bench/device/copy_engine_rate.py --out "$OUT/copy-engine.json"; }
@@ -82,7 +82,7 @@ stop_mode() {
     --steps 32 --out "$OUT/decode-stop-mode.json"
   JAX_MSCCLPP_TRAP_ON_FAILURE=0 python3 examples/data_parallel_train.py --config 128MiB,1GiB --steps 10 \
     --out "$OUT/train-stop-mode.json"
-  JAX_MSCCLPP_TRAP_ON_FAILURE=0 XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.soak.faults \
+  JAX_MSCCLPP_TRAP_ON_FAILURE=0 XLA_FLAGS=--xla_gpu_shard_autotuning=false python3 -m jax_mscclpp.tools.soak.faults \
     --launch 2 --timeout 10 --heartbeat 15 --out "$OUT/faults-2proc-stop-mode.json"
 }
 nccl_clients() {

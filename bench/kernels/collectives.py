@@ -28,7 +28,7 @@ import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results 
 
 import numpy as np  # noqa: E402
 
-from jax_mscclpp.bench.metrics import bus_factor  # noqa: E402
+from jax_mscclpp.tools.bench.metrics import bus_factor  # noqa: E402
 
 from tests.harness.virtual_ranks import (  # noqa: E402
     device_run_header,

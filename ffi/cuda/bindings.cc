@@ -23,7 +23,7 @@ void register_bindings(nb::module_& m) {
         return n;
       },
       "CUDA devices this process sees (0 without a driver or GPU).");
-  // What a resource-leak check reads (jax_mscclpp.soak.churn): device memory, and what the runtime holds open.
+  // What a resource-leak check reads (jax_mscclpp.tools.soak.churn): device memory, and what the runtime holds open.
   m.def(
       "mem_get_info",
       [](int device) {

@@ -1,21 +1,40 @@
 // Bindings of the GPU communicators (communicator.h): jax_mscclpp._jax_mscclpp.cuda.comm_*.
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
 #include "check.h"
 #include "collectives/epilogue.h"
 #include "communicator.h"
-#include "host_executor.h"
+#include "host_plan.h"
+#include "rank_setup.h"
 
 namespace nb = nanobind;
 
 namespace jax_mscclpp::cuda {
 namespace {
+
+// The frontend's meeting place as Python callables (jax_mscclpp/communicator.py: a dict in one process, JAX's
+// key-value store across processes); what they raise propagates to the caller.
+class PythonExchange : public Exchange {
+ public:
+  PythonExchange(nb::callable publish, nb::callable fetch) : publish_(std::move(publish)), fetch_(std::move(fetch)) {}
+  void publish(int rank, const std::string& frame) override { publish_(rank, nb::bytes(frame.data(), frame.size())); }
+  std::string fetch(int rank) override {
+    nb::bytes frame = nb::cast<nb::bytes>(fetch_(rank));
+    return std::string(static_cast<const char*>(frame.data()), frame.size());
+  }
+
+ private:
+  nb::callable publish_, fetch_;
+};
 
 GpuRank& rank_of(int64_t comm_id, int device) {
   auto comm = find_gpu_communicator(comm_id);
@@ -32,23 +51,25 @@ void register_communicator_bindings(nb::module_& m) {
       "comm_create_rank",
       [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, bool port_channels) {
         const RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes);
-        std::string endpoint = create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
-        return nb::bytes(endpoint.data(), endpoint.size());
+        create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),
       nb::arg("port_channels"),
       "Allocates one rank's registered scratch and semaphores on `device` (runtime/gpu/rank_context.h, "
-      "gpu_rank_options); returns its endpoint bytes.");
+      "gpu_rank_options).");
   m.def(
-      "comm_connect",
-      [](int64_t comm_id, int device, int peer, nb::bytes endpoint) {
-        rank_of(comm_id, device).connect(peer, std::string(static_cast<const char*>(endpoint.data()), endpoint.size()));
+      "comm_connect_all",
+      [](int64_t comm_id, const std::vector<std::tuple<int, int, std::vector<int>>>& ranks, nb::callable publish,
+         nb::callable fetch) {
+        std::vector<LocalRank> local;
+        for (const auto& [device, index, group] : ranks) local.push_back({&rank_of(comm_id, device), index, group});
+        PythonExchange exchange(std::move(publish), std::move(fetch));
+        return connect_all(local, exchange).shares_gpu;
       },
-      nb::arg("comm_id"), nb::arg("device"), nb::arg("peer"), nb::arg("endpoint"),
-      "Maps a peer's scratch and semaphores (peer access in one process, CUDA IPC across processes).");
-  m.def(
-      "comm_finalize", [](int64_t comm_id, int device) { rank_of(comm_id, device).finalize(); },
-      nb::arg("comm_id"), nb::arg("device"), "Builds the channels and uploads their device handles.");
+      nb::arg("comm_id"), nb::arg("ranks"), nb::arg("publish"), nb::arg("fetch"),
+      "The runtime's one setup (runtime/gpu/rank_setup.h, connect_all) of this process's ranks of the communicator, "
+      "`ranks` as (device, rank, the ranks of its group): publish(rank, bytes) makes a rank's frame readable by "
+      "every rank, fetch(rank) returns one (raising after the timeout). Returns whether two ranks drive one GPU.");
   m.def(
       "comm_bind_plan",
       [](int64_t comm_id, int device, int64_t plan_id, std::string name, int collective, int world_size,

@@ -1,5 +1,6 @@
-// XLA FFI handlers of platform CUDA: decode XLA's buffers and attributes, find this device's rank of the
-// communicator (by the device ordinal XLA runs the call on), and launch the collective on XLA's stream.
+// XLA FFI handlers of platform CUDA: decode XLA's buffers and attributes into a call (runtime/gpu/call.h), find
+// this device's rank of the communicator (by the device ordinal XLA runs the call on), and run the call on XLA's
+// stream through the rank's one call entry (GpuRank::run: refusal, launch, poisoning).
 //
 // Attributes are those of the CPU handlers (ffi/handlers_cpu.cc); there is no partition operand here: a process
 // holds at most one rank per device and communicator, found by the device ordinal. Algorithm kPlan runs the execution
@@ -7,16 +8,14 @@
 // launch depends on is fixed per (communicator, plan, shapes), and the epoch lives in device memory, so a call may
 // be recorded once and replayed; each handler is registered with and without XLA's command-buffer trait
 // (call_decoding.h, kOutsideGraphsSuffix) and the lowering picks one per call.
-#include <initializer_list>
 #include <string>
-#include <utility>
 
+#include "call.h"
 #include "call_decoding.h"
 #include "collective_types.h"
 #include "collectives/collective.h"
 #include "collectives/epilogue.h"
 #include "communicator.h"
-#include "executor/executor.h"
 #include "handlers.h"
 #include "host_failure_status.h"
 #include "side_stream.h"
@@ -27,63 +26,6 @@ namespace ffi = xla::ffi;
 namespace jax_mscclpp {
 namespace {
 
-// The end of a call launched on `rank`: where its failing kernels stop rather than trap, the outputs are poisoned
-// should the rank have failed by the end of the call (collectives/collective.h, poison_outputs_if_failed).
-ffi::Error finished(cuda::GpuRank& rank, cudaStream_t stream, std::initializer_list<std::pair<void*, size_t>> outputs) {
-  for (const auto& [out, bytes] : outputs) {
-    const cudaError_t err = rank.poison_outputs_if_failed(out, bytes, stream);
-    if (err != cudaSuccess)
-      return ffi::Error(ffi::ErrorCode::kInternal,
-                        std::string("jax_mscclpp: launching the failed-output check failed: ") + cudaGetErrorString(err));
-  }
-  return ffi::Error::Success();
-}
-
-std::string where(int64_t plan_id, int64_t comm_id, int32_t device) {
-  return "plan " + std::to_string(plan_id) + " of communicator " + std::to_string(comm_id) + " on device " +
-         std::to_string(device);
-}
-
-// What launch_plan's refusals mean (kernels/executor/executor.h), for the error message.
-const char* plan_launch_hint(cudaError_t err) {
-  switch (err) {
-    case cudaErrorInvalidValue:
-      return " (an unsupported dtype or op, or a scratch too small for one element per chunk: raise the "
-             "communicator's scratch_bytes)";
-    case cudaErrorNotReady:
-      return " (the plan needs port channels or a switch channel the communicator does not have)";
-    default:
-      return "";
-  }
-}
-
-// One call of a bound plan. PLAN.md's geometry: block_count = input count / input blocks, and the output holds
-// output blocks * block_count elements (what the host backend runs, since plans are verified to have the
-// collective's block layout).
-ffi::Error run_plan_cuda(cuda::GpuRank& rank, const CollectiveContext& ctx, cudaStream_t stream,
-                         int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, int64_t comm_id,
-                         int32_t dtype, int32_t op, int64_t plan_id) {
-  const cuda::ExecutorPlan* plan = rank.plan(plan_id);
-  if (!plan)
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition,
-                      "jax_mscclpp: " + where(plan_id, comm_id, device) + " is not bound (Communicator.bind_plan)");
-  const DevicePlan& dp = plan->device_plan();
-  const size_t in_count = x.element_count(), out_count = y->element_count();
-  const size_t block = in_count / size_t(dp.input_blocks);
-  if (in_count % size_t(dp.input_blocks) != 0 || out_count != block * size_t(dp.output_blocks))
-    return ffi::Error(ffi::ErrorCode::kInvalidArgument,
-                      "jax_mscclpp: " + where(plan_id, comm_id, device) + " has " +
-                          std::to_string(dp.input_blocks) + " input and " + std::to_string(dp.output_blocks) +
-                          " output blocks; the call has " + std::to_string(in_count) + " input and " +
-                          std::to_string(out_count) + " output elements");
-  const cudaError_t err = launch_plan(ctx, dp, x.untyped_data(), y->untyped_data(), block, dtype, op, stream);
-  if (err != cudaSuccess)
-    return ffi::Error(ffi::ErrorCode::kInternal, "jax_mscclpp: launching " + where(plan_id, comm_id, device) +
-                                                     " failed: " + cudaGetErrorString(err) +
-                                                     plan_launch_hint(err));
-  return finished(rank, stream, {{y->untyped_data(), y->size_bytes()}});
-}
-
 // The rank of communicator `comm_id` on `device`, or null.
 cuda::GpuRank* find_rank(int64_t comm_id, int32_t device) {
   auto comm = cuda::find_gpu_communicator(comm_id);
@@ -91,49 +33,54 @@ cuda::GpuRank* find_rank(int64_t comm_id, int32_t device) {
   return rank && rank->ready() ? rank : nullptr;
 }
 
-// Why the call may not run on `rank` (found by find_rank): none on this device, or an earlier kernel of the rank
-// failed (its record: docs/reliability.md, "On GPUs"). A rank whose kernels stop on failure keeps a usable GPU
-// context, but its communicator's ranks are out of step and that call's outputs are not valid, so every later call
-// is refused with the record, coded as the host backend codes it: ABORTED for mismatched calls (or a peer that
-// failed the communicator), DEADLINE_EXCEEDED for a wait that timed out. Success when the call may run.
-ffi::Error refusal(cuda::GpuRank* rank, int64_t comm_id, int32_t device) {
-  if (!rank)
-    return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jax_mscclpp: communicator " + std::to_string(comm_id) +
-                                                               " has no rank on device " + std::to_string(device));
-  const cuda::RuntimeConfigHost& config = rank->rank_context().config();
-  if (!config.stopped_on_failure()) return ffi::Error::Success();
-  const WaitOp op = config.failure_op();
-  const ffi::ErrorCode code = op == WaitOp::kCallMismatch || op == WaitOp::kPeerFailed
-                                  ? ffi::ErrorCode::kAborted
-                                  : ffi::ErrorCode::kDeadlineExceeded;
-  return ffi::Error(code, "jax_mscclpp: communicator " + std::to_string(comm_id) + kUnusableMarker + ": " +
-                              config.error_message([rank](uint32_t f) { return rank->plan_name(f); }) +
-                              "; the outputs of the call that failed are not valid" + kRecoveryAdvice);
+ffi::Error no_rank(int64_t comm_id, int32_t device) {
+  return ffi::Error(ffi::ErrorCode::kFailedPrecondition, "jax_mscclpp: communicator " + std::to_string(comm_id) +
+                                                             " has no rank on device " + std::to_string(device));
+}
+
+// XLA's status for what GpuRank::run returned (runtime/gpu/call.h). A refused call (an earlier kernel of the rank
+// failed and stopped; its record: docs/reliability.md, "On GPUs") is coded as the host backend codes it: ABORTED
+// for ranks out of step (mismatched calls, or a peer that failed the communicator), DEADLINE_EXCEEDED for a wait
+// that timed out, with the recovery advice; an unbound plan is FAILED_PRECONDITION, a plan whose blocks do not fit
+// the call INVALID_ARGUMENT, a failed launch INTERNAL.
+ffi::Error status_of(const cuda::CallResult& result, int64_t comm_id, int32_t device) {
+  using cuda::CallStatus;
+  switch (result.status) {
+    case CallStatus::kLaunched:
+      return ffi::Error::Success();
+    case CallStatus::kRefused:
+      return ffi::Error(result.failure == cuda::FailureKind::kOutOfStep ? ffi::ErrorCode::kAborted
+                                                                        : ffi::ErrorCode::kDeadlineExceeded,
+                        "jax_mscclpp: communicator " + std::to_string(comm_id) + " " + result.message +
+                            kRecoveryAdvice);
+    default:
+      break;
+  }
+  const ffi::ErrorCode code = result.status == CallStatus::kPlanNotBound   ? ffi::ErrorCode::kFailedPrecondition
+                              : result.status == CallStatus::kPlanMismatch ? ffi::ErrorCode::kInvalidArgument
+                                                                           : ffi::ErrorCode::kInternal;
+  return ffi::Error(code, "jax_mscclpp: communicator " + std::to_string(comm_id) + " on device " +
+                              std::to_string(device) + ": " + result.message);
 }
 
 template <Collective kCollective>
 ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                            int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
-  if (ffi::Error refused = refusal(rank, comm_id, device); refused.failure()) return refused;
+  if (!rank) return no_rank(comm_id, device);
+  if (cuda::CallResult refused = rank->refusal(); !refused.launched()) return status_of(refused, comm_id, device);
   // The kernels take the DType codes (jax_mscclpp/codes.def).
-  const int32_t dtype = int32_t(to_dtype(x.element_type()));
-  if (to_dtype(x.element_type()) == DType::kInvalid || y->element_type() != x.element_type())
+  const DType dtype = to_dtype(x.element_type());
+  if (dtype == DType::kInvalid || y->element_type() != x.element_type())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: unsupported or mismatched element type");
-  const CollectiveContext& ctx = rank->context();
   size_t block = 0;
-  if (!block_count_of(kCollective, x.element_count(), y->element_count(), size_t(ctx.nranks), &block))
+  if (!block_count_of(int32_t(kCollective), x.element_count(), y->element_count(), size_t(rank->context().nranks),
+                      &block))
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                       std::string("jax_mscclpp: ") + collective_name(kCollective) + " got mismatched shapes");
-  if (Algorithm(algorithm) == Algorithm::kPlan)
-    return run_plan_cuda(*rank, ctx, stream, device, x, y, comm_id, dtype, op, plan_id);
-  const cudaError_t err = launch_collective(ctx, int32_t(kCollective), algorithm, x.untyped_data(),
-                                            y->untyped_data(), block, dtype, op, stream, max_blocks);
-  if (err != cudaSuccess)
-    return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_mscclpp: launching ") +
-                                                     collective_name(kCollective) + " failed: " +
-                                                     cudaGetErrorString(err));
-  return finished(*rank, stream, {{y->untyped_data(), y->size_bytes()}});
+  const cuda::CollectiveCall call{int32_t(kCollective), algorithm, x.untyped_data(), y->untyped_data(), block,
+                                  int32_t(dtype), op, max_blocks, plan_id};
+  return status_of(rank->run(call, stream), comm_id, device);
 }
 
 // The permutation (codes.def, kPermute): the attributes of the others and its destination table
@@ -142,7 +89,8 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
                         int64_t comm_id, int32_t op, int32_t algorithm, int64_t plan_id, int32_t max_blocks,
                         ffi::Span<const int32_t> destinations) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
-  if (ffi::Error refused = refusal(rank, comm_id, device); refused.failure()) return refused;
+  if (!rank) return no_rank(comm_id, device);
+  if (cuda::CallResult refused = rank->refusal(); !refused.launched()) return status_of(refused, comm_id, device);
   const DType dtype = to_dtype(x.element_type());
   if (dtype == DType::kInvalid || y->element_type() != x.element_type() || y->element_count() != x.element_count())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: permute got mismatched or unsupported buffers");
@@ -152,12 +100,9 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                       "jax_mscclpp: permute got a destination table that is not a partial permutation of " +
                           std::to_string(ctx.nranks) + " ranks");
-  const cudaError_t err = launch_permute(ctx, algorithm, x.untyped_data(), y->untyped_data(), x.element_count(),
-                                         int32_t(dtype), send_to, recv_from, stream, max_blocks);
-  if (err != cudaSuccess)
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("jax_mscclpp: launching permute failed: ") + cudaGetErrorString(err));
-  return finished(*rank, stream, {{y->untyped_data(), y->size_bytes()}});
+  const cuda::PermuteCall call{algorithm, x.untyped_data(), y->untyped_data(), x.element_count(), int32_t(dtype),
+                               send_to, recv_from, max_blocks};
+  return status_of(rank->run(call, stream), comm_id, device);
 }
 
 // What every collective's handler takes (call_decoding.h); the permutation adds its destination table.
@@ -178,7 +123,7 @@ auto common_cuda_binding() {
 // kOutsideGraphsSuffix): kAllReduceCuda may be recorded into command buffers, kAllReduceCudaOutsideGraphs may not.
 #define JAX_MSCCLPP_CUDA_IMPLEMENTATION(enumerator) \
   (implementation_of<Collective::enumerator, permute_cuda, collective_cuda<Collective::enumerator>>())
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)                            \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, ...)                                                                \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(enumerator##Cuda, JAX_MSCCLPP_CUDA_IMPLEMENTATION(enumerator),                  \
                                 binding_of<Collective::enumerator>(common_cuda_binding),                       \
                                 {ffi::Traits::kCmdBufferCompatible});                                          \
@@ -255,19 +200,18 @@ ffi::Error epilogue_cuda(Epilogue kind, cudaStream_t stream, int32_t device, ffi
                          const void* weight, uint64_t row, ffi::AnyBuffer new_residual, void* normed, int64_t comm_id,
                          float eps) {
   cuda::GpuRank* rank = find_rank(comm_id, device);
-  if (ffi::Error refused = refusal(rank, comm_id, device); refused.failure()) return refused;
+  if (!rank) return no_rank(comm_id, device);
+  if (cuda::CallResult refused = rank->refusal(); !refused.launched()) return status_of(refused, comm_id, device);
   const DType dtype = to_dtype(x.element_type());
   if (residual.element_type() != x.element_type() || new_residual.element_type() != x.element_type() ||
       residual.element_count() != x.element_count() || new_residual.element_count() != x.element_count())
     return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: fused all_reduce: mismatched operands");
-  EpilogueCall call{x.untyped_data(), residual.untyped_data(), weight, new_residual.untyped_data(), normed,
-                    x.element_count(), row, eps};
-  const cudaError_t err = launch_all_reduce_epilogue(rank->context(), kind, call, int32_t(dtype), stream);
-  if (err != cudaSuccess)
-    return ffi::Error(ffi::ErrorCode::kInternal,
-                      std::string("jax_mscclpp: launching the fused all_reduce failed: ") + cudaGetErrorString(err));
-  return finished(*rank, stream, {{new_residual.untyped_data(), new_residual.size_bytes()},
-                                  {normed, normed != nullptr ? x.size_bytes() : 0}});
+  const cuda::FusedAllReduceCall call{
+      kind,
+      EpilogueCall{x.untyped_data(), residual.untyped_data(), weight, new_residual.untyped_data(), normed,
+                   x.element_count(), row, eps},
+      int32_t(dtype)};
+  return status_of(rank->run(call, stream), comm_id, device);
 }
 
 ffi::Error all_reduce_residual_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, ffi::AnyBuffer residual,
@@ -323,7 +267,7 @@ const HandlerList& cuda_handlers() {
     const std::string outside = kOutsideGraphsSuffix;
     const std::string residual = kAllReduceResidualTarget, rmsnorm = kAllReduceRMSNormTarget;
     return HandlerList{
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks)        \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, ...)                                            \
   {target_name(Collective::enumerator), reinterpret_cast<void*>(enumerator##Cuda)},          \
       {target_name(Collective::enumerator) + outside, reinterpret_cast<void*>(enumerator##CudaOutsideGraphs)},
 #include "jax_mscclpp/codes.def"

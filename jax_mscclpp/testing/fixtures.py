@@ -16,7 +16,7 @@ def default_mesh(devices=None):
     when there are, else the CPU devices)."""
     import jax
 
-    from ..bench.programs import make_mesh
+    from ..tools.bench.programs import make_mesh
 
     return make_mesh(jax.devices() if devices is None else devices)
 
@@ -70,7 +70,7 @@ class CheckFailed(AssertionError):
 
 
 class CollectiveBenchmark:
-    """``bench(op, nbytes, dtype=..., algorithm=...)`` -> a record (``jax_mscclpp.bench.sweep.Record``) with
+    """``bench(op, nbytes, dtype=..., algorithm=...)`` -> a record (``jax_mscclpp.tools.bench.sweep.Record``) with
     ``ours_us``, ``lax_us`` and ``speedup`` (device time per collective), the dispatch-level times, algbw and
     busbw. Ours is checked against lax on random data first: disagreement raises ``CheckFailed``.
 
@@ -92,8 +92,8 @@ class CollectiveBenchmark:
         import jax.numpy as jnp
         import numpy as np
 
-        from ..bench import driver, programs, sweep
-        from ..bench.units import parse_size
+        from ..tools.bench import driver, programs, sweep
+        from ..tools.bench.units import parse_size
 
         (canonical,), redop = programs.resolve_ops([op], redop)
         size = parse_size(nbytes) if isinstance(nbytes, str) else int(nbytes)

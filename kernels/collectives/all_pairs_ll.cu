@@ -139,12 +139,10 @@ uint64_t piece_cap_copy(int32_t, int nranks, uint64_t, uint64_t scratch_bytes, c
 cudaError_t launch_reduce(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const uint64_t chunk = a.collective == codes::kAllReduce ? ceil_div(p.len, c.nranks) : p.len;
   const int blocks = blocks_for(chunk, 2048, kLLMaxBlocks);
-  cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+  return launch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     all_pairs_reduce_ll_kernel<decltype(t), decltype(o)><<<blocks, kLLThreads, 0, stream>>>(c, p, a.collective);
-    result = cudaGetLastError();
+    return cudaSuccess;
   });
-  return result;
 }
 
 cudaError_t launch_copy(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {

@@ -162,12 +162,10 @@ cudaError_t launch_reduce(const CollectiveContext& c, const Piece& p, const Laun
   const StreamShape s = shape_here(c, false, p.len, a);
   if (s.geo.blocks == 0) return cudaErrorInvalidValue;
   const StreamArgs args{p.in + p.lo, p.in_stride, p.out + p.lo, 0, p.len, c.nranks * p.len, s.geo, 0};
-  cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+  return launch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     stream_reduce_kernel<decltype(t), decltype(o)><<<args.geo.blocks, kHBThreads, 0, stream>>>(c, args);
-    result = cudaGetLastError();
+    return cudaSuccess;
   });
-  return result;
 }
 
 // all_gather (the input to every peer: in_stride 0) and all_to_all (block q to peer q).
@@ -188,12 +186,10 @@ cudaError_t launch_two_phase(const CollectiveContext& c, const Piece& p, const L
   char* out = p.out + p.lo;
   const StreamArgs reduce{in, shard, out + c.rank * shard, 0, shard, bytes, s.geo, 0};
   const StreamArgs gather{out + c.rank * shard, 0, out, shard, shard, bytes, s.geo, s.phase_bytes};
-  cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+  return launch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     stream_two_phase_kernel<decltype(t), decltype(o)><<<reduce.geo.blocks, kHBThreads, 0, stream>>>(c, reduce, gather);
-    result = cudaGetLastError();
+    return cudaSuccess;
   });
-  return result;
 }
 
 constexpr Launcher kReduce{piece_cap<false>, ready, launch_reduce};

@@ -207,12 +207,10 @@ uint64_t piece_cap(int32_t, int nranks, uint64_t, uint64_t scratch_bytes, const 
 
 cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int blocks = blocks_for(p.len, k1paLLBytesPerBlock, kLLMaxBlocks);
-  cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+  return launch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     all_reduce_1pa_ll_kernel<decltype(t), decltype(o)><<<blocks, k1paLLThreads, 0, stream>>>(c, p);
-    result = cudaGetLastError();
+    return cudaSuccess;
   });
-  return result;
 }
 
 }  // namespace

@@ -119,12 +119,10 @@ cudaError_t ready(const CollectiveContext& c, uint64_t) { return c.port == nullp
 cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int cap = c.channels_per_peer < kRingMaxBlocks ? c.channels_per_peer : kRingMaxBlocks;
   const int blocks = blocks_for(ceil_div(p.len, c.nranks), kRingBytesPerBlock, cap);
-  cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+  return launch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     all_reduce_ring_kernel<decltype(t), decltype(o)><<<blocks, kHBThreads, 0, stream>>>(c, p);
-    result = cudaGetLastError();
+    return cudaSuccess;
   });
-  return result;
 }
 
 }  // namespace

@@ -84,20 +84,15 @@ cudaError_t ready(const CollectiveContext& c, uint64_t block_bytes) {
 cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
   const int cap = c.channels_per_peer < kHBMaxBlocks ? c.channels_per_peer : kHBMaxBlocks;
   const int blocks = blocks_for(ceil_div(p.len, c.nranks), 64 << 10, cap);
-  cudaError_t result = cudaErrorInvalidValue;
-  dispatch_reduction(a.dtype, a.op, [&](auto t, auto o) {
+  return launch_reduction(a.dtype, a.op, [&](auto t, auto o) {
     using T = decltype(t);
     using Op = decltype(o);
     if (c.sw.multicast != nullptr) {
-      if constexpr (!multimem_supported<T, Op>()) {
-        result = cudaErrorNotReady;
-        return;
-      }
+      if constexpr (!multimem_supported<T, Op>()) return cudaErrorNotReady;
     }
     all_reduce_switch_kernel<T, Op><<<blocks, kHBThreads, 0, stream>>>(c, p);
-    result = cudaGetLastError();
+    return cudaSuccess;
   });
-  return result;
 }
 
 }  // namespace

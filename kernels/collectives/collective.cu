@@ -30,13 +30,11 @@ const Launcher* launcher_of(int32_t collective, int32_t algorithm, uint64_t bloc
 
 bool valid_op(int32_t op) { return op == codes::kSum || op == codes::kMax || op == codes::kMin; }
 
-bool op_matters(int32_t collective) { return collective == codes::kAllReduce || collective == codes::kReduceScatter; }
-
 }  // namespace
 
 bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, int32_t op) {
   if (dtype_bytes(dtype) == 0 || !is_collective(collective)) return false;
-  if (op_matters(collective) && !valid_op(op)) return false;
+  if (collective_reduces(collective) && !valid_op(op)) return false;
   // Whether an algorithm implements a collective does not depend on the size (kAllPairs: either protocol).
   return launcher_of(collective, algorithm, 0) != nullptr;
 }
@@ -87,13 +85,11 @@ cudaError_t launch_pieces(const CollectiveContext& ctx, int32_t collective, int3
   const LaunchArgs args{collective, dtype, op, max_blocks, send_to, recv_from};
   CollectiveContext c = ctx;
   c.call = call_words(collective, op, algorithm, dtype, block_count);
-  for (uint64_t lo = 0; lo < bytes; lo += cap) {
+  return launch_in_pieces(bytes, cap, [&](uint64_t lo, uint64_t len) {
     p.lo = lo;
-    p.len = min_u64(cap, bytes - lo);
-    const cudaError_t e = l->launch(c, p, args, stream);
-    if (e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+    p.len = len;
+    return l->launch(c, p, args, stream);
+  });
 }
 
 }  // namespace

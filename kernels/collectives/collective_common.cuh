@@ -79,6 +79,18 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE Span part_of(uint64_t total, uint64_t i, uint64_t
   return {lo, min_u64(lo + step, total)};
 }
 
+// Host: a call cut into launches, one per piece (the collectives' launch_pieces and the plan executor's launch_plan):
+// launch(lo, len) for lo = 0, piece, 2 * piece, ... below `total`, len = min(piece, total - lo). Stops at the first
+// launch that fails and returns its error; cudaSuccess after the last (and for total 0).
+template <class Launch>
+inline cudaError_t launch_in_pieces(uint64_t total, uint64_t piece, Launch&& launch) {
+  for (uint64_t lo = 0; lo < total; lo += piece) {
+    const cudaError_t e = launch(lo, min_u64(piece, total - lo));
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 #if defined(__CUDACC__)
 
 // Chunk q of a launch: all_reduce cuts the piece into n chunks of `chunk` bytes (16-byte multiples; the last
@@ -253,6 +265,20 @@ inline bool dispatch_reduction(int32_t dtype, int32_t op, F&& f) {
     using Op = decltype(o);
     if constexpr (!(std::is_integral_v<T> && std::is_signed_v<T> && std::is_same_v<Op, SumOp>)) f(t, o);
   });
+}
+
+// The tail of every launcher of a reducing kernel (host): launch(T{}, Op{}) issues the kernel instantiated for the
+// call's element type and reduction (dispatch_reduction) and returns cudaSuccess, or the error that kept it from
+// issuing one. The result: that error, else the launch's (cudaGetLastError); cudaErrorInvalidValue for codes
+// without a kernel.
+template <class Launch>
+inline cudaError_t launch_reduction(int32_t dtype, int32_t op, Launch&& launch) {
+  cudaError_t result = cudaErrorInvalidValue;
+  dispatch_reduction(dtype, op, [&](auto t, auto o) {
+    result = launch(t, o);
+    if (result == cudaSuccess) result = cudaGetLastError();
+  });
+  return result;
 }
 
 #endif  // __CUDACC__

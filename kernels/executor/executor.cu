@@ -91,12 +91,11 @@ cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, co
   const bool known = dispatch_dtype_op(dtype, op, [&](auto t, auto o) {
     using T = decltype(t);
     using Op = decltype(o);
-    for (uint64_t lo = 0; lo < block_count && result == cudaSuccess; lo += piece) {
-      const uint64_t len = block_count - lo < piece ? block_count - lo : piece;
+    result = collectives::launch_in_pieces(block_count, piece, [&](uint64_t lo, uint64_t len) {
       const PlanPiece p{static_cast<const char*>(in) + lo * es, static_cast<char*>(out) + lo * es, len, block_count,
                         reg.half0, reg.half1};
-      result = launch_plan_piece<T, Op>(c, plan, p, stream);
-    }
+      return launch_plan_piece<T, Op>(c, plan, p, stream);
+    });
   });
   return known ? result : cudaErrorInvalidValue;
 }

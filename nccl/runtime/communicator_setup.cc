@@ -1,7 +1,5 @@
 #include "communicator_setup.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -16,6 +14,7 @@
 #include "our_runtime.h"
 #include "rank_context.h"
 #include "rank_identity.h"
+#include "rank_setup.h"
 #include "real_nccl.h"
 #include "runtime_communicator.h"
 #include "runtime_settings.h"
@@ -66,15 +65,9 @@ namespace {
 
 RankIdentity local_identity(const SetupRequest& request) {
   RankIdentity mine;
-  mine.host = this_host_identity();
-  mine.process = static_cast<int64_t>(getpid());
-  mine.agreement = local_agreement();
-  cudaDeviceProp properties{};
   cudaError_t error = cudaErrorNoDevice;
-  if (request.device >= 0 && (error = cudaGetDeviceProperties(&properties, request.device)) == cudaSuccess) {
-    mine.gpu_uuid.assign(reinterpret_cast<const char*>(&properties.uuid), sizeof(properties.uuid));
-    mine.gpu_name = properties.name;
-  }
+  static_cast<GpuIdentity&>(mine) = cuda::local_gpu_identity(request.device, &error);
+  mine.agreement = local_agreement();
   if (!our_runtime_enabled()) {
     mine.runtime_refusal = std::string(setting_name(Setting::kNcclRuntime)) + "=0";
   } else if (mine.gpu_uuid.empty()) {

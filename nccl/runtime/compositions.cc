@@ -21,7 +21,7 @@ void copy_locally(std::vector<P2PMessage>& messages, int rank, const void* from,
   messages.push_back(receive_from(rank, to, bytes));
 }
 
-cudaError_t launch_moves(const RuntimeCommunicator& runtime, const Operation& op, uint64_t block) {
+cuda::CallResult launch_moves(const RuntimeCommunicator& runtime, const Operation& op, uint64_t block) {
   const int n = runtime.nranks(), me = runtime.rank(), root = op.root;
   const char* send = static_cast<const char*>(op.send);
   char* recv = static_cast<char*>(op.recv);
@@ -57,10 +57,9 @@ cudaError_t launch_moves(const RuntimeCommunicator& runtime, const Operation& op
       break;
     default:
       // A communicator of one rank: every collective is a copy of its one block.
-      if (n != 1) return cudaErrorInvalidValue;
+      if (n != 1) return cuda::launch_result(cudaErrorInvalidValue, "a composition of several ranks");
       copy_locally(messages, me, send, recv, block);
   }
-  if (messages.empty()) return cudaSuccess;
   return runtime.launch_p2p(messages, op.stream);
 }
 
@@ -78,7 +77,7 @@ cudaError_t premultiply(const char* from, char* to, uint64_t len, uint64_t eleme
   return launch_fold_blocks(from, bytes, 1, to, len, fold.element, FoldOp::kPreMulSum, fold.scalar, 1, stream);
 }
 
-cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, const Fold& fold) {
+cuda::CallResult launch_reduction(RuntimeCommunicator& runtime, const Operation& op, const Fold& fold) {
   const int n = runtime.nranks(), me = runtime.rank();
   const uint64_t element = static_cast<uint64_t>(fold_element_bytes(fold.element));
   const bool scatters = op.function == ApiFunction::ncclReduceScatter;
@@ -91,8 +90,9 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
   const FoldOp fold_op = premultiplies ? FoldOp::kSum : fold.op;
   char* staging = folds_here || premultiplies ? runtime.staging() : nullptr;
   const uint64_t piece_cap = RuntimeCommunicator::staging_bytes() / (element * (n + outgoing_blocks));
-  if ((folds_here || premultiplies) && staging == nullptr) return cudaErrorMemoryAllocation;
-  if (piece_cap == 0) return cudaErrorMemoryAllocation;
+  if ((folds_here || premultiplies) && staging == nullptr)
+    return cuda::launch_result(cudaErrorMemoryAllocation, "the staging buffer's allocation");
+  if (piece_cap == 0) return cuda::launch_result(cudaErrorMemoryAllocation, "a piece of the staging buffer");
   const char* send = static_cast<const char*>(op.send);
   char* recv = static_cast<char*>(op.recv);
   for (uint64_t first = 0; first < op.count; first += piece_cap) {
@@ -110,7 +110,7 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
     for (int b = 0; b < outgoing_blocks; ++b)
       if (const cudaError_t e = premultiply(given(b), premultiplied + b * bytes, len, element, fold, op.stream);
           e != cudaSuccess)
-        return e;
+        return cuda::launch_result(e, "the pre-multiplication");
     std::vector<P2PMessage> messages;
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
@@ -118,8 +118,7 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
       if (folds_here) messages.push_back(receive_from(q, staging + q * bytes, bytes));
     }
     if (folds_here) copy_locally(messages, me, contribution(me), staging + me * bytes, bytes);
-    if (!messages.empty())
-      if (const cudaError_t e = runtime.launch_p2p(messages, op.stream); e != cudaSuccess) return e;
+    if (cuda::CallResult moved = runtime.launch_p2p(messages, op.stream); !moved.launched()) return moved;
     if (!folds_here) continue;
     // The fold needs operands aligned to the element (fold.h): an output that is not folds into the staging
     // buffer's first block (read before written), then moves by DMA.
@@ -128,19 +127,19 @@ cudaError_t launch_reduction(RuntimeCommunicator& runtime, const Operation& op, 
     if (const cudaError_t e = launch_fold_blocks(staging, bytes, n, aligned ? out : staging, len, fold.element,
                                                  fold_op, fold.scalar, n, op.stream);
         e != cudaSuccess)
-      return e;
+      return cuda::launch_result(e, "the fold");
     if (!aligned)
       if (const cudaError_t e = cudaMemcpyAsync(out, staging, bytes, cudaMemcpyDeviceToDevice, op.stream);
           e != cudaSuccess)
-        return e;
+        return cuda::launch_result(e, "the copy of a folded piece");
   }
-  return cudaSuccess;
+  return {};
 }
 
 }  // namespace
 
-cudaError_t launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold) {
-  if (!runtime.failure().empty()) return kRefusedAfterFailure;
+cuda::CallResult launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold) {
+  if (cuda::CallResult refused = runtime.refusal(); !refused.launched()) return refused;
   if (fold != nullptr) return launch_reduction(runtime, op, *fold);
   return launch_moves(runtime, op, static_cast<uint64_t>(op.count) * nccl_dtype_bytes(op.dtype));
 }

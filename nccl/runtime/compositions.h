@@ -25,8 +25,9 @@
 namespace jax_mscclpp::nccl {
 
 // Enqueues `op` (ncclBroadcast, ncclBcast, ncclGather, ncclScatter, and on one rank every collective; or, with
-// `fold`, ncclAllReduce, ncclReduceScatter, ncclReduce) on op.stream. cudaErrorMemoryAllocation when the staging
-// buffer cannot be had or is too small for one element of every rank; the launches' errors otherwise.
-cudaError_t launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold);
+// `fold`, ncclAllReduce, ncclReduceScatter, ncclReduce) on op.stream. Refused as every call of the rank is after a
+// failed kernel (runtime/gpu/call.h); a launch failure with cudaErrorMemoryAllocation when the staging buffer
+// cannot be had or is too small for one element of every rank; the launches' results otherwise.
+cuda::CallResult launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold);
 
 }  // namespace jax_mscclpp::nccl

@@ -45,8 +45,6 @@ int32_t collective_code(ApiFunction function) {
   }
 }
 
-bool collective_reduces(int32_t code) { return code == codes::kAllReduce || code == codes::kReduceScatter; }
-
 std::optional<FoldElement> fold_element(ncclDataType_t dtype) {
   switch (dtype) {
     case ncclInt8: return FoldElement::kS8;

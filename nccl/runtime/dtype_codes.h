@@ -20,8 +20,6 @@ int32_t reduction_dtype_code(ncclDataType_t dtype);
 int32_t reduce_op_code(ncclRedOp_t op);
 // The collective (codes.def) a collective kernel runs an NCCL function with; -1 for every other function.
 int32_t collective_code(ApiFunction function);
-// Whether the collective `code` reduces (all-reduce, reduce-scatter).
-bool collective_reduces(int32_t code);
 // The fold's element type for `dtype`; nothing for a type NCCL does not define.
 std::optional<FoldElement> fold_element(ncclDataType_t dtype);
 // The fold's operation for a built-in reduction (ncclSum .. ncclAvg); nothing for the others.

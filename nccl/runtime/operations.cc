@@ -49,14 +49,16 @@ const char* column_name(int column) {
   }
 }
 
-ncclResult_t launched(cudaError_t error, const Operation& op, const RuntimeCommunicator& runtime) {
-  if (error == cudaSuccess) return ncclSuccess;
+// NCCL's result for what the rank's call entry returned (runtime/gpu/call.h): a refused call (an earlier kernel
+// failed and stopped) is ncclRemoteError, arguments our kernels refuse ncclInvalidArgument, any other failed
+// launch ncclUnhandledCudaError; the message names the function and the rank.
+ncclResult_t launched(const cuda::CallResult& result, const Operation& op, const RuntimeCommunicator& runtime) {
+  if (result.launched()) return ncclSuccess;
   const std::string where = std::string(api_function_name(op.function)) + " on rank " + std::to_string(runtime.rank());
-  if (error == kRefusedAfterFailure)
-    return fail(ncclRemoteError, where + ": the communicator failed in an earlier call: " + runtime.failure() +
-                                     "; that call's outputs are not valid");
-  return fail(error == cudaErrorInvalidValue ? ncclInvalidArgument : ncclUnhandledCudaError,
-              where + ": " + cudaGetErrorString(error));
+  if (result.status == cuda::CallStatus::kRefused)
+    return fail(ncclRemoteError, where + ": the communicator " + result.message);
+  return fail(result.error == cudaErrorInvalidValue ? ncclInvalidArgument : ncclUnhandledCudaError,
+              where + ": " + result.message);
 }
 
 P2PMessage message_of(const Operation& op) {
@@ -105,11 +107,12 @@ ncclResult_t launch_point_to_point(RuntimeCommunicator& runtime, const std::vect
     return e;
   };
   for (cudaStream_t other : others)
-    if (const cudaError_t e = join(other, stream); e != cudaSuccess) return launched(e, *ops.front(), runtime);
+    if (const cudaError_t e = join(other, stream); e != cudaSuccess)
+      return launched(cuda::launch_result(e, "a stream join"), *ops.front(), runtime);
   ncclResult_t result = launched(runtime.launch_p2p(messages, stream), *ops.front(), runtime);
   for (cudaStream_t other : others)
     if (const cudaError_t e = join(stream, other); e != cudaSuccess && result == ncclSuccess)
-      result = launched(e, *ops.front(), runtime);
+      result = launched(cuda::launch_result(e, "a stream join"), *ops.front(), runtime);
   return result;
 }
 

@@ -1,20 +1,17 @@
 #include "rank_identity.h"
 
-#include <unistd.h>
-
-#include <cstdlib>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <utility>
 
 #include "byte_frame.h"
+#include "gpu_identity.h"
 
 namespace jax_mscclpp::nccl {
 
 std::string encode_identity(const RankIdentity& identity) {
   FrameWriter out;
-  out.text(identity.host).i64(identity.process).text(identity.gpu_uuid).text(identity.gpu_name);
+  write_gpu_identity(out, identity);
   out.text(identity.runtime_refusal).text(identity.real_refusal).text(encode_agreement(identity.agreement));
   return out.bytes();
 }
@@ -23,23 +20,13 @@ RankIdentity decode_identity(const std::string& bytes, int rank) {
   RankIdentity identity;
   FrameReader in(bytes);
   std::string agreement;
-  if (!in.text(&identity.host) || !in.i64(&identity.process) || !in.text(&identity.gpu_uuid) ||
-      !in.text(&identity.gpu_name) || !in.text(&identity.runtime_refusal) ||
+  if (!read_gpu_identity(in, &identity) || !in.text(&identity.runtime_refusal) ||
       !in.text(&identity.real_refusal) || !in.text(&agreement) || !in.at_end() ||
       !decode_agreement(agreement, &identity.agreement)) {
     throw std::runtime_error("rank " + std::to_string(rank) +
                              " sent no identity jax_mscclpp's libnccl.so.2 reads (a different library version?)");
   }
   return identity;
-}
-
-std::string this_host_identity() {
-  if (const char* forced = std::getenv("NCCL_HOSTID"); forced != nullptr && forced[0] != '\0') return forced;
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  std::string boot_id;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
-  return std::string(name) + boot_id;
 }
 
 Backend choose_backend(const std::vector<RankIdentity>& ranks) {
@@ -67,9 +54,7 @@ Backend choose_backend(const std::vector<RankIdentity>& ranks) {
     }
   }
   backend.ours = true;
-  for (size_t q = 0; q < ranks.size(); ++q)
-    for (size_t p = q + 1; p < ranks.size(); ++p)
-      if (ranks[q].gpu_uuid == ranks[p].gpu_uuid) backend.shares_gpu = true;
+  backend.shares_gpu = share_a_gpu(std::vector<GpuIdentity>(ranks.begin(), ranks.end()));
   backend.reason = backend.shares_gpu ? "one host, ranks sharing a GPU" : "one host";
   return backend;
 }

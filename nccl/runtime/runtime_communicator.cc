@@ -1,6 +1,6 @@
 #include "runtime_communicator.h"
 
-#include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -9,9 +9,8 @@
 #include "check.h"
 #include "collectives/collective.h"
 #include "dtype_codes.h"
-#include "jax_mscclpp/block_layout.h"
 #include "jax_mscclpp/codes.h"
-#include "byte_frame.h"
+#include "rank_setup.h"
 #include "select/tuning_file.h"
 #include "selection.h"
 
@@ -29,9 +28,30 @@ AgreementField tuning_field(const std::vector<select::Rule>& rules) {
 
 }  // namespace
 
+namespace {
+
+// The bootstrap as the setup's exchange (rank_setup.h): this rank's frame published, every rank's read from one
+// all-gather at the first fetch (every rank of a communicator of several fetches, so every rank gathers).
+class BootstrapExchange : public cuda::Exchange {
+ public:
+  explicit BootstrapExchange(BootstrapClient& bootstrap) : bootstrap_(bootstrap) {}
+  void publish(int, const std::string& frame) override { mine_ = frame; }
+  std::string fetch(int rank) override {
+    if (frames_.empty()) frames_ = bootstrap_.all_gather(mine_, "ncclCommInitRank (jax_mscclpp endpoints)");
+    return frames_.at(rank);
+  }
+
+ private:
+  BootstrapClient& bootstrap_;
+  std::string mine_;
+  std::vector<std::string> frames_;
+};
+
+}  // namespace
+
 RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootstrap,
                                          const std::vector<RankIdentity>& identities, const Backend& backend)
-    : bootstrap_(std::move(bootstrap)), shares_gpu_(backend.shares_gpu) {
+    : bootstrap_(std::move(bootstrap)) {
   const int rank = bootstrap_->rank(), nranks = bootstrap_->nranks();
   JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
   const cuda::RankOptions options =
@@ -41,24 +61,19 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
   // compared in the endpoint round, the first that knows them.
   tuned_ = &jax_mscclpp::nccl::tuned_rules(
       select::topology_name("gpu", identities[rank].gpu_name, nranks, backend.processes));
-  FrameWriter frame;
-  frame.text(encode_agreement({tuning_field(*tuned_)}));
-  const std::vector<std::string> frames =
-      bootstrap_->all_gather(frame.bytes() + rank_->endpoint(), "ncclCommInitRank (jax_mscclpp endpoints)");
-  std::vector<Agreement> agreements(nranks);
-  std::vector<std::string> endpoints(nranks);
-  for (int q = 0; q < nranks; ++q) {
-    FrameReader in(frames[q]);
-    std::string fields;
-    if (!in.text(&fields) || !decode_agreement(fields, &agreements[q]))
-      throw std::runtime_error("rank " + std::to_string(q) + " sent no endpoint");
-    endpoints[q] = in.rest();
-  }
-  if (const std::string difference = agreement_difference(agreements); !difference.empty())
-    throw Disagreement(difference);
-  for (int q = 0; q < nranks; ++q)
-    if (q != rank) rank_->connect(q, endpoints[q]);
-  rank_->finalize();
+  std::vector<int> everyone(nranks);
+  for (int q = 0; q < nranks; ++q) everyone[q] = q;
+  BootstrapExchange exchange(*bootstrap_);
+  const auto compare = [nranks](const std::map<int, std::string>& fields) {
+    std::vector<Agreement> agreements(nranks);
+    for (const auto& [q, bytes] : fields)
+      if (!decode_agreement(bytes, &agreements[q])) throw std::runtime_error("rank " + std::to_string(q) + " sent no endpoint");
+    if (const std::string difference = agreement_difference(agreements); !difference.empty())
+      throw Disagreement(difference);
+  };
+  shares_gpu_ = cuda::connect_all({{rank_.get(), rank, everyone}}, exchange,
+                                  encode_agreement({tuning_field(*tuned_)}), compare)
+                    .shares_gpu;
 }
 
 RuntimeCommunicator::~RuntimeCommunicator() {
@@ -92,34 +107,24 @@ std::string RuntimeCommunicator::failure() const {
   return config.stopped_on_failure() ? config.error_message() : std::string();
 }
 
-cudaError_t RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) const {
-  if (!failure().empty()) return kRefusedAfterFailure;
+cuda::CallResult RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) const {
+  // NCCL's counts are elements; our moves take bytes (one u8 block per element's bytes).
   const int32_t collective = collective_code(op.function);
-  const size_t element = nccl_dtype_bytes(op.dtype);
+  const bool reduces = collective_reduces(collective);
+  const cuda::CollectiveCall call{collective,
+                                  algorithm,
+                                  op.send,
+                                  op.recv,
+                                  reduces ? op.count : op.count * nccl_dtype_bytes(op.dtype),
+                                  reduces ? reduction_dtype_code(op.dtype) : codes::kU8,
+                                  reduces ? reduce_op_code(op.op) : codes::kSum};
   cuda::DeviceGuard guard(device_);
-  const cudaError_t launched =
-      collective_reduces(collective)
-          ? launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count,
-                              reduction_dtype_code(op.dtype), reduce_op_code(op.op), op.stream)
-          : launch_collective(rank_->context(), collective, algorithm, op.send, op.recv, op.count * element,
-                              codes::kU8, codes::kSum, op.stream);
-  if (launched != cudaSuccess) return launched;
-  return rank_->poison_outputs_if_failed(op.recv, output_blocks(collective, size_t(nranks())) * op.count * element,
-                                         op.stream);
+  return rank_->run(call, op.stream);
 }
 
-cudaError_t RuntimeCommunicator::launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const {
-  if (!failure().empty()) return kRefusedAfterFailure;
-  if (messages.empty()) return cudaSuccess;
+cuda::CallResult RuntimeCommunicator::launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const {
   cuda::DeviceGuard guard(device_);
-  const cudaError_t launched =
-      launch_p2p_group(rank_->context(), messages.data(), static_cast<int>(messages.size()), stream);
-  if (launched != cudaSuccess) return launched;
-  for (const P2PMessage& m : messages) {
-    if (!m.receive) continue;
-    if (const cudaError_t e = rank_->poison_outputs_if_failed(m.buffer, m.bytes, stream); e != cudaSuccess) return e;
-  }
-  return cudaSuccess;
+  return rank_->run(cuda::PointToPointCall{messages.data(), static_cast<int>(messages.size())}, stream);
 }
 
 char* RuntimeCommunicator::staging() {

@@ -4,9 +4,10 @@
 //
 // Contracts:
 //   - Setup is collective, after the identity round (rank_identity.h) chose our runtime: every rank constructs its
-//     RuntimeCommunicator over its bootstrap client with the same identities; the endpoint round carries the
-//     tuning file's rules in force (agreement.h), and a difference throws Disagreement on every rank; a rank
-//     missing for the timeout (JAX_MSCCLPP_TIMEOUT_S) fails every rank's setup with an error naming it.
+//     RuntimeCommunicator over its bootstrap client with the same identities, and its rank meets the others through
+//     the runtime's one setup (runtime/gpu/rank_setup.h, connect_all, over the bootstrap); the endpoint round
+//     carries the tuning file's rules in force (agreement.h), and a difference throws Disagreement on every rank; a
+//     rank missing for the timeout (JAX_MSCCLPP_TIMEOUT_S) fails every rank's setup with an error naming it.
 //   - stop_kernels(): makes an abort visible to the device without waiting for any stream: the rank's waits stop
 //     instead of trapping, and its failed and recorded words are set (call_inbox.cuh), so every SpinBound of its
 //     kernels, running or queued, gives up at its next check and no record is written. kernels_stopped(): the
@@ -29,6 +30,7 @@
 
 #include "agreement.h"
 #include "bootstrap.h"
+#include "call.h"
 #include "communicator.h"
 #include "our_runtime.h"
 #include "rank_identity.h"
@@ -36,9 +38,6 @@
 #include "select/rules.h"
 
 namespace jax_mscclpp::nccl {
-
-// What the launches return for an operation on a communicator whose kernel failed and stopped.
-constexpr cudaError_t kRefusedAfterFailure = cudaErrorNotPermitted;
 
 class RuntimeCommunicator {
  public:
@@ -58,12 +57,14 @@ class RuntimeCommunicator {
   // The tuning file's rules of the topology the communicator spans (selection.h, tuned_rules), beneath which the
   // built-in selection table decides (runtime/select).
   const std::vector<select::Rule>& tuned_rules() const { return *tuned_; }
-  // A collective kernel (collective.h: all-reduce, all-gather, reduce-scatter, all-to-all) of every rank.
-  // cudaErrorInvalidValue for arguments our kernels refuse.
-  cudaError_t launch(const Operation& op, int32_t algorithm) const;
+  // The operation decoded into a call of the rank's one call entry (runtime/gpu/call.h, GpuRank::run: refused
+  // after a failed kernel, else launched, its outputs poisoned where failing kernels stop).
+  // A collective kernel (collective.h: all-reduce, all-gather, reduce-scatter, all-to-all) of every rank; a
+  // launch failure with cudaErrorInvalidValue for arguments our kernels refuse.
+  cuda::CallResult launch(const Operation& op, int32_t algorithm) const;
   // This rank's point-to-point messages of one group (collective.h, launch_p2p_group: only the ranks named take
-  // part), then the poisoning of what it received where failing kernels stop.
-  cudaError_t launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const;
+  // part).
+  cuda::CallResult launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const;
   // This rank's staging buffer for composed reductions (compositions.h): staging_bytes() of device memory, allocated
   // at the first use; null when it cannot be allocated.
   char* staging();
@@ -71,8 +72,10 @@ class RuntimeCommunicator {
   // The reductions made by ncclRedOpCreatePreMulSum on this communicator (values from ncclNumOps up).
   ReductionTable& reductions() { return reductions_; }
   // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. Every launch
-  // then refuses: kRefusedAfterFailure.
+  // is then refused (CallStatus::kRefused).
   std::string failure() const;
+  // kRefused with the failure's record where every call is refused, else kLaunched (GpuRank::refusal).
+  cuda::CallResult refusal() const { return rank_->refusal(); }
 
  private:
   std::unique_ptr<BootstrapClient> bootstrap_;

@@ -1,7 +1,6 @@
 #include "selection.h"
 
 #include <cstdio>
-#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -9,24 +8,14 @@
 #include "select/tuning_file.h"
 
 namespace jax_mscclpp::nccl {
-namespace {
-
-// Whether codes.def's row of `algorithm` needs nothing of a communicator beyond memory channels.
-bool needs_nothing(int32_t algorithm) {
-#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name, collectives, host, needs) \
-  if (algorithm == code) return std::strcmp(#needs, "kNeedsNothing") == 0;
-#include "jax_mscclpp/codes.def"
-  return false;
-}
-
-}  // namespace
 
 std::vector<select::Rule> library_rules(const std::vector<select::Rule>& rules, std::vector<std::string>* skipped) {
   std::vector<select::Rule> gpu, kept, others;
   for (const select::Rule& rule : rules)
     if (rule.platform == "gpu") gpu.push_back(rule);
+  // The library's communicators: memory channels only (select::Channels{}).
   auto runs = [](const select::Rule& r) {
-    return r.code >= 0 && select::serves(r.code, r.collective) && needs_nothing(r.code);
+    return r.code >= 0 && select::serves(r.code, r.collective) && select::missing_need(r.code, {}) == nullptr;
   };
   select::split_runnable(gpu, runs, &kept, &others);
   for (const select::Rule& r : others)

@@ -52,7 +52,7 @@ struct CallSignature {
 // "all_reduce(sum) of 1024 float32 per block, algorithm 1pa_ll" (or "..., plan 'name'" given the plan's name).
 inline std::string describe(const CallSignature& s, const std::string& plan_name = "") {
   std::string out = collective_name(s.collective);
-  if (s.collective == Collective::kAllReduce || s.collective == Collective::kReduceScatter)
+  if (collective_reduces(static_cast<int32_t>(s.collective)))
     out += std::string("(") + op_name(s.op) + ")";
   out += " of " + std::to_string(s.block_count) + " " + dtype_name(s.dtype) + " per block, ";
   if (s.algorithm != Algorithm::kPlan)
@@ -95,7 +95,7 @@ struct PublishedCalls {
   }
 };
 
-// What every mismatch message starts with, on CPU devices and GPUs alike (the CPU handler's status code reads it).
+// What every mismatch message starts with, on CPU devices and GPUs alike.
 inline constexpr const char* kMismatchPrefix = "jax_mscclpp: mismatched collective calls";
 
 // What every mismatch message ends with, on CPU devices and GPUs alike.

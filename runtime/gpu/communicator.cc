@@ -70,13 +70,11 @@ GpuCommunicator::~GpuCommunicator() {
   ranks_.clear();
 }
 
-std::string GpuCommunicator::create_rank(int device, const RankOptions& options, bool port_channels) {
+GpuRank& GpuCommunicator::create_rank(int device, const RankOptions& options, bool port_channels) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (ranks_.count(device)) throw std::invalid_argument("jax_mscclpp: this communicator already has a rank on that device");
-  auto rank = std::make_unique<GpuRank>(options, port_channels);
-  std::string endpoint = rank->endpoint();
-  ranks_[device] = std::move(rank);
-  return endpoint;
+  auto& rank = ranks_[device] = std::make_unique<GpuRank>(options, port_channels);
+  return *rank;
 }
 
 GpuRank* GpuCommunicator::rank(int device) {

@@ -2,10 +2,9 @@
 // that takes part. Python drives setup (ranks, endpoint exchange through JAX's coordination service when the
 // mesh spans processes); the CUDA FFI handlers look a rank up by (communicator id, device ordinal).
 //
-// Setup, per local device:  create_rank -> endpoint bytes; connect(peer, endpoint) for every peer of its
-// group; finalize() builds the channels and the CollectiveContext; then bind_plan() for each registered
-// execution plan the JAX path lowers to (jax_mscclpp/plans.py). Thread-safe: handlers run on one host thread
-// per device.
+// Setup: create_rank per local device, then the runtime's one setup of them (rank_setup.h, connect_all: endpoint
+// exchange, connect, finalize), then bind_plan() for each registered execution plan the JAX path lowers to
+// (jax_mscclpp/plans.py). Thread-safe: handlers run on one host thread per device.
 #pragma once
 
 #include <atomic>
@@ -17,10 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "call.h"
 #include "channel_tables.h"
 #include "collectives/collective.h"
 #include "executor_plan.h"
-#include "host_executor.h"
+#include "host_plan.h"
 #include "memory.h"
 #include "rank_context.h"
 
@@ -38,10 +38,11 @@ class GpuRank {
   const CollectiveContext& context() const { return device_; }
   RankContext& rank_context() { return *ctx_; }
   bool port_channels() const { return port_channels_; }
-  // After a call launched on `stream`: where this rank's failing kernels stop rather than trap, enqueues the
-  // poisoning of `bytes` of its output `out` should the rank have failed by the end of the call
-  // (collectives/collective.h, poison_outputs_if_failed); nothing otherwise.
-  cudaError_t poison_outputs_if_failed(void* out, size_t bytes, cudaStream_t stream);
+  // The one call entry of both frontends (call.h): refuses the call where an earlier kernel of this rank failed
+  // and stopped, else launches it on `stream` and enqueues the poisoning of its outputs. Needs finalize().
+  CallResult run(const Call& call, cudaStream_t stream);
+  // Why every call is refused (kRefused, with the failure's record), or kLaunched where calls may run.
+  CallResult refusal() const;
 
   // Makes execution plan `plan_id` runnable on this rank: builds its executor tables over this rank's
   // channels (context()). Once per id: binding an id again does nothing. Needs finalize(). Throws
@@ -55,6 +56,11 @@ class GpuRank {
   std::string plan_name(uint32_t fingerprint) const;
 
  private:
+  // After a call launched on `stream`: where this rank's failing kernels stop rather than trap, enqueues the
+  // poisoning of `bytes` of its output `out` should the rank have failed by the end of the call
+  // (collectives/collective.h, poison_outputs_if_failed); nothing otherwise.
+  cudaError_t poison_outputs_if_failed(void* out, size_t bytes, cudaStream_t stream);
+
   std::unique_ptr<RankContext> ctx_;
   bool port_channels_;
   bool ready_ = false;
@@ -71,7 +77,8 @@ class GpuCommunicator {
   ~GpuCommunicator();
   int64_t id() const { return id_; }
 
-  std::string create_rank(int device, const RankOptions& options, bool port_channels);
+  // The rank on `device` (not yet connected: rank_setup.h, connect_all).
+  GpuRank& create_rank(int device, const RankOptions& options, bool port_channels);
   GpuRank* rank(int device);  // nullptr if this process holds no rank on `device`
   // One line per rank whose kernels recorded a timeout (rank, peer, operation, epoch), else empty.
   std::vector<std::string> errors();

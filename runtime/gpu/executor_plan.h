@@ -1,5 +1,5 @@
-// Host side of the plan executor (kernels/executor/executor.h): a decoded plan (runtime/reference/host_executor.h) bound to one
-// rank of a RankContext, as the program images the kernel reads (one per thread block, handles resolved).
+// Host side of the plan executor (kernels/executor/executor.h): a decoded plan (runtime/common/host_plan.h) bound to
+// one rank of a RankContext, as the program images the kernel reads (one per thread block, handles resolved).
 //
 // Channel binding: both ends of a plan channel must use the same RankContext channel index, because a
 // semaphore word is keyed by (sender, channel index, kind). For the memory (resp. port) channels between ranks
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "executor/executor.h"
-#include "host_executor.h"
+#include "host_plan.h"
 #include "memory.h"
 #include "rank_context.h"
 

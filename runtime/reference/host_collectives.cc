@@ -13,12 +13,14 @@ namespace {
 // signature for the epoch of its first round and checks every peer's at its first exchange (call_signature.h).
 class RankCall {
  public:
-  RankCall(HostCommunicator& comm, HostGroup& group, HostRankState& me, const CollectiveCall& call, double timeout_s,
-           int stop_after_exchanges)
+  RankCall(HostCommunicator& comm, HostGroup& group, HostRankState& me, const CollectiveCall& call, double timeout_s)
       : comm_(comm), group_(group), me_(me), call_(call), timeout_s_(timeout_s),
         deadline_(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))),
         world_(comm.world_size()), elem_(dtype_size(call.dtype)), signature_(CallSignature::of(call, -1)),
-        first_epoch_(me.epoch + 1), stop_after_exchanges_(stop_after_exchanges) {
+        first_epoch_(me.epoch + 1) {
+#if JAX_MSCCLPP_TESTING
+    stop_after_exchanges_ = me.faults->stop_exchanges.exchange(-1, std::memory_order_relaxed);
+#endif
     me_.published->publish(first_epoch_, signature_);
   }
 
@@ -38,7 +40,9 @@ class RankCall {
   // Publishes this round's puts to every peer, then waits for every peer's: the end of a phase. The first
   // exchange of a call also checks that every peer is in the same call.
   bool exchange() {
+#if JAX_MSCCLPP_TESTING
     if (exchanges_ == stop_after_exchanges_) return injected_stop();
+#endif
     const bool first = exchanges_++ == 0;
     for (int p = 0; p < world_; ++p)
       if (p != me_.rank) me_.channels[p].signal();
@@ -72,7 +76,7 @@ class RankCall {
     fold_sources(call_.dtype, call_.op, dst, elems, world_, contribution);
   }
 
-  const std::string& error() const { return error_; }
+  const HostFailure& failure() const { return failure_; }
 
  private:
   // The first peer, in rank order, whose published call shows it in another call than this one at this call's
@@ -110,36 +114,42 @@ class RankCall {
 
   // The wait for `peer` outlived the time limit: this rank names the peer and fails the group.
   bool timed_out(int peer) {
-    error_ = "jax_mscclpp: timeout after " + seconds_text(timeout_s_) + " s in " + where() + " waited for peer " +
-             std::to_string(peer) + " at epoch " + std::to_string(me_.epoch) +
-             peer_state(peer, *group_.ranks[peer].published,
-                        [&](const CallSignature& c) { return comm_.describe(c); }) +
-             " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
-    group_.mark_broken(error_);
+    failure_.kind = FailureKind::kTimedOut;
+    failure_.message = "jax_mscclpp: timeout after " + seconds_text(timeout_s_) + " s in " + where() +
+                       " waited for peer " + std::to_string(peer) + " at epoch " + std::to_string(me_.epoch) +
+                       peer_state(peer, *group_.ranks[peer].published,
+                                  [&](const CallSignature& c) { return comm_.describe(c); }) +
+                       " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
+    group_.mark_broken(failure_);
     return false;
   }
 
   // The group failed on another rank while this one waited for `peer`: stop with that rank's reason.
   bool failed_elsewhere(int peer) {
-    error_ = "jax_mscclpp: " + where() + " stopped waiting for peer " + std::to_string(peer) + " at epoch " +
-             std::to_string(me_.epoch) + " because the call failed on another rank: " + group_.reason();
+    failure_ = group_.caused_by_root("jax_mscclpp: " + where() + " stopped waiting for peer " + std::to_string(peer) +
+                                     " at epoch " + std::to_string(me_.epoch) +
+                                     " because the call failed on another rank: ");
     return false;
   }
 
   bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
-    error_ = mismatch_message(comm_.id(), me_.rank, world_, first_epoch_, comm_.describe(signature_), peer,
-                              their_epoch, comm_.describe(theirs));
-    group_.mark_broken(error_);
+    failure_.kind = FailureKind::kOutOfStep;
+    failure_.message = mismatch_message(comm_.id(), me_.rank, world_, first_epoch_, comm_.describe(signature_), peer,
+                                        their_epoch, comm_.describe(theirs));
+    group_.mark_broken(failure_);
     return false;
   }
 
+#if JAX_MSCCLPP_TESTING
   // The injected fault of a rank lost in the middle of a call: it stops without telling anyone.
   bool injected_stop() {
-    error_ = "jax_mscclpp: " + where() + " stopped after " + std::to_string(exchanges_) +
-             " exchange(s) of the call at epoch " + std::to_string(me_.epoch) +
-             " (a fault injected by jax_mscclpp.testing.faults.stop_mid_call)";
+    failure_.kind = FailureKind::kInjected;
+    failure_.message = "jax_mscclpp: " + where() + " stopped after " + std::to_string(exchanges_) +
+                       " exchange(s) of the call at epoch " + std::to_string(me_.epoch) +
+                       " (a fault injected by jax_mscclpp.testing.faults.stop_mid_call)";
     return false;
   }
+#endif
 
   HostCommunicator& comm_;
   HostGroup& group_;
@@ -151,9 +161,11 @@ class RankCall {
   size_t elem_;
   CallSignature signature_;
   uint64_t first_epoch_;
-  int stop_after_exchanges_;
+#if JAX_MSCCLPP_TESTING
+  int stop_after_exchanges_ = -1;  // the injected stop (InjectedFaults::stop_exchanges); -1: none
+#endif
   int exchanges_ = 0;
-  std::string error_;
+  HostFailure failure_;
 };
 
 const std::byte* bytes(const void* p) { return static_cast<const std::byte*>(p); }
@@ -288,31 +300,34 @@ bool supported_on_host(const CollectiveCall& call) {
 
 }  // namespace
 
-std::string run_collective(HostCommunicator& comm, int partition, const CollectiveCall& call, double timeout_s) {
+HostFailure run_collective(HostCommunicator& comm, int partition, const CollectiveCall& call, double timeout_s) {
   HostGroup* group = comm.group_of(partition);
   HostRankState* me = comm.rank_state(partition);
+  auto refused = [](std::string message) { return HostFailure{FailureKind::kRefused, std::move(message)}; };
   if (!group || !me) {
-    return "jax_mscclpp: partition " + std::to_string(partition) + " is not part of communicator " +
-           std::to_string(comm.id()) + " (" + std::to_string(comm.num_partitions()) + " partitions)";
+    return refused("jax_mscclpp: partition " + std::to_string(partition) + " is not part of communicator " +
+                   std::to_string(comm.id()) + " (" + std::to_string(comm.num_partitions()) + " partitions)");
   }
-  if (dtype_size(call.dtype) == 0) return "jax_mscclpp: unsupported element type";
+  if (dtype_size(call.dtype) == 0) return refused("jax_mscclpp: unsupported element type");
   if (call.send_to >= comm.world_size() || call.recv_from >= comm.world_size())
-    return "jax_mscclpp: permute names a rank outside the communicator's " + std::to_string(comm.world_size());
+    return refused("jax_mscclpp: permute names a rank outside the communicator's " + std::to_string(comm.world_size()));
   if (!supported_on_host(call)) {
-    return std::string("jax_mscclpp: the host backend does not run ") + collective_name(call.collective) +
-           " with algorithm " + algorithm_name(call.algorithm);
+    return refused(std::string("jax_mscclpp: the host backend does not run ") + collective_name(call.collective) +
+                   " with algorithm " + algorithm_name(call.algorithm));
   }
   if (group->broken.load(std::memory_order_acquire))
-    return "jax_mscclpp: communicator " + std::to_string(comm.id()) +
-           " is unusable after an earlier failure: " + group->reason();
+    return group->caused_by_root("jax_mscclpp: communicator " + std::to_string(comm.id()) +
+                                 " is unusable after an earlier failure: ");
+#if JAX_MSCCLPP_TESTING
   if (me->faults->skip_calls.load(std::memory_order_relaxed) > 0) {  // injected: this rank does not show up
     me->faults->skip_calls.fetch_sub(1, std::memory_order_relaxed);
     return {};
   }
+#endif
   RankCallGuard guard(comm.id(), *group, *me, CallSignature::of(call, -1));
-  if (!guard.admitted()) return guard.error();
-  RankCall rc(comm, *group, *me, call, timeout_s, me->faults->stop_exchanges.exchange(-1, std::memory_order_relaxed));
-  return run_on_rank(rc, call) ? std::string() : rc.error();
+  if (!guard.admitted()) return guard.failure();
+  RankCall rc(comm, *group, *me, call, timeout_s);
+  return run_on_rank(rc, call) ? HostFailure{} : rc.failure();
 }
 
 }  // namespace jax_mscclpp::host

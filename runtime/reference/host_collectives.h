@@ -6,15 +6,15 @@
 // which each peer does after it finished reading round e. Messages larger than one round are pipelined.
 #pragma once
 
-#include <string>
-
 #include "collective_types.h"
 #include "host_communicator.h"
+#include "host_failure.h"
 
 namespace jax_mscclpp::host {
 
-// Runs `call` for XLA partition `partition`. Returns an empty string on success, else a message that names the
-// collective, algorithm, rank, peer and epoch (a wait that outlived `timeout_s`, or a misuse).
-std::string run_collective(HostCommunicator& comm, int partition, const CollectiveCall& call, double timeout_s);
+// Runs `call` for XLA partition `partition`. kNone on success, else the failure's kind (host_failure.h) and a message
+// that names the collective, algorithm, rank, peer and epoch (a wait that outlived `timeout_s`, mismatched calls,
+// or a misuse).
+HostFailure run_collective(HostCommunicator& comm, int partition, const CollectiveCall& call, double timeout_s);
 
 }  // namespace jax_mscclpp::host

@@ -45,7 +45,9 @@ HostCommunicator::HostCommunicator(int64_t id, int world_size, std::vector<int> 
       s.expected.assign(world_, 0);
       s.published = std::make_unique<PublishedCalls>();
       s.in_call = std::make_unique<std::atomic<bool>>(false);
+#if JAX_MSCCLPP_TESTING
       s.faults = std::make_unique<InjectedFaults>();
+#endif
     }
     // Channels reference the peers' registered scratch and semaphores, which never move after this point.
     for (int r = 0; r < world_; ++r) {
@@ -99,13 +101,14 @@ RankCallGuard::RankCallGuard(int64_t comm_id, HostGroup& group, HostRankState& m
   if (admitted_) return;
   CallSignature running;
   me.published->latest(&running);
-  error_ = "jax_mscclpp: two collective calls of rank " + std::to_string(me.rank) + " on communicator " +
+  failure_.kind = FailureKind::kOutOfStep;
+  failure_.message = "jax_mscclpp: two collective calls of rank " + std::to_string(me.rank) + " on communicator " +
            std::to_string(comm_id) + " ran at the same time (" + describe(call) + ", while " + describe(running) +
            " was in flight). XLA's CPU runtime runs independent operations of a program concurrently, so "
            "independent jax_mscclpp collectives in one program can overlap or run in different orders on "
            "different devices; the host backend needs them one at a time in the same order everywhere: make each "
            "depend on the previous one, or combine them into one call (docs/reliability.md)";
-  group.mark_broken(error_);
+  group.mark_broken(failure_);
 }
 
 RankCallGuard::~RankCallGuard() {

@@ -17,6 +17,7 @@
 
 #include "call_signature.h"
 #include "host_channel.h"
+#include "host_failure.h"
 #include "host_semaphore.h"
 
 namespace jax_mscclpp::host {
@@ -36,19 +37,24 @@ class RankCallGuard {
   RankCallGuard(const RankCallGuard&) = delete;
   RankCallGuard& operator=(const RankCallGuard&) = delete;
   bool admitted() const { return admitted_; }
-  const std::string& error() const { return error_; }
+  // Refused: kOutOfStep, naming both calls (the group is failed with it).
+  const HostFailure& failure() const { return failure_; }
 
  private:
   struct HostRankState& me_;
   bool admitted_ = false;
-  std::string error_;
+  HostFailure failure_;
 };
 
+#if JAX_MSCCLPP_TESTING
 // Faults a test injects into one rank (jax_mscclpp/testing/faults.py); set from Python while XLA's threads run.
+// The testing build's only (JAX_MSCCLPP_TESTING, root CMakeLists.txt): a shipped module has no such hooks, and the
+// calls of its ranks look at none.
 struct InjectedFaults {
   std::atomic<int> skip_calls{0};       // the next calls return at once without taking part (a missing peer)
   std::atomic<int> stop_exchanges{-1};  // the next call stops after this many exchanges (a peer lost mid-call)
 };
+#endif
 
 struct HostRankState {
   int rank = 0;
@@ -66,7 +72,9 @@ struct HostRankState {
   uint64_t epoch = 0;                            // rounds completed; round e uses half e & 1
   std::unique_ptr<PublishedCalls> published;     // this rank's calls, for its peers to check (call_signature.h)
   std::unique_ptr<std::atomic<bool>> in_call;    // RankCallGuard
+#if JAX_MSCCLPP_TESTING
   std::unique_ptr<InjectedFaults> faults;
+#endif
 };
 
 // A call that failed on one rank: what the rank reported and how long after the call began.
@@ -81,22 +89,30 @@ struct HostGroup {
 
   std::vector<HostRankState> ranks;
   // After a failure (a timeout, mismatched calls) the group's semaphores are out of step: every later call on it
-  // fails with the reason, and ranks still waiting in the failed call stop early with it (woken at once).
+  // fails with the failure at the root (its kind and message), and ranks still waiting in the failed call stop
+  // early with it (woken at once).
   std::atomic<bool> broken{false};
   std::mutex reason_mutex;
-  std::string broken_reason;  // guarded by reason_mutex
 
-  void mark_broken(const std::string& reason) {
+  // The first failure marked is the root: later ones keep it.
+  void mark_broken(const HostFailure& failure) {
     {
       std::lock_guard<std::mutex> lock(reason_mutex);
-      if (broken_reason.empty()) broken_reason = reason;
+      if (!root_.failed()) root_ = failure;
       broken.store(true, std::memory_order_release);
     }
     for (HostRankState& r : ranks) r.doorbell->ring(/*urgent=*/true);
   }
-  std::string reason() {
+  // The failure at the root (kNone while the group is usable).
+  HostFailure root() {
     std::lock_guard<std::mutex> lock(reason_mutex);
-    return broken_reason;
+    return root_;
+  }
+  // A failure of this rank's call caused by the root: the root's kind, `words` then the root's message.
+  HostFailure caused_by_root(const std::string& words) {
+    HostFailure r = root();
+    r.message = words + r.message;
+    return r;
   }
   void record_failure(int rank, double seconds, std::string message) {
     std::lock_guard<std::mutex> lock(reason_mutex);
@@ -108,6 +124,7 @@ struct HostGroup {
   }
 
  private:
+  HostFailure root_;                   // guarded by reason_mutex
   std::vector<RankFailure> failures_;  // guarded by reason_mutex
 };
 

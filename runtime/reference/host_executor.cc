@@ -3,111 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <stdexcept>
-
 #include "host_reduce.h"
 #include "message_text.h"
 
 namespace jax_mscclpp::host {
-namespace {
-
-// Reads the integer encoding of one operation (jax_mscclpp/plans.py):
-//   code, channel, n_srcs, n_packet_srcs, n_remotes, dst(3), src(3), srcs(3 each), packet_srcs(4 each),
-//   remotes(4 each); a chunk is (buffer, index, count) with buffer -1 for none.
-class OpReader {
- public:
-  explicit OpReader(const std::vector<int32_t>& words) : w_(words) {}
-  bool done() const { return i_ >= w_.size(); }
-  PlanOp next() {
-    PlanOp op;
-    int32_t code = take();
-    if (!is_plan_op(code)) throw std::invalid_argument("unknown op code");
-    op.code = PlanOpCode(code);
-    op.channel = take();
-    const int n_srcs = take(), n_packet = take(), n_remotes = take();
-    if (n_srcs < 0 || n_packet < 0 || n_remotes < 0) throw std::invalid_argument("negative operand count");
-    op.dst = chunk();
-    op.src = chunk();
-    for (int k = 0; k < n_srcs; ++k) op.srcs.push_back(chunk());
-    for (int k = 0; k < n_packet; ++k) op.packet_srcs.push_back(ChannelRef{take(), chunk()});
-    for (int k = 0; k < n_remotes; ++k) op.remotes.push_back(ChannelRef{take(), chunk()});
-    return op;
-  }
-
- private:
-  int32_t take() {
-    if (i_ >= w_.size()) throw std::invalid_argument("truncated operation");
-    return w_[i_++];
-  }
-  ChunkRef chunk() {
-    ChunkRef c;
-    int32_t b = take();
-    if (b < -1 || b > 2) throw std::invalid_argument("unknown buffer code");
-    c.buffer = PlanBuffer(b);
-    c.index = take();
-    c.count = take();
-    return c;
-  }
-  const std::vector<int32_t>& w_;
-  size_t i_ = 0;
-};
-
-}  // namespace
-
-std::shared_ptr<const HostPlan> HostPlan::decode(std::string name, int collective, int world_size,
-                                                 std::vector<int32_t> geometry,
-                                                 std::vector<std::vector<std::vector<int32_t>>> channels,
-                                                 std::vector<std::vector<std::vector<int32_t>>> threadblocks) {
-  auto plan = std::make_shared<HostPlan>();
-  plan->name = std::move(name);
-  plan->collective = Collective(collective);
-  plan->world_size = world_size;
-  if (geometry.size() != 5) throw std::invalid_argument("geometry is (input blocks, output blocks, chunks, scratch, packets)");
-  plan->input_blocks = geometry[0];
-  plan->output_blocks = geometry[1];
-  plan->chunks_per_block = geometry[2];
-  plan->scratch_chunks = geometry[3];
-  plan->packets = geometry[4] != 0;
-  if (plan->input_blocks < 1 || plan->output_blocks < 1 || plan->chunks_per_block < 1 || plan->scratch_chunks < 0)
-    throw std::invalid_argument("bad buffer geometry");
-  if (int(channels.size()) != world_size || int(threadblocks.size()) != world_size)
-    throw std::invalid_argument("one channel list and one thread block list per rank are needed");
-  plan->ranks.resize(world_size);
-  for (int r = 0; r < world_size; ++r) {
-    for (const auto& c : channels[r]) {
-      // (type, peer, peer_channel, member...)
-      if (c.size() < 3) throw std::invalid_argument("channel encoding too short");
-      PlanChannel ch{PlanChannelType(c[0]), c[1], c[2], {}};
-      if (ch.type == PlanChannelType::kSwitch) {
-        ch.members.assign(c.begin() + 3, c.end());
-        for (int m : ch.members)
-          if (m < 0 || m >= world_size) throw std::invalid_argument("switch member out of range");
-      } else if (ch.peer < 0 || ch.peer >= world_size) {
-        throw std::invalid_argument("channel peer out of range");
-      }
-      plan->ranks[r].channels.push_back(std::move(ch));
-    }
-    for (const auto& words : threadblocks[r]) {
-      std::vector<PlanOp> ops;
-      OpReader reader(words);
-      while (!reader.done()) ops.push_back(reader.next());
-      for (const PlanOp& op : ops) {
-        auto in_range = [&](int c) { return c >= 0 && c < int(plan->ranks[r].channels.size()); };
-        bool uses_channel = op.code != PlanOpCode::kCopy && op.code != PlanOpCode::kReduce &&
-                            op.code != PlanOpCode::kBarrier && op.code != PlanOpCode::kReducePut &&
-                            op.code != PlanOpCode::kReducePackets;
-        if (uses_channel && !in_range(op.channel)) throw std::invalid_argument("operation channel out of range");
-        for (const auto& ref : op.packet_srcs)
-          if (!in_range(ref.channel)) throw std::invalid_argument("packet source channel out of range");
-        for (const auto& ref : op.remotes)
-          if (!in_range(ref.channel)) throw std::invalid_argument("remote channel out of range");
-      }
-      plan->ranks[r].threadblocks.push_back(std::move(ops));
-    }
-  }
-  return plan;
-}
-
 namespace {
 
 // LL8 packet: 4 data bytes and the call's 4-byte flag, written and read as one 8-byte word.
@@ -115,13 +14,15 @@ constexpr size_t kPacketData = 4, kPacketBytes = 8;
 
 size_t packets_for(size_t bytes) { return (bytes + kPacketData - 1) / kPacketData; }
 
-}  // namespace
-
-size_t HostPlan::scratch_bytes(size_t block_count, size_t elem_size) const {
-  const size_t ce = (block_count + chunks_per_block - 1) / chunks_per_block;
-  const size_t chunk = packets ? packets_for(ce * elem_size) * kPacketBytes : ce * elem_size;
-  return size_t(scratch_chunks) * chunk;
+// Scratch bytes (of one half) one call of `plan` needs here for `block_count` elements of `elem_size` bytes per
+// block: its scratch chunks, as data or as the LL8 packets carrying it.
+size_t scratch_bytes(const HostPlan& plan, size_t block_count, size_t elem_size) {
+  const size_t ce = (block_count + plan.chunks_per_block - 1) / plan.chunks_per_block;
+  const size_t chunk = plan.packets ? packets_for(ce * elem_size) * kPacketBytes : ce * elem_size;
+  return size_t(plan.scratch_chunks) * chunk;
 }
+
+}  // namespace
 
 HostPlanInstance::HostPlanInstance(std::shared_ptr<const HostPlan> p, int num_groups) : plan(std::move(p)) {
   endpoints.resize(num_groups);
@@ -190,7 +91,7 @@ class PlanRun {
     }
   }
 
-  const std::string& error() const { return error_; }
+  const HostFailure& failure() const { return failure_; }
 
  private:
   // The first data or signal this call receives from a peer orders the peer's published signature before it:
@@ -216,8 +117,8 @@ class PlanRun {
   bool still_in_step() {
     HostGroup* g = comm_.group_of_index(group_);
     if (g->broken.load(std::memory_order_acquire)) {
-      error_ = "jax_mscclpp: " + call_text() + " stopped at epoch " + std::to_string(epoch_) +
-               " because the call failed on another rank: " + g->reason();
+      failure_ = g->caused_by_root("jax_mscclpp: " + call_text() + " stopped at epoch " + std::to_string(epoch_) +
+                                   " because the call failed on another rank: ");
       return false;
     }
     for (int peer = 0; peer < plan_.world_size; ++peer) {
@@ -237,9 +138,10 @@ class PlanRun {
   }
 
   bool mismatch(int peer, const CallSignature& theirs, uint64_t their_epoch) {
-    error_ = mismatch_message(comm_.id(), rank_, plan_.world_size, epoch_, comm_.describe(signature_), peer,
-                              their_epoch, comm_.describe(theirs));
-    comm_.group_of_index(group_)->mark_broken(error_);
+    failure_.kind = FailureKind::kOutOfStep;
+    failure_.message = mismatch_message(comm_.id(), rank_, plan_.world_size, epoch_, comm_.describe(signature_), peer,
+                                        their_epoch, comm_.describe(theirs));
+    comm_.group_of_index(group_)->mark_broken(failure_);
     return false;
   }
 
@@ -430,8 +332,9 @@ class PlanRun {
     for (int peer = 0; peer < plan_.world_size; ++peer)
       if (peer != rank_)
         msg += peer_state(peer, *state(peer).published, [&](const CallSignature& c) { return comm_.describe(c); });
-    error_ = msg + " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
-    comm_.group_of_index(group_)->mark_broken(error_);
+    failure_.kind = FailureKind::kTimedOut;
+    failure_.message = msg + " (set JAX_MSCCLPP_TIMEOUT_S to change the limit)";
+    comm_.group_of_index(group_)->mark_broken(failure_);
     return false;
   }
 
@@ -447,35 +350,38 @@ class PlanRun {
   CallSignature signature_;
   std::vector<char> checked_;  // [world]: peers whose signature this call has checked
   Clock::time_point deadline_;
-  std::string error_;
+  HostFailure failure_;
   std::vector<std::byte> scratch_value_;
   std::vector<std::vector<std::byte>> unpacked_;
 };
 
 }  // namespace
 
-std::string run_plan(HostCommunicator& comm, HostPlanInstance& instance, int64_t plan_id, int partition,
+HostFailure run_plan(HostCommunicator& comm, HostPlanInstance& instance, int64_t plan_id, int partition,
                      const CollectiveCall& call, double timeout_s) {
   const HostPlan& plan = *instance.plan;
   const int group = comm.group_index(partition), rank = comm.rank_index(partition);
-  if (group < 0) return "jax_mscclpp: partition " + std::to_string(partition) + " is not in this communicator";
+  auto refused = [](std::string message) { return HostFailure{FailureKind::kRefused, std::move(message)}; };
+  if (group < 0) return refused("jax_mscclpp: partition " + std::to_string(partition) + " is not in this communicator");
   if (plan.world_size != comm.world_size() || plan.collective != call.collective)
-    return "jax_mscclpp: plan '" + plan.name + "' does not fit this call (collective or world size)";
-  if (plan.scratch_bytes(call.block_count, dtype_size(call.dtype)) > comm.scratch_half_bytes())
-    return "jax_mscclpp: plan '" + plan.name + "' needs more scratch than the communicator has";
+    return refused("jax_mscclpp: plan '" + plan.name + "' does not fit this call (collective or world size)");
+  if (scratch_bytes(plan, call.block_count, dtype_size(call.dtype)) > comm.scratch_half_bytes())
+    return refused("jax_mscclpp: plan '" + plan.name + "' needs more scratch than the communicator has");
   HostGroup* g = comm.group_of_index(group);
   if (g->broken.load(std::memory_order_acquire))
-    return "jax_mscclpp: communicator " + std::to_string(comm.id()) + " is unusable after an earlier failure: " +
-           g->reason();
+    return g->caused_by_root("jax_mscclpp: communicator " + std::to_string(comm.id()) +
+                             " is unusable after an earlier failure: ");
+#if JAX_MSCCLPP_TESTING
   InjectedFaults& faults = *g->ranks[rank].faults;
   if (faults.skip_calls.load(std::memory_order_relaxed) > 0) {  // injected: this rank does not show up
     faults.skip_calls.fetch_sub(1, std::memory_order_relaxed);
     return {};
   }
+#endif
   RankCallGuard guard(comm.id(), *g, g->ranks[rank], CallSignature::of(call, plan_id));
-  if (!guard.admitted()) return guard.error();
+  if (!guard.admitted()) return guard.failure();
   PlanRun run(comm, instance, plan_id, group, rank, call, timeout_s);
-  return run.run() ? std::string() : run.error();
+  return run.run() ? HostFailure{} : run.failure();
 }
 
 }  // namespace jax_mscclpp::host

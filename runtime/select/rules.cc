@@ -5,6 +5,7 @@
 
 #include "collectives/protocol.h"
 #include "jax_mscclpp/codes.h"
+#include "jax_mscclpp/switch_channel.cuh"
 
 namespace jax_mscclpp::select {
 namespace {
@@ -72,14 +73,14 @@ Rule make_rule(int32_t collective, std::string platform, int64_t max_bytes, std:
 
 // Collective names are matched ignoring case (a tuning file's "ALL_REDUCE" is all_reduce); algorithm names exactly.
 int32_t collective_code(std::string_view name) {
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name_, input_blocks, output_blocks) \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name_, ...)                         \
   if (equal_ignoring_case(name, name_)) return code;
 #include "jax_mscclpp/codes.def"
   return -1;
 }
 
 const char* collective_name(int32_t collective) {
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name_, input_blocks, output_blocks) \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name_, ...)                         \
   if (collective == code) return name_;
 #include "jax_mscclpp/codes.def"
   return nullptr;
@@ -116,6 +117,22 @@ bool runs_on(std::string_view platform, int32_t algorithm) {
   if (algorithm == code) return !cpu || std::strcmp(#host, "kHostNone") != 0;
 #include "jax_mscclpp/codes.def"
   return false;
+}
+
+Channels gpu_channels(int world, bool port_channels) { return {port_channels, world <= kMaxSwitchMembers}; }
+
+const char* missing_need(int32_t algorithm, const Channels& has) {
+  enum Need { kNeedsNothing, kNeedsPortChannels, kNeedsSwitchChannel };
+  Need need = kNeedsNothing;
+#define JAX_MSCCLPP_ALGORITHM(enumerator, code, name_, collectives, host, needs) \
+  if (algorithm == code) need = needs;
+#include "jax_mscclpp/codes.def"
+  switch (need) {
+    case kNeedsNothing: return nullptr;
+    case kNeedsPortChannels: return has.port ? nullptr : "port channels";
+    case kNeedsSwitchChannel: return has.switch_channel ? nullptr : "a SwitchChannel";
+  }
+  return nullptr;
 }
 
 const std::vector<Rule>& builtin_rules() {

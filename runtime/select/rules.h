@@ -46,6 +46,20 @@ bool serves(int32_t algorithm, int32_t collective);
 // Whether `platform`'s backend runs `algorithm` (codes.def): on "cpu" those with a host shape, on "gpu" every one.
 bool runs_on(std::string_view platform, int32_t algorithm);
 
+// What a GPU communicator has beyond memory channels, as codes.def's `needs` column asks: port channels (where it
+// was made with them) and a SwitchChannel (emulated where its world has at most kMaxSwitchMembers ranks,
+// runtime/gpu/channel_tables.h; none above).
+struct Channels {
+  bool port = false;
+  bool switch_channel = false;
+};
+// A GPU communicator of `world` ranks, made with port channels or not.
+Channels gpu_channels(int world, bool port_channels);
+// What `algorithm` needs (codes.def's `needs`) that `has` lacks: nullptr when nothing, else "port channels" or "a
+// SwitchChannel". The one check of that column: the frontends refuse an algorithm it names (the JAX path's selection
+// raises where the call would run it, the NCCL-API library skips a tuning file's rule that names it).
+const char* missing_need(int32_t algorithm, const Channels& has);
+
 // selection.def's rules, in file order.
 const std::vector<Rule>& builtin_rules();
 // selection.def's protocol rows: an algorithm chosen by size on GPUs runs blocks of at most `ll_max_block_bytes`

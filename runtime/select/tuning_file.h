@@ -1,4 +1,4 @@
-// The tuning file (format "jax_mscclpp.tuning/1", written by python -m jax_mscclpp.tune): the one reader of its
+// The tuning file (format "jax_mscclpp.tuning/1", written by python -m jax_mscclpp.tools.tune): the one reader of its
 // text, and where a process finds it, for both frontends (the JAX path's jax_mscclpp/tuning_file.py and the
 // NCCL-API library's nccl/runtime/selection.h). Each frontend keeps its own policy for a file it cannot use (an
 // error or a warning on the JAX path, a line on stderr in the library) and for when it reads it again.

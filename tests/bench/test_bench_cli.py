@@ -1,4 +1,4 @@
-"""``python -m jax_mscclpp.bench`` end to end on CPU: tiny sizes, few iterations, files written and parsed."""
+"""``python -m jax_mscclpp.tools.bench`` end to end on CPU: tiny sizes, few iterations, files written and parsed."""
 
 import csv
 import glob
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from jax_mscclpp.bench import metrics, report, sweep
+from jax_mscclpp.tools.bench import metrics, report, sweep
 
 FAST = ["--iters", "2", "--warmup", "1", "--chain", "2", "--no-progress"]
 # Records of the module's run: all_reduce and all_gather, two sizes, each algorithm the CPU backend runs and auto.
@@ -25,7 +25,7 @@ def bench(*args, devices=4, timeout=120, env_extra=None):
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("JAX_MSCCLPP_TUNING_FILE", None)
     env.update(env_extra or {})
-    cmd = [sys.executable, "-m", "jax_mscclpp.bench", *args]
+    cmd = [sys.executable, "-m", "jax_mscclpp.tools.bench", *args]
     if devices:
         cmd += ["--devices", str(devices)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

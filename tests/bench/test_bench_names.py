@@ -1,7 +1,8 @@
 """The names the benchmark takes and how it calls ours: the drop-ins' names (psum, psum_scatter, ...) stand for
-the benched ops on the command line as in the pytest fixtures, from one table; one dispatch table calls ours for
-the benchmark and the soak, and an op it does not have is an error, never another collective. The plot draws
-``--algorithm auto`` as one line, labelled at each point with the algorithm it chose."""
+the benched ops on the command line as in the pytest fixtures, from one table; one dispatch table
+(public_calls.py) calls ours for rewrite, the benchmark and the soak, and an op it does not have is an error,
+never another collective. The plot draws ``--algorithm auto`` as one line, labelled at each point with the
+algorithm it chose."""
 
 import dataclasses
 import glob
@@ -12,14 +13,14 @@ import sys
 
 import pytest
 
-from jax_mscclpp import collectives
+from jax_mscclpp import public_calls
 from jax_mscclpp._types import Collective
-from jax_mscclpp.bench import metrics, programs, report
-from jax_mscclpp.bench.sweep import Record
 from jax_mscclpp.collective_specs import OPERATION_NAMES
-from jax_mscclpp.soak import configs
-from jax_mscclpp.soak import programs as soak_programs
 from jax_mscclpp.testing import fixtures
+from jax_mscclpp.tools.bench import metrics, programs, report
+from jax_mscclpp.tools.bench.sweep import Record
+from jax_mscclpp.tools.soak import configs
+from jax_mscclpp.tools.soak import programs as soak_programs
 
 FAST = ["--iters", "2", "--warmup", "1", "--chain", "2", "--no-progress"]
 
@@ -27,7 +28,7 @@ FAST = ["--iters", "2", "--warmup", "1", "--chain", "2", "--no-progress"]
 def bench(*args, devices=2):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
     env["JAX_PLATFORMS"] = "cpu"  # the tool sets the CPU device count itself
-    cmd = [sys.executable, "-m", "jax_mscclpp.bench", *args, "--devices", str(devices)]
+    cmd = [sys.executable, "-m", "jax_mscclpp.tools.bench", *args, "--devices", str(devices)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -76,8 +77,13 @@ def test_cli_refuses_names_that_disagree_or_are_not_benched(args, message):
 
 
 def test_an_op_without_a_dispatch_is_an_error():
-    with pytest.raises(ValueError, match="no public function of permute is dispatched here"):
-        collectives.ours_collective(Collective.PERMUTE, "x")
+    assert set(public_calls._PUBLIC_CALLS) == set(Collective)  # every collective of codes.def has its entry
+    for unknown in ("all_reduce", 7):
+        with pytest.raises(ValueError, match=f"{unknown!r} is not a collective with a public function; known: "
+                                             "all_reduce, all_gather, reduce_scatter, all_to_all, permute"):
+            public_calls.ours_collective(unknown, "x")
+    with pytest.raises(ValueError, match=r"permute needs perm, its \(source, destination\) pairs"):
+        public_calls.ours_collective(Collective.PERMUTE, "x")
     for build in (lambda: programs.ours_collective("broadcast", None), lambda: programs.lax_collective("broadcast"),
                   lambda: programs.layout("broadcast", 1024, 2, "float32")):
         with pytest.raises(ValueError, match="unknown op 'broadcast'"):

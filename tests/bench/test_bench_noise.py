@@ -5,8 +5,8 @@ import csv
 import json
 import re
 
-from jax_mscclpp.bench import metrics, report
-from jax_mscclpp.bench.sweep import Record
+from jax_mscclpp.tools.bench import metrics, report
+from jax_mscclpp.tools.bench.sweep import Record
 
 
 def record(ours, ours_min, lax, lax_min):

@@ -4,9 +4,9 @@ timed."""
 import jax
 import pytest
 
-from jax_mscclpp import bench
-from jax_mscclpp.bench import programs, sweep
 from jax_mscclpp.testing import fixtures
+from jax_mscclpp.tools import bench
+from jax_mscclpp.tools.bench import programs, sweep
 
 
 @pytest.fixture(scope="module")

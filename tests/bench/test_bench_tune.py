@@ -1,4 +1,5 @@
-"""The selection file: written by ``python -m jax_mscclpp.tune``, read by ``selection.choose`` before its defaults."""
+"""The selection file: written by ``python -m jax_mscclpp.tools.tune``, read by ``selection.choose`` before its
+defaults."""
 
 import json
 import os
@@ -136,8 +137,8 @@ def test_tune_writes_a_file_the_runtime_follows(tmp_path, monkeypatch):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", tuning_file.ENV_FILE)}
     env.update(JAX_PLATFORMS="cpu", JAX_MSCCLPP_CACHE_DIR=str(tmp_path / "cache"))
     proc = subprocess.run(
-        [sys.executable, "-m", "jax_mscclpp.tune", "--ops", "all_reduce,all_gather", "--sizes", "1K,4K", "--iters",
-         "2", "--warmup", "0", "--devices", "4", "--output", str(out)],
+        [sys.executable, "-m", "jax_mscclpp.tools.tune", "--ops", "all_reduce,all_gather", "--sizes", "1K,4K",
+         "--iters", "2", "--warmup", "0", "--devices", "4", "--output", str(out)],
         capture_output=True, text=True, timeout=120, env=env,
     )
     assert proc.returncode == 0, proc.stderr

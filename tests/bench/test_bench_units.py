@@ -7,8 +7,8 @@ import pytest
 
 from jax_mscclpp import selection
 from jax_mscclpp._types import Collective
-from jax_mscclpp.bench import launcher, metrics, modes, programs, sweep, timing
-from jax_mscclpp.bench.units import format_size, parse_size, parse_sizes
+from jax_mscclpp.tools.bench import launcher, metrics, modes, programs, sweep, timing
+from jax_mscclpp.tools.bench.units import format_size, parse_size, parse_sizes
 
 
 @pytest.mark.parametrize(

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from jax_mscclpp.bench import kernel_record_base as kr
-from jax_mscclpp.bench import kernel_record_jax as krj
-from jax_mscclpp.bench.units import parse_sizes
+from jax_mscclpp.tools.bench import kernel_record_base as kr
+from jax_mscclpp.tools.bench import kernel_record_jax as krj
+from jax_mscclpp.tools.bench.units import parse_sizes
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "bench" / "kernels" / "kernel_record.py"
@@ -270,7 +270,7 @@ def test_processes_need_gpus():
 
 
 def test_cells_past_the_deadline_are_skipped(cpu_devices):
-    from jax_mscclpp.bench import programs
+    from jax_mscclpp.tools.bench import programs
 
     mesh = programs.make_mesh(cpu_devices[:2])
     cs = [{**c.as_dict(), "estimate_s": 1.0} for c in cells(settings=("devices:2",), algorithms=("1pa_ll",),
@@ -286,7 +286,7 @@ def test_cells_past_the_deadline_are_skipped(cpu_devices):
 
 def test_a_profile_without_gpu_kernels_turns_to_host_timing(cpu_devices):
     """On CPU the profiler records no device kernels: the memcpy probe finds none, and the cells are host-timed."""
-    from jax_mscclpp.bench import programs
+    from jax_mscclpp.tools.bench import programs
 
     mesh = programs.make_mesh(cpu_devices[:2])
     cs = [{**c.as_dict(), "estimate_s": 1.0} for c in cells(settings=("devices:2",), algorithms=("2pa_hb",),
@@ -303,7 +303,7 @@ def tool(*args, timeout=300, script=None):
     env.pop("XLA_FLAGS", None)  # the tool sets the CPU device count itself
     env["JAX_PLATFORMS"] = "cpu"
     env.pop("JAX_MSCCLPP_TUNING_FILE", None)
-    cmd = [sys.executable, *([str(script)] if script else ["-m", "jax_mscclpp.bench.kernel_record"]), *args]
+    cmd = [sys.executable, *([str(script)] if script else ["-m", "jax_mscclpp.tools.bench.kernel_record"]), *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 

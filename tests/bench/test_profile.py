@@ -1,11 +1,12 @@
-"""jax_mscclpp.bench.profile on a hand-made perfetto trace: GPU busy/idle, collective classes, overlap, host events."""
+"""jax_mscclpp.tools.bench.profile on a hand-made perfetto trace: GPU busy/idle, collective classes, overlap, host
+events."""
 
 import gzip
 import json
 
 import pytest
 
-from jax_mscclpp.bench import profile
+from jax_mscclpp.tools.bench import profile
 
 
 def _trace(tmp_path):

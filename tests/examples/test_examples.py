@@ -122,9 +122,32 @@ def test_ring_matmul(tmp_path):
     assert out.rstrip().splitlines()[-1] == "PASS"
 
 
+def test_moe_layer(tmp_path):
+    """On 4 CPU devices, top-2 with capacity for half the rows: ours matches the dense jnp reference in outputs and
+    gradients; lax's cannot run on CPU devices and says so; the report holds the run, its drops and its bytes."""
+    report_file = tmp_path / "moe.json"
+    out = run_example("moe_layer.py", ["--tokens", "16", "--d-model", "16", "--steps", "2", "--capacity-factor",
+                                       "0.5", "--out", str(report_file)], 4)
+    assert "4 cpu devices on 'ep'" in out and "capacity 8 rows per expert" in out, out
+    assert re.search(r"^\[mscclpp\] vs the dense reference: .* PASS$", out, re.M), out
+    assert re.search(r"^\[mscclpp\] median step over 2 steps: forward [0-9.]+ ms, forward\+grad [0-9.]+ ms$", out,
+                     re.M), out
+    assert "[lax] cannot run here: cpu has no ragged-all-to-all" in out, out
+    report = json.loads(report_file.read_text())
+    assert report["example"] == "moe_layer" and report["devices"]["count"] == 4 and report["passed"] is True
+    ours, lax = report["results"]
+    assert ours["collectives"] == "mscclpp" and ours["ran"] and lax == {**lax, "collectives": "lax", "ran": False}
+    sent = ours["rows_sent"]  # [i][j]: rows device i sent device j; 8 experts of 8 rows take 64 of 128
+    assert sum(map(sum, sent)) == 64 and ours["rows_dropped"] == 64
+    to_others = [sum(row) - row[i] for i, row in enumerate(sent)]
+    assert ours["bytes_per_device"]["dispatch_bytes_mean"] == pytest.approx(sum(to_others) / 4 * 16 * 4)
+    assert ours["bytes_per_device"]["composed_exchange_bytes"] == 3 * 16 * 2 * 16 * 4
+    assert out.rstrip().splitlines()[-1] == "PASS"
+
+
 def test_model_bench(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.bench.model", "--rows", "2", "--d-model", "32",
+    proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.tools.bench.model", "--rows", "2", "--d-model", "32",
                            "--d-ff", "64", "--layers", "2", "--iters", "2", "--warmup", "1", "--out", str(tmp_path)],
                           env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -148,6 +171,7 @@ ONE_DEVICE = {
     "custom_algorithm.py": [],
     "gspmd_train.py": ["--steps", "2", "--width", "32", "--batch", "8", "--layers", "1"],
     "ring_matmul.py": ["--steps", "2", "--layers", "1", "--rows", "2", "--d-model", "16"],
+    "moe_layer.py": ["--steps", "2", "--tokens", "8", "--d-model", "16"],
     "flax_tensor_parallel.py": ["--batch", "2", "--seq", "8", "--d-model", "32", "--heads", "2", "--d-ff", "64",
                                 "--layers", "1", "--steps", "2"],
 }

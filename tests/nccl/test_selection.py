@@ -1,8 +1,9 @@
 """The NCCL-API library's selection against the JAX path's, through the GPU tests' harness module (the CUDA build;
 no GPU needed): the one built-in table (selection.def), matched by runtime/select for nccl/runtime/selection.cc and
-for jax_mscclpp.selection, gives the same algorithm for every GPU call; a tuning file as python -m jax_mscclpp.tune
-writes it is found where the JAX path finds it and read by the library (runtime/select/tuning_file.h) into the
-rules the JAX path reads, and both then choose alike; files that are not of the format are refused."""
+for jax_mscclpp.selection, gives the same algorithm for every GPU call; a tuning file as
+python -m jax_mscclpp.tools.tune writes it is found where the JAX path finds it and read by the library
+(runtime/select/tuning_file.h) into the rules the JAX path reads, and both then choose alike; files that are not
+of the format are refused."""
 
 import json
 

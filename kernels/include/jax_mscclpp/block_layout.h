@@ -26,7 +26,7 @@ constexpr bool is_collective(int32_t code) {
 // Whether the input (output) of `collective` holds one block per rank; false for an unknown code.
 constexpr bool input_per_rank(int32_t collective) {
   switch (collective) {
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, ...)           \
   case code:                                                                        \
     return input_blocks != 0;
 #include "jax_mscclpp/codes.def"
@@ -36,8 +36,8 @@ constexpr bool input_per_rank(int32_t collective) {
 
 constexpr bool output_per_rank(int32_t collective) {
   switch (collective) {
-#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks) \
-  case code:                                                                        \
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks, ...) \
+  case code:                                                                             \
     return output_blocks != 0;
 #include "jax_mscclpp/codes.def"
     default: return false;

@@ -46,8 +46,8 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE uint32_t pack_call(int32_t collective, int32_t op
 // The words of a call; the op counts only for the collectives that reduce.
 JAX_MSCCLPP_HOST_DEVICE_INLINE CallWords call_words(int32_t collective, int32_t op, int32_t algorithm, int32_t dtype,
                                                     uint64_t block_count, uint32_t variant = 0) {
-  const bool reduces = collective == codes::kAllReduce || collective == codes::kReduceScatter;
-  return {pack_call(collective, reduces ? op : 0, algorithm, dtype), static_cast<uint32_t>(block_count), variant};
+  return {pack_call(collective, collective_reduces(collective) ? op : 0, algorithm, dtype),
+          static_cast<uint32_t>(block_count), variant};
 }
 
 // A plan's variant: kCallPlan | a 30-bit FNV-1a hash of its name, the same in every process.

@@ -29,6 +29,27 @@ enum AlgorithmCode : int32_t {
 
 }  // namespace codes
 
+// __host__ __device__ under nvcc: host-device code asks it too (call_inbox.cuh, call_words).
+#if defined(__CUDACC__)
+#define JAX_MSCCLPP_CODES_HOST_DEVICE __host__ __device__
+#else
+#define JAX_MSCCLPP_CODES_HOST_DEVICE
+#endif
+
+// Whether `collective` combines ranks' elements with the call's reduce op (codes.def, column `reduces`); false
+// for a collective that moves elements unchanged and for an unknown code.
+JAX_MSCCLPP_CODES_HOST_DEVICE constexpr bool collective_reduces(int32_t collective) {
+  switch (collective) {
+#define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks, reduces) \
+  case code:                                                                                 \
+    return reduces != 0;
+#include "jax_mscclpp/codes.def"
+    default: return false;
+  }
+}
+
+#undef JAX_MSCCLPP_CODES_HOST_DEVICE
+
 // Element size of a dtype code, 0 for an unknown code.
 constexpr uint64_t dtype_bytes(int32_t dtype) {
   switch (dtype) {

@@ -111,7 +111,7 @@ void register_bootstrap(nb::module_& m) {
         return jax_mscclpp::nccl::decode_identity(std::string(frame.c_str(), frame.size()), rank).host;
       },
       "The host of an identity frame; RuntimeError naming the rank for bytes that are not one.");
-  m.def("this_host_identity", &jax_mscclpp::nccl::this_host_identity,
+  m.def("this_host_identity", &jax_mscclpp::this_host_identity,
         "NCCL_HOSTID where set, else the host name and the boot id.");
 }
 

@@ -9,7 +9,7 @@
 #include "bindings.h"
 #include "executor_plan.h"
 #include "executor_rank.h"
-#include "host_executor.h"
+#include "host_plan.h"
 
 namespace nb = nanobind;
 

@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "collective_types.h"
-#include "executor/gate.h"
+#include "launch_gate.h"
 
 namespace jax_mscclpp::cuda {
 namespace {

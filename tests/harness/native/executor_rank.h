@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "executor_plan.h"
-#include "host_executor.h"
+#include "host_plan.h"
 #include "virtual_rank.h"
 
 namespace jax_mscclpp::cuda {
@@ -52,7 +52,7 @@ struct TimedCall {
 };
 
 // Milliseconds per call, one value per sample: `repeats` calls on every rank are queued behind launch gates
-// (kernels/executor/gate.h) and released together, so the device runs them back to back with no host gaps;
+// (launch_gate.h) and released together, so the device runs them back to back with no host gaps;
 // events on rank 0's stream (joined by every other rank's) time them.
 std::vector<float> time_calls(const std::vector<ExecutorRank*>& ranks, const TimedCall& call, int repeats,
                               int samples);

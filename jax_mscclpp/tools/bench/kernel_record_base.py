@@ -15,7 +15,7 @@ import re
 import subprocess
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ..collective_specs import SPECS
+from ...collective_specs import SPECS
 from . import metrics
 from .units import format_size
 from .json_safe import json_safe

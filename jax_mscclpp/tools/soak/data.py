@@ -8,7 +8,7 @@ integers span the dtype's range (sums wrap, as in XLA).
 
 The comparison is exact (NaN equal to NaN) for integers and for every op that only moves data or picks values
 (all_gather, all_to_all, max, min); float sums differ from lax only by summation order, within the tolerance
-of ``jax_mscclpp.bench.programs`` per chained step.
+of ``jax_mscclpp.tools.bench.programs`` per chained step.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ..bench.programs import FLOAT_TOLERANCE
-from ..collective_specs import spec_named
+from ...collective_specs import spec_named
 from .configs import Config
 
 SPECIAL_VALUE_RATE = 0.05  # share of float calls whose data holds NaN and +-Inf
@@ -81,7 +81,7 @@ def exact(config: Config) -> bool:
     """Whether ours must equal lax bit for bit (up to NaN payloads)."""
     if not jnp.issubdtype(jnp.dtype(config.dtype), jnp.floating):
         return True
-    return not spec_named(config.op).reduces or (config.op == "all_reduce" and config.redop != "sum")
+    return not spec_named(config.op).collective.reduces or config.redop != "sum"
 
 
 def _span(shard) -> tuple:

@@ -1,5 +1,5 @@
 """Result files of the reliability tools: one JSON object with the machine, the date, the settings and the figures
-(the same machine header as the benchmark's, ``jax_mscclpp.bench.machine.describe``)."""
+(the same machine header as the benchmark's, ``jax_mscclpp.tools.bench.machine.describe``)."""
 
 from __future__ import annotations
 

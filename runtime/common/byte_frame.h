@@ -1,12 +1,12 @@
-// The bytes of setup frames (bootstrap.h rounds): little-endian integers and length-prefixed texts, read back
-// with every length checked against what is left.
+// The bytes of setup frames (the GPU ranks' setup, runtime/gpu/rank_setup.h; the NCCL library's bootstrap rounds):
+// little-endian integers and length-prefixed texts, read back with every length checked against what is left.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <string>
 
-namespace jax_mscclpp::nccl {
+namespace jax_mscclpp {
 
 class FrameWriter {
  public:
@@ -54,4 +54,4 @@ class FrameReader {
   size_t at_ = 0;
 };
 
-}  // namespace jax_mscclpp::nccl
+}  // namespace jax_mscclpp

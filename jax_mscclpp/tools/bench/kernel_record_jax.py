@@ -77,12 +77,12 @@ def layout(op: str, size: int, world: int, dtype) -> programs.Layout:
 
 def collective_fn(op: str, algorithm: str, world: int) -> Callable:
     """Our ``op`` with ``algorithm`` forced, on a rank's 1-D operand (sums; the permutation a ring shift)."""
-    if op == "permute":
-        import jax_mscclpp as jm
+    from jax_mscclpp import public_calls
+    from jax_mscclpp.collective_specs import spec_named
 
-        perm = ring_shift(world)
-        return lambda x: jm.ppermute(x, programs.AXIS, perm, algorithm=algorithm)
-    return programs.ours_collective(op, algorithm, "sum")
+    collective = spec_named(op).collective
+    return public_calls.ours_collective(collective, programs.AXIS, algorithm=algorithm,
+                                        perm=ring_shift(world) if op == "permute" else None)
 
 
 def jax_algorithms(op: str, platform: str) -> list[str]:
@@ -515,8 +515,8 @@ class ProcessesSource(kr.Source):
         keep = platforms if platforms and platforms.strip().lower() not in ("cpu",) else None
         with _environ(JAX_PLATFORMS=keep, XLA_PYTHON_CLIENT_PREALLOCATE="false",
                       JAX_MSCCLPP_TIMEOUT_S=os.environ.get("JAX_MSCCLPP_TIMEOUT_S") or self.CHILD_TIMEOUT_S):
-            status = launcher.launch(setting.ranks, "jax_mscclpp.bench.kernel_record", ["--child-plan", plan_path],
-                                     timeout_s=max(10.0, deadline - time.time() + 15.0))
+            status = launcher.launch(setting.ranks, "jax_mscclpp.tools.bench.kernel_record",
+                                     ["--child-plan", plan_path], timeout_s=max(10.0, deadline - time.time() + 15.0))
         try:
             with open(part) as f:
                 got = json.load(f)

@@ -15,7 +15,7 @@ import dataclasses
 import math
 from typing import Sequence
 
-from ..collective_specs import spec_named
+from ...collective_specs import spec_named
 
 
 def bus_factor(op: str, world: int) -> float:

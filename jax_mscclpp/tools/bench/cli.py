@@ -1,4 +1,4 @@
-"""``python -m jax_mscclpp.bench``: the command line."""
+"""``python -m jax_mscclpp.tools.bench``: the command line."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from .programs import OP_NAMES, OPS, REDOPS, resolve_ops
 from .units import parse_sizes
 
 USAGE = (
-    "python -m jax_mscclpp.bench [--ops all_reduce,all_gather,reduce_scatter,all_to_all] [--sizes 1K,64K,1M | 1K:1G] "
-    "[--dtype bfloat16,float32] [--algorithm all|auto|NAME,...] [--mode plain,cmdbuf] [--iters N] [--warmup N] "
-    "[--chain K] [--devices N] [--launch N] [--out DIR]"
+    "python -m jax_mscclpp.tools.bench [--ops all_reduce,all_gather,reduce_scatter,all_to_all] "
+    "[--sizes 1K,64K,1M | 1K:1G] [--dtype bfloat16,float32] [--algorithm all|auto|NAME,...] [--mode plain,cmdbuf] "
+    "[--iters N] [--warmup N] [--chain K] [--devices N] [--launch N] [--out DIR]"
 )
 
 
@@ -23,7 +23,7 @@ def _list(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m jax_mscclpp.bench",
+        prog="python -m jax_mscclpp.tools.bench",
         usage=USAGE,
         description="Times jax_mscclpp's collectives beside the lax collectives (nccl-tests conventions): device "
         "time per collective from K calls chained in one program minus a trivial program, the dispatch-level time "
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.launch is not None:
         if launcher.is_child():
             parser.error("--launch inside a launched process")
-        return launcher.launch(args.launch, "jax_mscclpp.bench", argv)
+        return launcher.launch(args.launch, "jax_mscclpp.tools.bench", argv)
 
     if not launcher.is_child():
         machine.ensure_host_devices(args.devices or machine.DEFAULT_HOST_DEVICES)

@@ -21,11 +21,11 @@ import numpy as np
 
 import jax_mscclpp as jm
 
-from .._types import SUPPORTED_DTYPES
+from ..._types import SUPPORTED_DTYPES
 from ..bench import launcher
 from ..bench.units import parse_size
-from ..communicator import Communicator
-from ..dsl import library
+from ...communicator import Communicator
+from ...dsl import library
 from . import data, programs
 from .configs import Config, Drawer
 
@@ -94,7 +94,7 @@ def unregister_plans(names: dict[str, list[str]]) -> None:
 def reproduce_command(config: Config, seed: int, call: int, launch: int | None, reference: str = "lax") -> str:
     where = f"--launch {launch}" if launch else f"--devices {config.num_devices}"
     also = " --reference cpu" if reference == "cpu" else ""
-    return f"python -m jax_mscclpp.soak {where}{also} --config '{config.to_json()}' --data {seed}:{call}"
+    return f"python -m jax_mscclpp.tools.soak {where}{also} --config '{config.to_json()}' --data {seed}:{call}"
 
 
 @dataclasses.dataclass

@@ -1,4 +1,4 @@
-"""``python -m jax_mscclpp.soak``: the command line of the soak (``runner.py``)."""
+"""``python -m jax_mscclpp.tools.soak``: the command line of the soak (``runner.py``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import sys
 from ..bench import launcher, machine
 from ..bench.units import parse_size
 
-USAGE = ("python -m jax_mscclpp.soak [--calls N] [--seed S] [--max-bytes 64M] [--programs K] [--devices N] "
+USAGE = ("python -m jax_mscclpp.tools.soak [--calls N] [--seed S] [--max-bytes 64M] [--programs K] [--devices N] "
          "[--launch N] [--duration SECONDS] [--dtypes float32,int8,...] [--out FILE] "
          "[--reference lax|cpu] [--algorithms auto,lax,...] [--config JSON --data SEED:CALL]")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m jax_mscclpp.soak", usage=USAGE,
+        prog="python -m jax_mscclpp.tools.soak", usage=USAGE,
         description="Runs random jax_mscclpp collectives (op, size from 1 byte to --max-bytes per rank, dtype, "
         "algorithm: auto, every built-in one and registered DSL plans; one call or a chain in a fori_loop; 1-D "
         "and 2-D meshes in random device orders) under jit + shard_map, and compares each with the lax "
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--launch inside a launched process")
         if args.reference == "cpu":  # every process rebuilds the whole mesh on its CPU devices
             machine.ensure_host_devices(args.launch)
-        return launcher.launch(args.launch, "jax_mscclpp.soak", argv)
+        return launcher.launch(args.launch, "jax_mscclpp.tools.soak", argv)
     if launcher.is_child():
         launcher.initialize_child()
     else:

@@ -27,7 +27,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jax_mscclpp import collectives, lax_equivalents
+from jax_mscclpp import lax_equivalents, public_calls
 from jax_mscclpp._types import Collective
 from jax_mscclpp.collective_specs import BENCHED, OPERATION_NAMES, REDUCTION_OF, spec_named
 
@@ -75,9 +75,9 @@ def layout(op: str, size_bytes: int, world: int, dtype) -> Layout:
 
 
 def ours_collective(op: str, algorithm: str | None, redop: str = "sum") -> Callable:
-    """Our collective on a rank's 1-D operand (``collectives.ours_collective``); ``algorithm`` None lets the
+    """Our collective on a rank's 1-D operand (``public_calls.ours_collective``); ``algorithm`` None lets the
     runtime choose. ValueError for an op that is not benched."""
-    return collectives.ours_collective(benched_collective(op), AXIS, op=redop, algorithm=algorithm)
+    return public_calls.ours_collective(benched_collective(op), AXIS, op=redop, algorithm=algorithm)
 
 
 def lax_collective(op: str, redop: str = "sum") -> Callable:
@@ -128,7 +128,7 @@ def _post(op: str, world: int) -> Callable:
 
 def scale_value(op: str, redop: str, dtype, world: int):
     """The per-step scale: 1/world for float sums (keeps chained sums bounded), 1 otherwise."""
-    sums = op == "reduce_scatter" or (op == "all_reduce" and redop == "sum")
+    sums = spec_named(op).collective.reduces and redop == "sum"  # reduce_scatter's redop is always sum
     if sums and jnp.issubdtype(jnp.dtype(dtype), jnp.floating):
         return 1.0 / world
     return 1

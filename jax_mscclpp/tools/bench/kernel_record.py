@@ -1,4 +1,4 @@
-"""``python -m jax_mscclpp.bench.kernel_record``: the kernel speed record, a guard against kernels getting slower.
+"""``python -m jax_mscclpp.tools.bench.kernel_record``: the kernel speed record, a guard against kernels getting slower.
 
 One run measures the device time per call of every algorithm of every collective (codes.def's collectives, the
 permutation included) at every size, in each *setting* asked for, beside a device-to-device copy of the same bytes
@@ -150,7 +150,7 @@ def run_record(*, settings: Sequence[Setting], sources: Mapping[str, Source], op
 
 
 # ------------------------------------------------------------------------------------------------------- CLI
-def build_parser(prog: str = "python -m jax_mscclpp.bench.kernel_record") -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m jax_mscclpp.tools.bench.kernel_record") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0] + " See the module docstring "
                                 "and docs/benchmarking.md, 'The kernel record'.")
     p.add_argument("--virtual-ranks", type=_counts, default=None, metavar="N,...",
@@ -231,7 +231,7 @@ def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None
     """The command line; ``sources`` adds or replaces setting kinds' sources (bench/kernels/kernel_record.py
     passes the virtual ranks')."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(prog or "python -m jax_mscclpp.bench.kernel_record")
+    parser = build_parser(prog or "python -m jax_mscclpp.tools.bench.kernel_record")
     args = parser.parse_args(argv)
     if args.child_plan:
         from . import kernel_record_jax

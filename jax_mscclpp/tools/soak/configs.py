@@ -15,9 +15,9 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from .. import plans, selection
-from .._types import COMPOSED_ALGORITHMS, Collective, REDUCE_OPS as _REDUCE_OPS
-from ..collective_specs import SOAKED
+from ... import plans, selection
+from ..._types import COMPOSED_ALGORITHMS, Collective, REDUCE_OPS as _REDUCE_OPS
+from ...collective_specs import SOAKED
 
 OPS = SOAKED  # the collectives the soak builds (collective_specs.py)
 REDUCE_OPS = tuple(_REDUCE_OPS)

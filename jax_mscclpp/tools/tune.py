@@ -1,5 +1,6 @@
-"""``python -m jax_mscclpp.tune``: measure every algorithm this platform runs over a size range on this machine and
-write the selection file the runtime reads (``tuning_file.py``), with the margin by which each choice won.
+"""``python -m jax_mscclpp.tools.tune``: measure every algorithm this platform runs over a size range on this
+machine and write the selection file the runtime reads (``tuning_file.py``), with the margin by which each choice
+won.
 
 For each collective and size it times every algorithm (and the lax collective, unless ``--no-lax``) with the
 benchmark's machinery (checked against lax first), picks the fastest, and merges runs of sizes with one winner
@@ -18,7 +19,7 @@ from .bench.cli import _list
 from .bench.programs import OPS
 
 USAGE = (
-    "python -m jax_mscclpp.tune [--ops all_reduce,...] [--sizes 1K:1G] [--dtype bfloat16] [--iters N] "
+    "python -m jax_mscclpp.tools.tune [--ops all_reduce,...] [--sizes 1K:1G] [--dtype bfloat16] [--iters N] "
     "[--warmup N] [--chain K] [--devices N] [--mode plain|cmdbuf] [--metric device|dispatch] [--no-lax] "
     "[--output FILE] [--dry-run]"
 )
@@ -30,7 +31,7 @@ DESCRIPTION = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jax_mscclpp.tune", usage=USAGE, description=DESCRIPTION)
+    p = argparse.ArgumentParser(prog="python -m jax_mscclpp.tools.tune", usage=USAGE, description=DESCRIPTION)
     p.add_argument("--ops", type=_list, default=list(OPS), help="collectives to tune (default: all)")
     p.add_argument("--sizes", default=None, help="sizes as for the benchmark (default: 1K:1G on GPU, 1K:1M on CPU)")
     p.add_argument("--dtype", default="bfloat16", help="dtype of the measurements (default: bfloat16)")
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     machine.ensure_host_devices(args.devices or machine.DEFAULT_HOST_DEVICES)
 
-    from . import selection, tuning_file
+    from .. import selection, tuning_file
     from .bench import programs, sweep
     from .bench.driver import resolve_settings, select_devices
     from .bench.units import format_size

@@ -21,10 +21,10 @@ import numpy as np
 from jax import lax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from .. import _compat, collectives, plans
-from .._types import ALGORITHMS, Algorithm, Collective
-from ..collective_specs import spec_named
-from ..lax_equivalents import lax_collective
+from ... import _compat, plans, public_calls
+from ..._types import ALGORITHMS, Algorithm, Collective
+from ...collective_specs import spec_named
+from ...lax_equivalents import lax_collective
 from .configs import AUTO, OPS, Config
 
 _ALGORITHM_NAMES = {int(code): name for name, code in ALGORITHMS.items()}
@@ -38,7 +38,7 @@ def make_mesh(devices: list, config: Config) -> Mesh:
 
 
 def collective(config: Config, ours: bool) -> Callable:
-    """One call of the config's collective on a rank's operand: ours (``collectives.ours_collective``) or lax's
+    """One call of the config's collective on a rank's operand: ours (``public_calls.ours_collective``) or lax's
     (``lax_equivalents``), each given the dimensions as drawn (negative ones too). ValueError for an op the soak
     does not draw."""
     c = config
@@ -48,14 +48,13 @@ def collective(config: Config, ours: bool) -> Callable:
     which = spec_named(c.op).collective
     if not ours:
         return lax_collective(which, c.axes, **shape)
-    return collectives.ours_collective(which, c.axes, **shape, algorithm=None if c.algorithm == AUTO else c.algorithm)
+    return public_calls.ours_collective(which, c.axes, **shape, algorithm=None if c.algorithm == AUTO else c.algorithm)
 
 
 def _back_to_operand(config: Config, y, i):
     """The chain step's result in the operand's shape (see the module docstring)."""
     c, world = config, config.world
-    float_sum = jnp.issubdtype(y.dtype, jnp.floating) and (
-        c.op == "reduce_scatter" or (c.op == "all_reduce" and c.redop == "sum"))
+    float_sum = jnp.issubdtype(y.dtype, jnp.floating) and spec_named(c.op).collective.reduces and c.redop == "sum"
     if c.op == "all_gather":
         ndim = len(c.local_shape)
         where = c.dim % (ndim if c.tiled else ndim + 1)

@@ -1,5 +1,6 @@
-// A launch gate for timing queued device work without host gaps: a one-thread kernel that holds its stream
-// until the host sets a flag in mapped host memory. Work queued behind gates on several streams starts together
+// A launch gate for timing queued device work without host gaps (the harness's timing runner, executor_rank.cc; a
+// harness kernel, so the testing build's only): a one-thread kernel that holds its stream until the host sets a flag
+// in mapped host memory. Work queued behind gates on several streams starts together
 // once the flag is set. The wait is bounded (`limit_ns`): on expiry the kernel sets *expired and returns.
 #pragma once
 

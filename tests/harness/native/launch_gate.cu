@@ -1,4 +1,4 @@
-#include "executor/gate.h"
+#include "launch_gate.h"
 
 #include "jax_mscclpp/atomics.cuh"
 

@@ -1,6 +1,6 @@
 """Communicator churn: create / use / destroy cycles, watching what a leak would grow.
 
-``python -m jax_mscclpp.soak.churn --cycles 1000`` runs cycles of: a mesh drawn at random (a random subset and
+``python -m jax_mscclpp.tools.soak.churn --cycles 1000`` runs cycles of: a mesh drawn at random (a random subset and
 order of the devices, 1-D or 2-D, so the rank count varies; over every device when several processes take part),
 a ``Communicator`` over random axes with a random scratch size (and, on GPUs, port channels on or off), a jitted
 program running ours beside lax (psum and a tiled all_gather) on random integers and compared exactly, then
@@ -69,8 +69,8 @@ def sample(cycle: int, devices: list) -> dict:
     """What a leak would grow, now."""
     import jax
 
-    from .._native import native
-    from ..communicator import Communicator
+    from ..._native import native
+    from ...communicator import Communicator
 
     gc.collect()
     heap = heap_in_use_bytes()
@@ -111,7 +111,7 @@ def one_cycle(rng: np.random.Generator, devices: list, multi_process: bool, port
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     import jax_mscclpp as jm
-    from ..communicator import Communicator
+    from ...communicator import Communicator
 
     mesh, axes = draw_mesh(rng, devices, multi_process)
     choices = SCRATCH_CHOICES.get(devices[0].platform, SCRATCH_CHOICES["cpu"])
@@ -227,7 +227,7 @@ def leaks(baseline: dict, after: dict, cycles: int, control: dict | None = None)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m jax_mscclpp.soak.churn", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m jax_mscclpp.tools.soak.churn", description=__doc__.split("\n\n")[0])
     p.add_argument("--cycles", type=int, default=1000, help="create/use/destroy cycles (default: 1000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--sample-every", type=int, default=100, help="cycles between samples (default: 100)")
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.launch is not None:
         if launcher.is_child():
             parser.error("--launch inside a launched process")
-        return launcher.launch(args.launch, "jax_mscclpp.soak.churn", argv)
+        return launcher.launch(args.launch, "jax_mscclpp.tools.soak.churn", argv)
     if launcher.is_child():
         launcher.initialize_child()
     else:

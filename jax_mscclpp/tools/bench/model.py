@@ -1,4 +1,4 @@
-"""``python -m jax_mscclpp.bench.model``: collectives where models use them, ours and lax in one run.
+"""``python -m jax_mscclpp.tools.bench.model``: collectives where models use them, ours and lax in one run.
 
 Each program is ``--layers`` tensor-parallel MLP blocks in one jit (``shard_map`` over all devices on axis "tp"):
 ``h = rms_norm(x); x = x + psum(gelu(h @ w_in) @ w_out)``, with ``w_in`` column-parallel and ``w_out``
@@ -8,7 +8,7 @@ and ``jm.fused.all_reduce_residual_rmsnorm`` (all-reduce, residual add and norm 
 wall time of the program (median over ``--iters``), and with ``--profile DIR`` the device time of the kernels that
 are not matrix products (the collective and its epilogue) from a profiler trace.
 
-    python -m jax_mscclpp.bench.model --rows 8 --d-model 4096 --d-ff 8192 --layers 64 --out bench/results
+    python -m jax_mscclpp.tools.bench.model --rows 8 --d-model 4096 --d-ff 8192 --layers 64 --out bench/results
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ _MATMUL = re.compile(r"gemm|cutlass|cublas|nvjet|xmma|sm90_|wgmma|matmul|dot", r
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m jax_mscclpp.bench.model", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m jax_mscclpp.tools.bench.model", description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default="8", help="comma list of rows (tokens) per block, e.g. 1,8,64 (default 8)")
     p.add_argument("--d-model", type=int, default=4096)
     p.add_argument("--d-ff", type=int, default=8192, help="MLP width over all devices")

@@ -1,8 +1,0 @@
-"""``python -m jax_mscclpp.soak``: see ``jax_mscclpp.soak.cli`` and docs/reliability.md."""
-
-import sys
-
-from .cli import main
-
-if __name__ == "__main__":
-    sys.exit(main())

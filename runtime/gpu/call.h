@@ -1,0 +1,97 @@
+// One call on a GPU rank, as both frontends decode it: the XLA handlers (ffi/cuda/handlers_cuda.cc) from XLA's
+// buffers and attributes, the NCCL library (nccl/runtime/runtime_communicator.cc) from an NCCL operation. Each
+// decodes its arguments into a Call once and hands it to GpuRank::run (communicator.h), which refuses it, launches
+// it and poisons its outputs in one place (docs/architecture.md, "One call entry").
+//
+// Contracts of GpuRank::run(call, stream):
+//   - Refusal first: a rank whose kernel failed and stopped (RankOptions::stop_on_failure) refuses every later call,
+//     kRefused, with the failure's record in one wording (CallResult::message), and launches nothing. The record's
+//     kind says why: out of step (mismatched calls, or a peer that failed the communicator) or a wait that timed
+//     out; the frontends code it as theirs (XLA: ABORTED / DEADLINE_EXCEEDED; NCCL: ncclRemoteError).
+//   - Then the launch on `stream` (collectives/collective.h, executor/executor.h, collectives/epilogue.h): the
+//     launch's cudaError_t is kept in CallResult::error with a message that says what the code means there.
+//   - Then, where the rank's failing kernels stop rather than trap, the poisoning of every output the call writes
+//     (collective.h, poison_outputs_if_failed), so that a failed call's outputs cannot pass for results.
+//   - Capture-safe, as the launches are: no host state per call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "collectives/collective.h"
+#include "collectives/epilogue.h"
+
+namespace jax_mscclpp::cuda {
+
+// A collective kernel of every rank (codes.def's collective and algorithm codes), or with algorithm kPlan the
+// execution plan bound to the rank as plan_id (GpuRank::bind_plan). Buffers as collective.h's block layout says;
+// for a plan, `in` holds the plan's input blocks of block_count elements and `out` its output blocks.
+struct CollectiveCall {
+  int32_t collective;
+  int32_t algorithm;
+  const void* in;
+  void* out;
+  uint64_t block_count;
+  int32_t dtype;  // codes.def DType
+  int32_t op;     // codes.def ReduceOp (ignored by the moves)
+  int32_t max_blocks = 0;
+  int64_t plan_id = 0;
+};
+
+// The permutation (launch_permute): this rank's block to send_to, the block of recv_from into out.
+struct PermuteCall {
+  int32_t algorithm;
+  const void* in;
+  void* out;
+  uint64_t block_count;
+  int32_t dtype;
+  int32_t send_to;
+  int32_t recv_from;
+  int32_t max_blocks = 0;
+};
+
+// This rank's point-to-point messages of one group (launch_p2p_group); the receives are its outputs.
+struct PointToPointCall {
+  const P2PMessage* messages;
+  int count;
+};
+
+// An all-reduce with a fused epilogue (launch_all_reduce_epilogue): new_residual, and normed where it is not null,
+// are its outputs.
+struct FusedAllReduceCall {
+  Epilogue kind;
+  EpilogueCall call;
+  int32_t dtype;
+};
+
+using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall>;
+
+enum class CallStatus {
+  kLaunched,        // enqueued on the stream (its outputs poisoned should the rank fail by its end)
+  kRefused,         // an earlier kernel of the rank failed and stopped: nothing was launched
+  kPlanNotBound,    // a plan call whose plan_id is not bound to the rank
+  kPlanMismatch,    // a plan call whose sizes do not fit the plan's blocks
+  kLaunchFailed,    // the launch returned CallResult::error
+};
+
+// Why a refused rank failed (the record of its first failed kernel, error_record.cuh).
+enum class FailureKind {
+  kOutOfStep,  // mismatched calls, or a peer that failed the communicator: the ranks are out of step
+  kTimedOut,   // a wait gave up after the timeout
+};
+
+struct CallResult {
+  CallStatus status = CallStatus::kLaunched;
+  cudaError_t error = cudaSuccess;  // kLaunchFailed: the launch's error
+  FailureKind failure = FailureKind::kOutOfStep;  // kRefused: the failure's kind
+  std::string message;              // what happened, for the frontend's error (empty when launched)
+  bool launched() const { return status == CallStatus::kLaunched; }
+};
+
+// The launch's error as a CallResult (kLaunchFailed; kLaunched for cudaSuccess), `what` naming what was launched.
+CallResult launch_result(cudaError_t error, const std::string& what);
+
+}  // namespace jax_mscclpp::cuda
