@@ -28,6 +28,7 @@ from .collectives import (
 from .permute import pbroadcast, ppermute, pshuffle
 from .ragged import ragged_all_to_all
 from . import fused
+from . import moe
 from .communicator import Communicator
 from .explain import explain
 from .info import info

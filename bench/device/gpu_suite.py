@@ -61,6 +61,16 @@ def machine() -> dict:
             "jax": jax.__version__}
 
 
+def commit_here() -> str | None:
+    """HEAD of the repository here, or None where the tree has no .git (a device's copy: pass --commit)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True, capture_output=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
 def counts(junit: Path) -> dict:
     root = ET.parse(junit).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
@@ -97,6 +107,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ROOT / "bench" / "results")),
                         help="folder for the records (default $OUT, else bench/results)")
     parser.add_argument("--list", action="store_true", help="print the parts and their commands")
+    parser.add_argument("--commit", default=os.environ.get("COMMIT"),
+                        help="the commit of the tree (default $COMMIT, else git rev-parse HEAD here)")
     args = parser.parse_args(argv)
     unknown = [p for p in args.parts if p not in PARTS]
     if unknown:
@@ -106,6 +118,7 @@ def main(argv=None) -> int:
             print(f"{name:<10} ~{minutes} min  python3 -m pytest {' '.join(pytest_args)}\n{'':<18}{covers}")
         return 0
     about = machine()
+    about["commit"] = args.commit or commit_here()
     return max(run_part(name, args.out, about) for name in args.parts)
 
 

@@ -42,7 +42,7 @@ build() {
     -C cmake.define.JAX_MSCCLPP_NEWER_FFI_HEADERS=ON 2>&1 | tail -3
   python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
 }
-gpu_suite() { python3 bench/device/gpu_suite.py kernels processes large_world nccl --out "$OUT"; }
+gpu_suite() { python3 bench/device/gpu_suite.py ${COMMIT:+--commit "$COMMIT"} kernels processes large_world nccl --out "$OUT"; }
 bench_auto() {
   python3 -m jax_mscclpp.tools.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
     --dtype bfloat16 --algorithm auto --mode cmdbuf --no-progress --quiet --out "$OUT" --name bench-auto
