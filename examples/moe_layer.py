@@ -10,6 +10,7 @@ token's k of them with its router weights.
 
     python examples/moe_layer.py                              # CPU devices, or every GPU
     python examples/moe_layer.py --capacity-factor 1.25 --top-k 2 --out moe.json
+    python examples/moe_layer.py --processes 2 --out moe.json   # two processes sharing the GPU(s)
 
 ``--collectives lax`` runs the same code with lax's ragged_all_to_all and all_gather (``algorithm="lax"``),
 ``mscclpp`` with ours, ``both`` (the default) both, checking that they give the same outputs and gradients. XLA:CPU
@@ -20,17 +21,39 @@ the sharded run chose, in the forward pass and in the gradients of a loss in eve
 step times (forward, and forward plus gradients) and the bytes each collective moved per device, computed from the
 sizes the routing sent: what a ragged exchange moves (the rows sent to other devices) and what ours, a composition
 of all_to_all on CPU devices, moves (a block of every row per device). Exit status 0 when every check passes.
+
+With ``--processes N`` each process drives one device under ``jax.distributed``, builds the same global tokens and
+parameters from ``--seed`` and checks the whole outputs and gradients (gathered over the processes with
+``jm.all_gather``) against the dense reference. Where processes share a GPU, NVIDIA's NCCL refuses to run, so lax's
+variant runs through our NCCL library (``jax_mscclpp.enable_nccl_backend``; with it loaded, the package's default for
+ours is lax's ragged_all_to_all too: ``--algorithm p2p`` asks for ours), and the kernels of processes sharing a GPU
+take turns on it: their step times measure that, not the link. On CPU devices processes fall back to lax's
+collectives (the host backend runs within one process).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import sys
+import tempfile
 
-from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
+from _processes import initialize, launch, local_gpus  # examples/_processes.py
 
-configure_cpu_devices(sys.argv[1:])
+
+def _one_process(argv) -> bool:
+    """Whether ``argv`` runs one process (every device) rather than ``--processes N`` of one device each."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--processes", default="1")
+    value = pre.parse_known_args(argv)[0].processes
+    return not (value.isdigit() and int(value) > 1)
+
+
+if _one_process(sys.argv[1:]):
+    configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
 import jax.numpy as jnp  # noqa: E402
@@ -66,11 +89,19 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the mscclpp variant's ragged_all_to_all algorithm (an all_to_all algorithm forces ours; "
                         "default: the package's choice, lax's on GPUs, ours on CPU devices)")
     parser.add_argument("--ep", type=int, default=None, help="devices on the 'ep' axis (default: all)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes under jax.distributed, one device each (default 1: one process, every device)")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
     add_common_arguments(parser, tp=False)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one process of --processes N
+    parser.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.top_k < 1 or args.experts_per_device < 1 or args.steps < 1:
-        parser.error("--top-k, --experts-per-device and --steps must be positive")
+    if args.top_k < 1 or args.experts_per_device < 1 or args.steps < 1 or args.processes < 1:
+        parser.error("--top-k, --experts-per-device, --steps and --processes must be positive")
+    if args.processes > 1 and args.ep not in (None, args.processes):
+        parser.error(f"--ep {args.ep}: with --processes {args.processes} the 'ep' axis is every process's device")
     if args.capacity_factor is not None and args.capacity_factor <= 0:
         parser.error("--capacity-factor must be positive")
     return args
@@ -188,8 +219,29 @@ def bytes_moved(sizes, n: int, tokens: int, k: int, num_experts: int, d: int, it
     }
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def host_value(mesh, a) -> np.ndarray:
+    """The whole value of ``a`` (split over "ep" on its first axis, or replicated) in this process. Where it is split
+    over devices of other processes it is gathered with ``jm.all_gather``, which runs where processes share a GPU
+    (XLA's all-gather would call NVIDIA's NCCL, which refuses that)."""
+    if a.is_fully_addressable:
+        return np.asarray(a)
+    if a.sharding.is_fully_replicated:
+        return np.asarray(a.addressable_data(0))
+    if not (isinstance(a.sharding, NamedSharding) and tuple(a.sharding.spec)[:1] == ("ep",)
+            and not any(tuple(a.sharding.spec)[1:])):
+        raise ValueError(f"host_value: an array split as {a.sharding}; expected P('ep') or replicated")
+    gather = jax.shard_map(lambda b: jm.all_gather(b, "ep", tiled=True, to="invarying"), mesh=mesh,
+                           in_specs=P("ep"), out_specs=P())
+    return np.asarray(jax.jit(gather)(a).addressable_data(0))
+
+
+def measure(args) -> dict:
+    """Every variant in this process (one of --processes N, or the only one): checks, step times, bytes."""
+    shared_gpu = args.processes > 1 and gpu_expected() and args.processes > local_gpus()
+    if shared_gpu and "lax" in args.variants:
+        jm.enable_nccl_backend()  # NVIDIA's NCCL refuses a shared GPU; before JAX starts its backends
+    if args.processes > 1:
+        initialize(args.port, args.processes, args.process_id)
     devices = jax.devices()
     platform = devices[0].platform
     n = args.ep or len(devices)
@@ -207,19 +259,16 @@ def main(argv=None) -> int:
     capacity = (None if args.capacity_factor is None
                 else math.ceil(args.capacity_factor * n * tokens * k / num_experts))
     mesh = jax.sharding.Mesh(np.array(devices[:n]), ("ep",))
-    variants = VARIANTS if args.collectives == "both" else (args.collectives,)
-    print(f"{n} {platform} devices on 'ep'; {tokens} tokens per device, d_model {d_model}, d_ff {d_ff}, "
-          f"{num_experts} experts ({args.experts_per_device} per device), top-{k}, "
-          f"{'dropless' if capacity is None else f'capacity {capacity} rows per expert'}, {dtype_name}")
 
+    # Every process builds the same global values from the seed.
     kp, kx, kt = jax.random.split(jax.random.key(args.seed), 3)
     params = init_params(kp, d_model, d_ff, num_experts, dtype)
     x = jax.random.normal(kx, (n * tokens, d_model)).astype(dtype)
     target = jax.random.normal(kt, (n * tokens, d_model), jnp.float32)
     placed = {name: jax.device_put(v, NamedSharding(mesh, PARAM_SPECS[name])) for name, v in params.items()}
     xs, targets = jax.device_put(x, NamedSharding(mesh, P("ep"))), jax.device_put(target, NamedSharding(mesh, P("ep")))
-    # The reference runs on one device, in float32 from the same (rounded) values.
-    one = devices[0]
+    # The reference runs on one device of this process, in float32 from the same (rounded) values.
+    one = jax.local_devices()[0]
     params32 = jax.device_put(jax.tree.map(lambda a: a.astype(jnp.float32), params), one)
     x32, target1 = jax.device_put(x.astype(jnp.float32), one), jax.device_put(target, one)
 
@@ -232,7 +281,7 @@ def main(argv=None) -> int:
     tolerance = (GPU_TOLERANCE if gpu else TOLERANCE)[dtype_name]
 
     results, outputs, passed = [], {}, True
-    for variant in variants:
+    for variant in args.variants:
         block = sharded_block(mesh, top_k=k, num_experts=num_experts, capacity=capacity,
                               algorithm=args.algorithm if variant == "mscclpp" else "lax")
         forward = jax.jit(block)
@@ -248,13 +297,13 @@ def main(argv=None) -> int:
             if "ragged-all-to-all" not in str(error):
                 raise
             reason = f"{platform} has no ragged-all-to-all ({str(error).splitlines()[0]})"
-            print(f"[{variant}] cannot run here: {reason}; the dense jnp reference checks the other variant instead")
             results.append({"collectives": variant, "ran": False, "reason": reason})
             continue
         (_, (y, ids, dropped, sizes)), grads = jax.block_until_ready(train(placed, xs, targets))
-        sizes = np.asarray(sizes)[0]  # the same [n, n] matrix on every device
+        y, ids, grads = host_value(mesh, y), host_value(mesh, ids), jax.tree.map(lambda g: host_value(mesh, g), grads)
+        sizes = np.asarray(sizes.addressable_data(0))[0]  # the same [n, n] matrix on every device
         (_, ref_y), ref_grads = dense(params32, x32, jax.device_put(ids, one))
-        agree = float(np.mean(np.asarray(ids) == np.asarray(lax.top_k(router_probs(params32, rmsnorm(x32, params32[
+        agree = float(np.mean(ids == np.asarray(lax.top_k(router_probs(params32, rmsnorm(x32, params32[
             "scale"])), k)[1])))
         y_err, grad_err = relative_error(y, ref_y), relative_error(grads, ref_grads)
         ok = y_err <= tolerance and grad_err <= tolerance
@@ -263,51 +312,111 @@ def main(argv=None) -> int:
         forward_ms = _report.median_ms(forward, (placed, xs), args.steps)
         train_ms = _report.median_ms(train, (placed, xs, targets), args.steps)
         moved = bytes_moved(sizes, n, tokens, k, num_experts, d_model, dtype.itemsize)
-        total_dropped = int(np.asarray(dropped).sum())
-        print(f"[{variant}] vs the dense reference: output max rel error {y_err:.2e}, gradients {grad_err:.2e} "
-              f"(tolerance {tolerance:g}); {total_dropped} of {n * tokens * k} rows dropped; routing as the "
-              f"reference's top-{k}: {agree:.1%} {'PASS' if ok else 'FAIL'}")
-        print(f"[{variant}] median step over {args.steps} steps: forward {forward_ms:.3f} ms, forward+grad "
-              f"{train_ms:.3f} ms")
+        calls = [f"{c.collective} {c.algorithm}" for c in jm.explain(forward, placed, xs)]
+        results.append({"collectives": variant, "ran": True, "explained": calls, "forward_ms": forward_ms,
+                        "train_step_ms": train_ms,
+                        "output_max_rel_error": y_err, "grad_max_rel_error": grad_err,
+                        "rows_dropped": int(host_value(mesh, dropped).sum()),
+                        "routing_agreement": agree, "rows_sent": sizes.tolist(), "bytes_per_device": moved,
+                        "passed": ok})
+
+    report = {
+        **_report.header("moe_layer", devices[:n], ep=n, processes=args.processes, shared_gpu=shared_gpu),
+        "config": {"tokens_per_device": tokens, "d_model": d_model, "d_ff": d_ff, "experts": num_experts,
+                   "experts_per_device": args.experts_per_device, "top_k": k, "capacity": capacity,
+                   "capacity_factor": args.capacity_factor, "dtype": dtype_name, "steps": args.steps,
+                   "variants": list(args.variants), "tolerance": tolerance},
+        "results": results,
+    }
+    if len(outputs) == 2:
+        (y_ours, g_ours), (y_lax, g_lax) = outputs["mscclpp"], outputs["lax"]
+        diff = max(relative_error(y_ours, y_lax), relative_error(g_ours, g_lax))
+        passed &= diff <= tolerance
+        timed = {r["collectives"]: r for r in results}
+        report["speedup"] = _report.speedup(timed["lax"]["train_step_ms"], timed["mscclpp"]["train_step_ms"])
+        report["mscclpp_vs_lax_max_rel_error"] = diff
+    report["passed"] = passed and bool(outputs)
+    if args.processes > 1 and jm.nccl_backend.runs_collectives():
+        report["nccl_library_calls"] = jm.nccl_backend.call_counts()
+    if args.processes > 1:
+        jax.distributed.shutdown()
+    return report
+
+
+def print_report(report: dict) -> None:
+    config, devices = report["config"], report["devices"]
+    n, k, capacity, tolerance = devices["ep"], config["top_k"], config["capacity"], config["tolerance"]
+    processes = f" ({devices['processes']} processes)" if devices["processes"] > 1 else ""
+    print(f"{n} {devices['platform']} devices on 'ep'{processes}; {config['tokens_per_device']} tokens per device, "
+          f"d_model {config['d_model']}, d_ff {config['d_ff']}, {config['experts']} experts "
+          f"({config['experts_per_device']} per device), top-{k}, "
+          f"{'dropless' if capacity is None else f'capacity {capacity} rows per expert'}, {config['dtype']}")
+    for row in report["results"]:
+        variant = row["collectives"]
+        if not row["ran"]:
+            print(f"[{variant}] cannot run here: {row['reason']}; the dense jnp reference checks the other variant "
+                  "instead")
+            continue
+        moved = row["bytes_per_device"]
+        print(f"[{variant}] vs the dense reference: output max rel error {row['output_max_rel_error']:.2e}, gradients "
+              f"{row['grad_max_rel_error']:.2e} (tolerance {tolerance:g}); {row['rows_dropped']} of "
+              f"{n * config['tokens_per_device'] * k} rows dropped; routing as the reference's top-{k}: "
+              f"{row['routing_agreement']:.1%} {'PASS' if row['passed'] else 'FAIL'}")
+        print(f"[{variant}] median step over {config['steps']} steps: forward {row['forward_ms']:.3f} ms, forward+grad "
+              f"{row['train_step_ms']:.3f} ms")
         print(f"[{variant}] per device, forward: counts all_gather {moved['counts_all_gather']} B; dispatch "
               f"{moved['dispatch_rows_sent_mean']:.1f} rows ({moved['dispatch_bytes_mean'] / 1024:.1f} KiB, at most "
               f"{moved['dispatch_rows_sent_max']} rows) to other devices, combine "
               f"{moved['combine_bytes_mean'] / 1024:.1f} KiB back; a ragged_all_to_all composed of all_to_all "
               f"(ours on CPU devices) moves "
               f"{moved['composed_exchange_bytes'] / 1024:.1f} KiB each way")
-        calls = [f"{c.collective} {c.algorithm}" for c in jm.explain(forward, placed, xs)]
+        calls = row["explained"]
         print(f"[{variant}] its collectives (jm.explain): "
               + ", ".join(f"{call} x{calls.count(call)}" for call in dict.fromkeys(calls)))
-        results.append({"collectives": variant, "ran": True, "explained": calls, "forward_ms": forward_ms,
-                        "train_step_ms": train_ms,
-                        "output_max_rel_error": y_err, "grad_max_rel_error": grad_err, "rows_dropped": total_dropped,
-                        "routing_agreement": agree, "rows_sent": sizes.tolist(), "bytes_per_device": moved,
-                        "passed": ok})
-
-    report = {
-        **_report.header("moe_layer", devices[:n], ep=n),
-        "config": {"tokens_per_device": tokens, "d_model": d_model, "d_ff": d_ff, "experts": num_experts,
-                   "top_k": k, "capacity": capacity, "capacity_factor": args.capacity_factor, "dtype": dtype_name,
-                   "steps": args.steps, "variants": list(variants)},
-        "results": results,
-    }
-    if len(outputs) == 2:
-        (y_ours, g_ours), (y_lax, g_lax) = outputs["mscclpp"], outputs["lax"]
-        diff = max(relative_error(y_ours, y_lax), relative_error(g_ours, g_lax))
-        same = diff <= tolerance
-        passed &= same
-        timed = {r["collectives"]: r for r in results}
-        report["speedup"] = _report.speedup(timed["lax"]["train_step_ms"], timed["mscclpp"]["train_step_ms"])
-        report["mscclpp_vs_lax_max_rel_error"] = diff
-        print(f"mscclpp vs lax: outputs and gradients max rel difference {diff:.2e} {'PASS' if same else 'FAIL'}; "
-              f"training step {_report.SPEEDUP} {report['speedup']:.2f}x")
-    if not outputs:
+    if "mscclpp_vs_lax_max_rel_error" in report:
+        diff = report["mscclpp_vs_lax_max_rel_error"]
+        print(f"mscclpp vs lax: outputs and gradients max rel difference {diff:.2e} "
+              f"{'PASS' if diff <= tolerance else 'FAIL'}; training step {_report.SPEEDUP} {report['speedup']:.2f}x")
+    if not any(row["ran"] for row in report["results"]):
         print("FAIL: no variant could run here")
-        passed = False
-    report["passed"] = passed
+    if devices.get("shared_gpu"):
+        print("processes share a GPU: their kernels take turns on it, so these step times measure that, not a link")
+
+
+def main(argv=None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
+    args = parse_args(argv)
+    args.variants = list(VARIANTS) if args.collectives == "both" else [args.collectives]
+    if args.worker:
+        with open(args.result, "w") as f:
+            json.dump(measure(args), f)
+        return 0
+    if args.processes == 1:
+        report = measure(args)
+    else:
+        with tempfile.TemporaryDirectory() as folder:
+            paths = [os.path.join(folder, f"process{i}.json") for i in range(args.processes)]
+            launch(lambda i, port: [sys.executable, os.path.abspath(__file__), *argv, "--worker", "--port",
+                                    str(port), "--process-id", str(i), "--result", paths[i]],
+                   args.processes, "moe_layer run")
+            reports = []
+            for path in paths:
+                with open(path) as f:
+                    reports.append(json.load(f))
+        report = reports[0]
+        # Every process checked the whole (gathered) values: the run passes where every one of them did.
+        for i, row in enumerate(report["results"]):
+            if row["ran"]:
+                row["passed"] = all(r["results"][i]["passed"] for r in reports)
+                for key in ("output_max_rel_error", "grad_max_rel_error"):
+                    row[key] = max(r["results"][i][key] for r in reports)
+        if "mscclpp_vs_lax_max_rel_error" in report:
+            report["mscclpp_vs_lax_max_rel_error"] = max(r["mscclpp_vs_lax_max_rel_error"] for r in reports)
+        report["passed"] = all(r["passed"] for r in reports)
+    print_report(report)
     _report.write(report, args.out)
-    print("PASS" if passed else "FAIL")
-    return 0 if passed else 1
+    print("PASS" if report["passed"] else "FAIL")
+    return 0 if report["passed"] else 1
 
 
 if __name__ == "__main__":

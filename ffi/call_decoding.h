@@ -75,6 +75,10 @@ inline std::string target_name(Collective c) { return std::string("jax_mscclpp_"
 inline constexpr const char* kAllReduceResidualTarget = "jax_mscclpp_all_reduce_residual";
 inline constexpr const char* kAllReduceRMSNormTarget = "jax_mscclpp_all_reduce_rmsnorm";
 
+// The ragged all-to-all's target (GPU only; jax_mscclpp/ragged.py lowers it, and composes the same result of
+// all_to_all elsewhere).
+inline constexpr const char* kRaggedAllToAllTarget = "jax_mscclpp_ragged_all_to_all";
+
 // GPU targets are registered twice: under the name above, command-buffer compatible (XLA may record the call into
 // its CUDA graphs), and under the name plus this suffix, without that trait (XLA runs the call as its own thunk and
 // records only the work between such calls). jax_mscclpp/primitives.py: gpu_target picks one per lowering;

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import collectives
+from . import _compat, collectives
 from .ragged import ragged_all_to_all
 
 _INDEX = jnp.int32
@@ -97,27 +97,36 @@ def _ragged_sizes(sizes, me, reverse: bool):
     return (_exclusive_cumsum(back), back, _exclusive_cumsum(sizes, 1)[:, me], sizes[me])
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5))
 def _exchange(rows, sizes, out_rows: int, reverse: bool, axis_name, algorithm):
     """One ragged exchange of ``rows`` into a zeroed buffer of ``out_rows`` rows: ``sizes``' forward exchange, or
     with ``reverse`` the one back."""
+    return _typed_exchange(rows, sizes, out_rows, reverse, axis_name, algorithm,
+                           tuple(sorted(_compat.varying_axes(_compat.typeof(rows)), key=repr)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5, 6))
+def _typed_exchange(rows, sizes, out_rows: int, reverse: bool, axis_name, algorithm, rows_axes: tuple):
+    """``_exchange``; ``rows_axes``: the mesh axes ``rows`` varies over, which the cotangent of ``rows`` must vary
+    over too (the exchange back may type its result over fewer: a ragged exchange of a cotangent that varies over
+    none)."""
     me = lax.axis_index(axis_name)
     output = jnp.zeros((out_rows,) + rows.shape[1:], rows.dtype)
     return ragged_all_to_all(rows, output, *_ragged_sizes(sizes, me, reverse), axis_name=axis_name,
                              algorithm=algorithm)
 
 
-def _exchange_fwd(rows, sizes, out_rows, reverse, axis_name, algorithm):
-    return _exchange(rows, sizes, out_rows, reverse, axis_name, algorithm), (sizes, rows.shape[0])
+def _exchange_fwd(rows, sizes, out_rows, reverse, axis_name, algorithm, rows_axes):
+    return _typed_exchange(rows, sizes, out_rows, reverse, axis_name, algorithm, rows_axes), (sizes, rows.shape[0])
 
 
-def _exchange_bwd(out_rows, reverse, axis_name, algorithm, residuals, cotangent):
+def _exchange_bwd(out_rows, reverse, axis_name, algorithm, rows_axes, residuals, cotangent):
     # Each row sent receives the cotangent of the row it landed in: the exchange the other way.
     sizes, in_rows = residuals
-    return _exchange(cotangent, sizes, in_rows, not reverse, axis_name, algorithm), None
+    back = _exchange(cotangent, sizes, in_rows, not reverse, axis_name, algorithm)
+    return _compat.make_varying(back, rows_axes), None
 
 
-_exchange.defvjp(_exchange_fwd, _exchange_bwd)
+_typed_exchange.defvjp(_exchange_fwd, _exchange_bwd)
 
 
 def _gather_counts(counts, axis_name, algorithm):

@@ -174,8 +174,36 @@ def enable_nccl_backend() -> None:
     _load_ours()
 
 
+# XLA (from jaxlib 0.11) runs a ragged all-to-all across processes as NCCL sends and receives only where this flag
+# allows it, refusing the call otherwise; our library serves those sends and receives as one launch of its
+# point-to-point engine per group, so loading ours allows them (where the running XLA knows the flag: an unknown
+# flag in XLA_FLAGS stops XLA).
+RAGGED_OVER_NCCL_FLAG = "xla_gpu_allow_ragged_all_to_all_nccl_send_recv_fallback"
+
+
+def _xla_knows_flag(name: str) -> bool:
+    """Whether the installed jaxlib's XLA defines the flag ``name`` (its name is in the library that parses them)."""
+    import mmap
+
+    spec = importlib.util.find_spec("jaxlib")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(folder, "libjax_common.so")
+        if not os.path.exists(path):
+            continue
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(name.encode()) >= 0
+    return False
+
+
+def _allow_ragged_all_to_all_over_nccl() -> None:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if RAGGED_OVER_NCCL_FLAG not in flags and _xla_knows_flag(RAGGED_OVER_NCCL_FLAG):
+        os.environ["XLA_FLAGS"] = f"{flags} --{RAGGED_OVER_NCCL_FLAG}=true".strip()
+
+
 def _load_ours() -> None:
     global _library
+    _allow_ragged_all_to_all_over_nccl()
     real = real_nccl_path()
     if real is not None and REAL_NCCL_VARIABLE not in os.environ:
         os.environ[REAL_NCCL_VARIABLE] = real  # where the library looks first; inherited by child processes

@@ -5,30 +5,69 @@ rows into its ``output`` from row ``output_offsets[j]`` (the sender gives where 
 output, as in lax); ``recv_sizes[j]`` is how many rows rank i receives from rank j; rows nothing is written to keep
 ``output``'s values.
 
-Ours is a composition of our all_to_all: each rank packs, for every peer, a block of ``operand.shape[0]`` rows (its
-chunk, then zeros), the blocks and the output offsets cross in two all_to_alls, and each rank writes the rows it
-receives into ``output``. It moves ``world x operand rows`` per rank where lax's (NCCL's) moves the rows sent, so by
-default:
+Ours runs two ways:
 
-- CPU devices: ours (XLA:CPU has no ragged-all-to-all);
-- GPUs: lax's, except where processes share a GPU and our NCCL library is not loaded (NVIDIA's NCCL refuses to run
-  there): ours.
+- ``"p2p"``: one GPU launch over the point-to-point engine (``ragged_p``; kernels/collectives/collective.h,
+  ``launch_ragged_all_to_all``), which moves the rows sent and reads every size and offset on the device. The host
+  backend has no such kernel: on CPU devices ``"p2p"`` runs the composition below (``explain`` says so), and so it
+  does wherever the lowering cannot use ours (a partially manual program, an abstract mesh, a communicator that
+  falls back, a dtype of fewer bits than a byte);
+- the composition of our all_to_all: each rank packs, for every peer, a block of ``operand.shape[0]`` rows (its
+  chunk, then zeros), the blocks and the output offsets cross in two all_to_alls, and each rank writes the rows it
+  receives into ``output``. It moves ``world x operand rows`` per rank.
 
-``algorithm="lax"`` forces lax's, an all_to_all algorithm's name ours with that all_to_all. Calls ours cannot run
-(``routing``: vmap axes, partially manual shard_maps, ``axis_index_groups``) are lax's, logged. It differentiates
-in ``operand`` and ``output`` through the composition (offsets and sizes are integers), as lax's does.
+By default:
+
+- CPU devices: the composition (XLA:CPU has no ragged-all-to-all);
+- GPUs where processes share a GPU and our NCCL library is not loaded (NVIDIA's NCCL refuses to run there, so lax's
+  cannot): ``"p2p"``;
+- other GPUs: lax's, which moves only the rows sent. How ``"p2p"`` compares with it in speed on distinct GPUs is
+  not measured, so the default stays lax's there.
+
+``algorithm="lax"`` forces lax's, ``"p2p"`` the one launch, an all_to_all algorithm's name the composition with that
+all_to_all. Calls ours cannot run (``routing``: vmap axes, partially manual shard_maps, ``axis_index_groups``) are
+lax's, logged. It differentiates in ``operand`` and ``output`` (offsets and sizes are integers), as lax's does:
+``"p2p"`` is linear in both, its transpose the reverse exchange (the offsets crossed by our all_to_all) and the
+cotangent of the output rows written over zeroed, as lax's transpose; under ``vmap`` (over an axis that is not one
+of the collective's) the composition runs.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
-from . import _compat, collectives, explain, routing, selection
+from . import _compat, _native, carriers, collectives, explain, primitives, routing, selection
 from ._types import Collective
+from .communicator import Communicator
 
 _API = "ragged_all_to_all"
+# ragged_all_to_all's own algorithm: one launch over the point-to-point engine (GPUs).
+P2P = "p2p"
+# The GPU FFI target of ``ragged_p`` (ffi/call_decoding.h, kRaggedAllToAllTarget).
+TARGET = "jax_mscclpp_ragged_all_to_all"
+
+# Why ``"p2p"`` runs (``explain``), and why it runs the composition where it does.
+P2P_ASKED = "algorithm='p2p' asked for"
+P2P_WHERE_LAX_CANNOT_RUN = ("lax cannot run here (processes share a GPU without our NCCL library): ours, one launch "
+                            "over the point-to-point engine")
+HOST_COMPOSES = ("the host backend (CPU devices) has no ragged-all-to-all kernel: 'p2p' runs ours composed of "
+                 "all_to_all")
+
+
+def check_algorithm(algorithm, api_name: str = _API) -> None:
+    """Raises unless ``algorithm`` is None, ``"p2p"`` (this API's own) or a name all_to_all knows (``"lax"``, its
+    algorithms, a plan registered for it)."""
+    if isinstance(algorithm, str) and algorithm == P2P:
+        return
+    try:
+        collectives._check_algorithm(Collective.ALL_TO_ALL, algorithm, api_name)
+    except ValueError as error:
+        raise ValueError(f"{error}; {_API} also knows {P2P}") from None
 
 
 def _check(operand, output, offsets, world: int) -> None:
@@ -76,6 +115,150 @@ def _lax_cannot_run_on_gpus() -> bool:
     return processes_share_gpus(devices) and not selection.nccl_api_active()
 
 
+def _one_width(tables) -> tuple:
+    """The four tables as integers of one width, as the kernel reads them: int64 if any is 64 bits wide, else
+    int32."""
+    width = jnp.int64 if any(np.dtype(t.dtype).itemsize == 8 for t in tables) else jnp.int32
+    return tuple(t.astype(width) for t in tables)
+
+
+# ---- the one-launch primitive ---------------------------------------------------------------------------------
+
+ragged_p = Primitive("mscclpp_ragged_all_to_all")
+
+
+def _impl(*args, **params):
+    raise RuntimeError(f"{ragged_p.name} runs only inside jax.shard_map under jax.jit")
+
+
+def _abstract_eval(operand, output, *tables, axes, world, why):
+    """``output``'s type (not weak), varying over the axes and every axis an operand or table varies over."""
+    del world, why
+    varying = frozenset(axes).union(*(_compat.varying_axes(a) for a in (operand, output, *tables)))
+    return _compat.with_varying_axes(output.update(weak_type=False), varying)
+
+
+def _composition(axes, world):
+    """``_composed`` over the primitive's operands, with the table's all_to_all."""
+    def run(operand, output, *tables):
+        return _composed(operand, output, *tables, axes=axes, world=world, algorithm=None)
+
+    return run
+
+
+def _explained(ctx, axes, algorithm: str, reason: str) -> None:
+    aval = ctx.avals_in[0]
+    explain.record(_API, axes, int(np.prod(aval.shape, dtype=int)) * np.dtype(aval.dtype).itemsize,
+                   carriers.dtype_name(aval.dtype), algorithm, reason)
+
+
+def _lower_composition(ctx, *args, axes, world, why, reason=HOST_COMPOSES):
+    """The composition in place of the kernel (every platform but CUDA; on GPUs where ours cannot run)."""
+    del why
+    _explained(ctx, axes, explain.COMPOSED, reason)
+    return mlir.lower_fun(_composition(axes, world), multiple_results=False)(ctx, *args)
+
+
+def _composition_reason(ctx, mesh) -> str | None:
+    """Why the kernel cannot run where this call is lowered (the composition runs), or None."""
+    manual = _compat.lowering_manual_axes(ctx)
+    if manual != frozenset(mesh.axis_names):
+        return (f"the program is manual over {sorted(manual, key=repr)} only, not every mesh axis "
+                f"{list(mesh.axis_names)}")
+    if _compat.mesh_devices(mesh) is None:
+        return "the mesh is abstract here (no devices): a GPU communicator needs the mesh's devices"
+    dtype = ctx.avals_in[0].dtype
+    if carriers._is_key(dtype) or (carriers._bits(dtype) or 8) < 8:
+        return f"the kernel moves whole bytes, not elements of {carriers.dtype_name(dtype)}"
+    return None
+
+
+def _lower_gpu(ctx, operand, output, *tables, axes, world, why):
+    mesh = _compat.lowering_mesh(ctx)
+    if mesh is None:
+        raise NotImplementedError(f"jax_mscclpp: {_API} over {axes} must run inside jax.shard_map; use "
+                                  "lax.ragged_all_to_all under pmap")
+    reason = _composition_reason(ctx, mesh)
+    comm = None
+    if reason is None:
+        if Communicator.drop_unusable(mesh, axes):
+            routing.logger.info("a failed call left the communicator over %s unusable: this program gets a fresh "
+                                "one", axes)
+        comm = Communicator(mesh, axes)
+        reason = comm.fallback_reason
+    if reason is not None:
+        routing.logger.info("jax_mscclpp %s over %s lowers to ours composed of all_to_all: %s", _API, axes, reason)
+        return _lower_composition(ctx, operand, output, *tables, axes=axes, world=world, why=why, reason=reason)
+    _explained(ctx, axes, P2P, why)
+    aval = ctx.avals_in[0]
+    nbytes = int(np.prod(aval.shape, dtype=int)) * np.dtype(aval.dtype).itemsize
+    target = jax.ffi.ffi_lowering(primitives.gpu_target(TARGET, nbytes), operand_output_aliases={1: 0},
+                                  has_side_effect=True)
+    return target(ctx, operand, output, *tables, comm_id=np.int64(comm.id))
+
+
+def _jvp(primals, tangents, **params):
+    """Linear in ``operand`` and ``output``: the tangents take the same exchange."""
+    operand, output, *tables = primals
+    d_operand, d_output, *_ = tangents
+    result = ragged_p.bind(operand, output, *tables, **params)
+    if type(d_operand) is ad.Zero and type(d_output) is ad.Zero:
+        return result, ad.Zero.from_primal_value(result)
+    return result, ragged_p.bind(ad.instantiate_zeros(d_operand), ad.instantiate_zeros(d_output), *tables, **params)
+
+
+def _transpose(ct, operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axes, world, why):
+    """As lax's: the operand's cotangent is the reverse exchange of ``ct`` (from where each peer's rows landed here,
+    back to where they came from: the offsets crossed by our all_to_all), the output's is ``ct`` with the rows the
+    exchange wrote over zeroed."""
+    if type(ct) is ad.Zero:
+        return [ad.Zero(operand.aval) if ad.is_undefined_primal(operand) else None,
+                ad.Zero(output.aval) if ad.is_undefined_primal(output) else None, None, None, None, None]
+    landed = collectives.all_to_all(output_offsets, axes, 0, 0, tiled=True)  # where peer j's rows are in ct
+    came_from = collectives.all_to_all(input_offsets, axes, 0, 0, tiled=True)  # where they are in j's operand
+    operand_t = output_t = None
+    if ad.is_undefined_primal(operand):
+        aval = operand.aval
+        zeros = _compat.make_varying(jnp.zeros(aval.shape, aval.dtype), tuple(_compat.varying_axes(aval)))
+        operand_t = ragged_p.bind(ct, zeros, landed, recv_sizes, came_from, send_sizes, axes=axes, world=world,
+                                  why=why)
+    if ad.is_undefined_primal(output):
+        rows = jnp.arange(ct.shape[0], dtype=landed.dtype)[None, :]
+        written = ((rows >= landed[:, None]) & (rows < landed[:, None] + recv_sizes[:, None])).any(axis=0)
+        output_t = jnp.where(written.reshape(written.shape + (1,) * (ct.ndim - 1)), jnp.zeros((), ct.dtype), ct)
+    return [operand_t, output_t, None, None, None, None]
+
+
+def _batch(args, dims, *, axes, world, why):
+    """Under vmap the composition runs (each mapped call its own exchange)."""
+    del why
+    in_axes = tuple(d if isinstance(d, int) else None for d in dims)
+    return jax.vmap(_composition(axes, world), in_axes=in_axes)(*args), 0
+
+
+ragged_p.def_impl(_impl)
+ragged_p.def_abstract_eval(_abstract_eval)
+# Not cacheable: each call is lowered where it stands (its collectives ordered after the previous one on CPU
+# devices, _ordering.py; its decision noted for explain).
+mlir.register_lowering(ragged_p, _lower_composition, cacheable=False)
+if _native.CUDA_BUILT:
+    mlir.register_lowering(ragged_p, _lower_gpu, platform="cuda", cacheable=False)
+ad.primitive_jvps[ragged_p] = _jvp
+ad.primitive_transposes[ragged_p] = _transpose
+batching.primitive_batchers[ragged_p] = _batch
+
+
+# ---- the public function --------------------------------------------------------------------------------------
+
+def _one_launch(operand, output, offsets, *, axes, world, why):
+    """``ragged_p`` bound on the checked operands: ``operand`` and ``output`` cast to vary over the axes and every
+    axis an operand or table varies over (the result's type), the tables to one width."""
+    varying = frozenset(axes).union(*(_compat.varying_axes(_compat.typeof(v)) for v in (operand, output, *offsets)))
+    varying = tuple(axes) + tuple(sorted(varying - frozenset(axes), key=repr))
+    operand, output = _compat.make_varying(operand, varying), _compat.make_varying(output, varying)
+    return ragged_p.bind(operand, output, *_one_width(offsets), axes=axes, world=world, why=why)
+
+
 def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name,
                       axis_index_groups=None, algorithm: str | None = None):
     """``lax.ragged_all_to_all``'s drop-in; see the module docstring for where ours and lax's run."""
@@ -85,7 +268,7 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
         with routing.lax_scope(_API):
             return lax.ragged_all_to_all(*a, axis_name=axis_name, axis_index_groups=axis_index_groups)
 
-    collectives._check_algorithm(Collective.ALL_TO_ALL, algorithm, _API)
+    check_algorithm(algorithm)
     if collectives._lax_route(_API, axis_name, [operand, output], axis_index_groups) is not None:
         return lax_call(*args)
     axes, world = collectives._axes_and_world(axis_name, _API)
@@ -98,10 +281,20 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
         explain.record(_API, axes, nbytes, operand.dtype.name, "lax", "algorithm='lax' asked for")
         return lax_call(*args)
     platform = _compat.traced_platform() or jax.default_backend()
-    if algorithm is not None or platform == "cpu" or _lax_cannot_run_on_gpus():
+    if algorithm is None and platform == "gpu" and _lax_cannot_run_on_gpus():
+        algorithm, why = P2P, P2P_WHERE_LAX_CANNOT_RUN
+    else:
+        why = P2P_ASKED
+    if algorithm == P2P:
+        if world == 1:  # nothing to exchange: no communicator
+            routing.one_rank(_API, axes)
+            return _composed(*args, axes=axes, world=world, algorithm=None)
+        return _one_launch(operand, output, offsets, axes=axes, world=world, why=why)
+    if algorithm is not None or platform == "cpu":
         return _composed(*args, axes=axes, world=world, algorithm=algorithm)
     explain.record(_API, axes, nbytes, operand.dtype.name, "lax",
-                   "lax's ragged_all_to_all moves only the rows sent (ours moves world x operand rows) on GPUs")
+                   "lax's ragged_all_to_all on distinct GPUs (it moves only the rows sent; 'p2p' against it there "
+                   "is not measured)")
     return lax_call(*args)
 
 

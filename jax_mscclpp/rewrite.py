@@ -141,6 +141,7 @@ class _Config:
         collective = COLLECTIVES[name]
         entry = plans.registered(self.algorithm)
         knows = self.algorithm in ALGORITHMS_OF[collective] or (entry is not None and entry.collective == collective)
+        knows = knows or (name == "ragged_all_to_all" and self.algorithm == ragged.P2P)  # its own one launch
         return self.algorithm if knows else None
 
     def check_algorithms(self) -> None:
@@ -148,7 +149,10 @@ class _Config:
         registered after ``rewrite`` count)."""
         if isinstance(self.algorithm, tuple):
             for name, algorithm in self.algorithm:
-                selection.check_algorithm(COLLECTIVES[name], algorithm, f"jax_mscclpp.rewrite ({name})")
+                if name == "ragged_all_to_all":
+                    ragged.check_algorithm(algorithm, f"jax_mscclpp.rewrite ({name})")
+                else:
+                    selection.check_algorithm(COLLECTIVES[name], algorithm, f"jax_mscclpp.rewrite ({name})")
         elif self.algorithm is not None and not any(self.algorithm_for(name) for name in COLLECTIVES):
             known = sorted({a for c in set(COLLECTIVES.values()) for a in ALGORITHMS_OF[c]})
             raise ValueError(f"jax_mscclpp.rewrite: unknown algorithm {self.algorithm!r}; known: {', '.join(known)} "
@@ -168,8 +172,8 @@ def rewrite(fun: Callable | None = None, *, collectives: Iterable[str] | None = 
       collectives: the collectives to replace, among "psum", "pmax", "pmin", "all_gather", "psum_scatter",
         "all_to_all", "ppermute", "pbroadcast", "ragged_all_to_all" (default: all). The others stay lax.
       algorithm: an algorithm name given to every collective that knows it (e.g. "2pa_ll" reaches psum, pmax
-        and pmin; "allpairs" the others), or a mapping from collective name to algorithm name. Default: our
-        selection table.
+        and pmin; "allpairs" the others; "p2p" ppermute and ragged_all_to_all), or a mapping from collective name
+        to algorithm name. Default: our selection table.
       min_bytes: collectives whose per-rank operand is smaller stay lax.
 
     Also usable as a decorator factory: ``@rewrite(collectives=("psum",))``.

@@ -260,12 +260,97 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCuda, all_reduce_rmsnorm_cuda, JAX
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCudaOutsideGraphs, all_reduce_rmsnorm_cuda,
                               JAX_MSCCLPP_RMSNORM_BINDING);
 
+// A ragged all-to-all (collectives/collective.h, RaggedAllToAll): (operand, output_in, input_offsets, send_sizes,
+// output_offsets, recv_sizes) -> out, `out` aliased to `output_in` at lowering (jax_mscclpp/ragged.py), so that
+// the rows no peer writes keep output_in's values; where XLA gives two buffers anyway, output_in is copied into
+// out on the stream first (capture-safe). operand and output hold rows of one dtype (whole bytes) and one trailing
+// shape; the four tables are integers of one width (int32 or int64), nranks entries each. The device reads every
+// size and offset, and checks them (a failed call, the rank's error record naming the peer).
+ffi::Error ragged_all_to_all_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer operand,
+                                  ffi::AnyBuffer output_in, ffi::AnyBuffer input_offsets, ffi::AnyBuffer send_sizes,
+                                  ffi::AnyBuffer output_offsets, ffi::AnyBuffer recv_sizes,
+                                  ffi::Result<ffi::AnyBuffer> out, int64_t comm_id) {
+  cuda::GpuRank* rank = find_rank(comm_id, device);
+  if (!rank) return no_rank(comm_id, device);
+  if (cuda::CallResult refused = rank->refusal(); !refused.launched()) return status_of(refused, comm_id, device);
+  auto invalid = [](const std::string& what) {
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, "jax_mscclpp: ragged_all_to_all: " + what);
+  };
+  const ffi::DataType type = operand.element_type();
+  switch (type) {
+    case ffi::DataType::INVALID:
+    case ffi::DataType::TOKEN:
+    case ffi::DataType::S1:
+    case ffi::DataType::S2:
+    case ffi::DataType::S4:
+    case ffi::DataType::U1:
+    case ffi::DataType::U2:
+    case ffi::DataType::U4:
+    case ffi::DataType::F4E2M1FN:
+      return invalid("the kernel moves rows of whole-byte elements");
+    default:
+      break;
+  }
+  if (output_in.element_type() != type || out->element_type() != type)
+    return invalid("operand and output differ in dtype");
+  const auto in_dims = operand.dimensions(), out_dims = output_in.dimensions(), result_dims = out->dimensions();
+  bool same_rows = in_dims.size() >= 1 && out_dims.size() == in_dims.size() && result_dims.size() == in_dims.size();
+  uint64_t row_elements = 1;
+  for (size_t d = 0; same_rows && d < in_dims.size(); ++d) {
+    same_rows = result_dims[d] == out_dims[d] && (d == 0 || in_dims[d] == out_dims[d]);
+    if (d > 0) row_elements *= uint64_t(in_dims[d]);
+  }
+  if (!same_rows) return invalid("operand, output and result must be rows of one shape (every axis but the first)");
+  const ffi::DataType index_type = input_offsets.element_type();
+  if (index_type != ffi::DataType::S32 && index_type != ffi::DataType::S64)
+    return invalid("the offsets and sizes must be int32 or int64");
+  const size_t nranks = size_t(rank->context().nranks);
+  for (const ffi::AnyBuffer* table : {&input_offsets, &send_sizes, &output_offsets, &recv_sizes}) {
+    if (table->element_type() != index_type) return invalid("the offsets and sizes must be integers of one width");
+    if (table->element_count() != nranks)
+      return invalid("the offsets and sizes must have one entry per rank (" + std::to_string(nranks) + ")");
+  }
+  if (out->untyped_data() != output_in.untyped_data() && out->size_bytes() > 0) {
+    const cudaError_t err = cudaMemcpyAsync(out->untyped_data(), output_in.untyped_data(), out->size_bytes(),
+                                            cudaMemcpyDeviceToDevice, stream);
+    if (err != cudaSuccess)
+      return ffi::Error(ffi::ErrorCode::kInternal, std::string("jax_mscclpp: ragged_all_to_all: copying the output "
+                                                               "into the result failed: ") +
+                                                       cudaGetErrorString(err));
+  }
+  const uint64_t row_bytes = uint64_t(ffi::ByteWidth(type)) * row_elements;
+  if (row_bytes == 0) return ffi::Error::Success();  // rows of no elements: nothing moves, on every rank alike
+  const cuda::RaggedAllToAllCall call{RaggedAllToAll{
+      operand.untyped_data(), uint64_t(in_dims[0]), out->untyped_data(), uint64_t(out_dims[0]), row_bytes,
+      input_offsets.untyped_data(), send_sizes.untyped_data(), output_offsets.untyped_data(),
+      recv_sizes.untyped_data(), int32_t(ffi::ByteWidth(index_type))}};
+  return status_of(rank->run(call, stream), comm_id, device);
+}
+
+#define JAX_MSCCLPP_RAGGED_BINDING                   \
+  ffi::Ffi::Bind()                                    \
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()       \
+      .Ctx<ffi::DeviceOrdinal>()                      \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Arg<ffi::AnyBuffer>()                          \
+      .Ret<ffi::AnyBuffer>()                          \
+      .Attr<int64_t>("comm_id")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RaggedAllToAllCuda, ragged_all_to_all_cuda, JAX_MSCCLPP_RAGGED_BINDING,
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RaggedAllToAllCudaOutsideGraphs, ragged_all_to_all_cuda, JAX_MSCCLPP_RAGGED_BINDING);
+
 }  // namespace
 
 const HandlerList& cuda_handlers() {
   static const HandlerList handlers = [] {
     const std::string outside = kOutsideGraphsSuffix;
-    const std::string residual = kAllReduceResidualTarget, rmsnorm = kAllReduceRMSNormTarget;
+    const std::string residual = kAllReduceResidualTarget, rmsnorm = kAllReduceRMSNormTarget,
+                      ragged = kRaggedAllToAllTarget;
     return HandlerList{
 #define JAX_MSCCLPP_COLLECTIVE(enumerator, ...)                                            \
   {target_name(Collective::enumerator), reinterpret_cast<void*>(enumerator##Cuda)},          \
@@ -275,6 +360,8 @@ const HandlerList& cuda_handlers() {
         {residual + outside, reinterpret_cast<void*>(AllReduceResidualCudaOutsideGraphs)},
         {rmsnorm, reinterpret_cast<void*>(AllReduceRMSNormCuda)},
         {rmsnorm + outside, reinterpret_cast<void*>(AllReduceRMSNormCudaOutsideGraphs)},
+        {ragged, reinterpret_cast<void*>(RaggedAllToAllCuda)},
+        {ragged + outside, reinterpret_cast<void*>(RaggedAllToAllCudaOutsideGraphs)},
         {target_name(Collective::kAllReduce) + kStartSuffix, reinterpret_cast<void*>(AllReduceStartCuda)},
         {kDoneTarget, reinterpret_cast<void*>(DoneCuda)},
     };

@@ -140,6 +140,36 @@ constexpr int kP2PMaxMessages = 1024;
 cudaError_t launch_p2p_group(const CollectiveContext& ctx, const P2PMessage* messages, int count,
                              cudaStream_t stream);
 
+// One rank's part of a ragged all-to-all (lax.ragged_all_to_all's semantics), every size and offset read on the
+// device: for every rank j, rows [input_offsets[j], + send_sizes[j]) of `operand` land in rank j's `output` from
+// row output_offsets[j] (this rank's entry of the sender's table says where, as in lax), and recv_sizes[j] is
+// the rows this rank receives from j. Rows of `output` no rank writes keep their values. A row is `row_bytes`
+// bytes (any alignment); the four tables are device arrays of nranks entries of `index_bytes` (4: int32, 8: int64).
+struct RaggedAllToAll {
+  const void* operand;
+  uint64_t operand_rows;
+  void* output;
+  uint64_t output_rows;
+  uint64_t row_bytes;
+  const void* input_offsets;
+  const void* send_sizes;
+  const void* output_offsets;
+  const void* recv_sizes;
+  int32_t index_bytes;
+};
+
+// Launches this rank's part of one ragged all-to-all on `stream`: one kernel over the point-to-point engine's
+// rings and counters (collectives/p2p_layout.h), every pair of ranks exchanging whatever rows it has, the
+// sender's output offset and row count travelling in front of each lane's first chunk (collectives/
+// ragged_all_to_all.cu states the protocol). Every rank of the context makes the call (a pair with no rows still
+// exchanges its header). Capture-safe: the host reads no size. What only the device can see is a failed call with
+// the rank's error record naming the peer (WaitOp kRaggedBounds: rows outside operand or output, or a negative size
+// or offset; kRaggedSizes: the rows a peer sent differ from recv_sizes), after which the kernel still keeps the
+// protocol, moving nothing out of bounds. Errors (nothing is enqueued): cudaErrorInvalidValue for null tables, an
+// index width other than 4 or 8, row_bytes 0, or null buffers with rows; cudaErrorNotReady when nranks > 1 and
+// the context has no p2p resources or slots under 32 bytes. With nranks == 1 the kernel is the local copy.
+cudaError_t launch_ragged_all_to_all(const CollectiveContext& ctx, const RaggedAllToAll& call, cudaStream_t stream);
+
 // For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
 // kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set
 // by then, so that the outputs of a failed call, and of every call after it, cannot pass for results. Nothing is

@@ -22,7 +22,8 @@ namespace jax_mscclpp::nccl {
 namespace {
 
 // Calls counted per function and column: an algorithm code (codes.def), a point-to-point group, a composition, or
-// forwarded to the real NCCL.
+// forwarded to the real NCCL. Row ncclGroupEnd, column p2p_group counts the launches of point-to-point groups (one
+// per communicator and group, whatever its messages: launch_point_to_point).
 constexpr int kPointToPointColumn = 30;
 constexpr int kComposedColumn = 31;
 constexpr int kNcclColumn = 32;
@@ -109,6 +110,7 @@ ncclResult_t launch_point_to_point(RuntimeCommunicator& runtime, const std::vect
   for (cudaStream_t other : others)
     if (const cudaError_t e = join(other, stream); e != cudaSuccess)
       return launched(cuda::launch_result(e, "a stream join"), *ops.front(), runtime);
+  count(ApiFunction::ncclGroupEnd, kPointToPointColumn);
   ncclResult_t result = launched(runtime.launch_p2p(messages, stream), *ops.front(), runtime);
   for (cudaStream_t other : others)
     if (const cudaError_t e = join(stream, other); e != cudaSuccess && result == ncclSuccess)

@@ -46,8 +46,9 @@ CallResult GpuRank::refusal() const {
   CallResult result;
   result.status = CallStatus::kRefused;
   const WaitOp op = config.failure_op();
-  result.failure = op == WaitOp::kCallMismatch || op == WaitOp::kPeerFailed ? FailureKind::kOutOfStep
-                                                                           : FailureKind::kTimedOut;
+  const bool out_of_step = op == WaitOp::kCallMismatch || op == WaitOp::kPeerFailed ||
+                           op == WaitOp::kRaggedBounds || op == WaitOp::kRaggedSizes;
+  result.failure = out_of_step ? FailureKind::kOutOfStep : FailureKind::kTimedOut;
   result.message = "is unusable after an earlier failure: " +
                    config.error_message([this](uint32_t f) { return plan_name(f); }) +
                    "; the outputs of the call that failed are not valid";
@@ -110,6 +111,13 @@ CallResult GpuRank::run(const Call& call, cudaStream_t stream) {
             if (!poisoned.launched()) return poisoned;
           }
           return {};
+        } else if constexpr (std::is_same_v<Kind, RaggedAllToAllCall>) {
+          CallResult launched =
+              launch_result(launch_ragged_all_to_all(device_, c.ragged, stream), "ragged_all_to_all");
+          if (!launched.launched()) return launched;
+          return launch_result(poison_outputs_if_failed(c.ragged.output, c.ragged.output_rows * c.ragged.row_bytes,
+                                                        stream),
+                               "the failed-output check");
         } else {
           CallResult launched = launch_result(launch_all_reduce_epilogue(device_, c.kind, c.call, c.dtype, stream),
                                               "the fused all_reduce");

@@ -67,7 +67,12 @@ struct FusedAllReduceCall {
   int32_t dtype;
 };
 
-using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall>;
+// A ragged all-to-all (launch_ragged_all_to_all): `output` is its output, written where the peers' rows land.
+struct RaggedAllToAllCall {
+  RaggedAllToAll ragged;
+};
+
+using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall, RaggedAllToAllCall>;
 
 enum class CallStatus {
   kLaunched,        // enqueued on the stream (its outputs poisoned should the rank fail by its end)
@@ -79,7 +84,7 @@ enum class CallStatus {
 
 // Why a refused rank failed (the record of its first failed kernel, error_record.cuh).
 enum class FailureKind {
-  kOutOfStep,  // mismatched calls, or a peer that failed the communicator: the ranks are out of step
+  kOutOfStep,  // mismatched calls, a peer that failed the communicator, or ragged sizes the device refused
   kTimedOut,   // a wait gave up after the timeout
 };
 

@@ -63,6 +63,20 @@ std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const Pl
       msg += " (already at launch epoch " + std::to_string(rec.theirs_epoch) + ")";
     return msg + same_calls;
   }
+  if (static_cast<WaitOp>(rec.op) == WaitOp::kRaggedBounds) {
+    return "jax_mscclpp: ragged_all_to_all on rank " + std::to_string(rec.rank) + ": the " +
+           std::to_string(static_cast<int64_t>(rec.observed)) + " rows from row " +
+           std::to_string(static_cast<int64_t>(rec.epoch)) + " exchanged with peer " + std::to_string(rec.peer) +
+           " are not inside the operand (input_offsets, send_sizes) or the output (output_offsets, recv_sizes), or a "
+           "size or offset is negative; the call's outputs are not valid";
+  }
+  if (static_cast<WaitOp>(rec.op) == WaitOp::kRaggedSizes) {
+    return "jax_mscclpp: ragged_all_to_all on rank " + std::to_string(rec.rank) + ": peer " +
+           std::to_string(rec.peer) + " sent " + std::to_string(static_cast<int64_t>(rec.epoch)) +
+           " rows but recv_sizes[" + std::to_string(rec.peer) + "] is " +
+           std::to_string(static_cast<int64_t>(rec.observed)) +
+           " (every rank's send_sizes[j] must equal rank j's recv_sizes of it); the call's outputs are not valid";
+  }
   if (static_cast<WaitOp>(rec.op) == WaitOp::kPeerFailed) {
     char buf[256];
     std::snprintf(buf, sizeof(buf),

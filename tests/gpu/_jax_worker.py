@@ -186,10 +186,13 @@ def check_recovery(jax, jm, mesh, mine, n, global_array, inputs) -> int:
 
 
 def check_ragged(jax, jm, mesh, n, mine, global_array, check):
-    """ragged_all_to_all (our composition over all_to_all: what `auto` runs where processes share a GPU) of a random
-    ragged layout, zero sizes and gaps included, against numpy: rank i's rows [in_off[i, j], + send[i, j]) land on
-    rank j at out_off[i, j], the rest of rank j's output is kept."""
+    """ragged_all_to_all of a random ragged layout, zero sizes and gaps included, against numpy: rank i's rows
+    [in_off[i, j], + send[i, j]) land on rank j at out_off[i, j], the rest of rank j's output is kept. By default
+    (the one launch, "p2p", where processes share a GPU; lax's on distinct GPUs) and with algorithm="p2p"; the
+    gradients of "p2p" in the operand and the output against the composition's (algorithm="allpairs")."""
     from jax.sharding import PartitionSpec as P
+
+    from jax_mscclpp import ragged
 
     rng = np.random.default_rng(20261201)  # the same layout in every process
     rows, out_rows = 3 * n + 5, 4 * n + 7
@@ -199,15 +202,35 @@ def check_ragged(jax, jm, mesh, n, mine, global_array, check):
                np.arange(n, dtype=np.int32)[:, None]).astype(np.int32)  # one row of gap per sender
     operand = [rng.standard_normal((rows, 3)).astype(np.float32) for _ in range(n)]
     output = [rng.standard_normal((out_rows, 3)).astype(np.float32) for _ in range(n)]
-    body = lambda a, b, c, d, e, f: jm.ragged_all_to_all(a, b, c[0], d[0], e[0], f[0], axis_name="x")
-    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))
+    weights = global_array([rng.standard_normal((out_rows, 3)).astype(np.float32) for _ in range(n)])
+
+    def program(algorithm):
+        body = lambda a, b, c, d, e, f: jm.ragged_all_to_all(a, b, c[0], d[0], e[0], f[0], axis_name="x",  # noqa
+                                                             algorithm=algorithm)
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 6, out_specs=P("x")))
+
     per_rank = [operand, output, list(in_off[:, None]), list(send[:, None]), list(out_off[:, None]),
                 list(send.T[:, None])]
-    got = np.asarray(fn(*(global_array([np.ascontiguousarray(a) for a in x]) for x in per_rank)).addressable_data(0))
+    arrays = [global_array([np.ascontiguousarray(a) for a in x]) for x in per_rank]
     want = output[mine].copy()
     for i in range(n):
         want[out_off[i, mine]:out_off[i, mine] + send[i, mine]] = operand[i][in_off[i, mine]:in_off[i, mine] + send[i, mine]]
-    check("ragged_all_to_all", got, want, 0)
+    default = ragged.P2P if ragged._lax_cannot_run_on_gpus() else "lax"
+    chosen = [c.algorithm for c in jm.explain(program(None), *arrays) if c.collective == "ragged_all_to_all"]
+    check(f"ragged_all_to_all auto runs {default} (explain: {chosen})", np.array([chosen == [default]], np.float32),
+          np.array([1], np.float32), 0)
+    for algorithm in (None, "p2p"):
+        got = np.asarray(program(algorithm)(*arrays).addressable_data(0))
+        check(f"ragged_all_to_all {algorithm or 'auto'}", got, want, 0)
+
+    def grads(algorithm):
+        f = program(algorithm)
+        # Every global array an argument: a jitted function cannot close over arrays of other processes.
+        g = jax.jit(jax.grad(lambda a, b, tables, w: (f(a, b, *tables) * w).sum(), argnums=(0, 1)))
+        return [np.asarray(x.addressable_data(0)) for x in g(arrays[0], arrays[1], arrays[2:], weights)]
+
+    for name, got, composed in zip(("operand", "output"), grads("p2p"), grads("allpairs")):
+        check(f"ragged_all_to_all p2p grad in the {name}", got, composed, 0)
 
 
 def check_large_world(jm, n, mine, run, inputs, check, reducers):

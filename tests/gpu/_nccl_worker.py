@@ -89,6 +89,53 @@ def main() -> int:
             check(f"ppermute {name}", run(lambda v: lax.ppermute(v, "x", shift), per_rank),
                   per_rank[(mine - 1) % n], 0)
 
+    # lax.ragged_all_to_all: XLA's per-peer sends and receives of one group, which our library runs as one
+    # launch of its point-to-point engine per group (the ncclGroupEnd row of the call counts), never one per peer.
+    rng = np.random.default_rng(11)
+    rows, width = 40, 6
+    sizes = rng.integers(0, rows // n + 1, size=(n, n))  # sizes[i, j]: rows rank i sends rank j
+    sizes[0, :] = 0  # rank 0 sends nothing
+    operands = [rng.standard_normal((rows, width)).astype(np.float32) for _ in range(n)]
+    in_offsets = np.zeros((n, n), np.int32)
+    for i in range(n):  # rank i's rows for j: a random start that leaves room for them
+        for j in range(n):
+            in_offsets[i, j] = rng.integers(0, rows - sizes[i, j] + 1)
+    out_rows = int(sizes.sum(axis=0).max()) + 3
+    out_offsets = np.zeros((n, n), np.int32)  # where rank i's rows land in rank j's output: after lower ranks'
+    for j in range(n):
+        out_offsets[:, j] = np.cumsum(sizes[:, j]) - sizes[:, j] + 1
+    fill = rng.standard_normal((out_rows, width)).astype(np.float32)
+    want = fill.copy()
+    for i in range(n):
+        want[out_offsets[i, mine]: out_offsets[i, mine] + sizes[i, mine]] = \
+            operands[i][in_offsets[i, mine]: in_offsets[i, mine] + sizes[i, mine]]
+
+    def global_of(per_rank_value):
+        shard = jax.device_put(per_rank_value, devices[mine])
+        shape = (n * per_rank_value.shape[0],) + per_rank_value.shape[1:]
+        return jax.make_array_from_single_device_arrays(shape, NamedSharding(mesh, P("x")), [shard])
+
+    ragged = jax.jit(jax.shard_map(
+        lambda a, b, c, d, e, f: lax.ragged_all_to_all(a, b, c, d, e, f, axis_name="x"), mesh=mesh,
+        in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    tables = [in_offsets[mine], sizes[mine].astype(np.int32), out_offsets[mine], sizes[:, mine].astype(np.int32)]
+    args = [global_of(operands[mine]), global_of(fill)] + [global_of(t) for t in tables]
+    jax.block_until_ready(ragged(*args))  # compiled and run once before counting
+    before = nccl_backend.call_counts()
+    calls = 3
+    for attempt in range(calls):
+        got = np.asarray(ragged(*args).addressable_data(0))
+        check(f"ragged_all_to_all run {attempt}", got, want, 0)
+    after = nccl_backend.call_counts()
+    delta = {f: {a: c - before.get(f, {}).get(a, 0) for a, c in per.items() if c != before.get(f, {}).get(a, 0)}
+             for f, per in after.items()}
+    delta = {f: per for f, per in delta.items() if per}
+    print(f"rank {mine}: ragged_all_to_all x{calls}: calls {json.dumps(delta, sort_keys=True)}", flush=True)
+    launches = delta.get("ncclGroupEnd", {}).get("p2p_group", 0)
+    messages = sum(delta.get(f, {}).get("p2p_group", 0) for f in ("ncclSend", "ncclRecv"))
+    check("ragged_all_to_all: one point-to-point launch per call, its messages grouped",
+          np.array([launches == calls and messages >= launches]), np.array([True]), 0)
+
     # GSPMD: no shard_map; XLA's partitioner inserts the collectives. A two-layer MLP, tensor parallel (weights
     # sharded, activations replicated) and data parallel (batch sharded, weights replicated), loss and gradients.
     cpu = jax.local_devices(backend="cpu")[0]

@@ -219,3 +219,28 @@ def test_installed_hook_is_this_checkout(our_library):
     stale = [name for name, source in HOOK_FILES.items()
              if not (site_packages / name).is_file() or not filecmp.cmp(site_packages / name, source, shallow=False)]
     assert not stale, f"{stale} in {site_packages} differ from the checkout's: reinstall (python -m pip install -e .)"
+
+
+def test_loading_ours_allows_xla_ragged_all_to_all_over_nccl(monkeypatch):
+    """Where the running XLA knows the flag that lets it run a ragged all-to-all as NCCL sends and receives (which
+    ours serves as one launch per group), loading ours sets it, once, keeping the flags there; where XLA does not
+    know it, nothing is added (an unknown flag stops XLA)."""
+    from jax_mscclpp import nccl_backend
+
+    flag = nccl_backend.RAGGED_OVER_NCCL_FLAG
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    monkeypatch.setattr(nccl_backend, "_xla_knows_flag", lambda name: name == flag)
+    nccl_backend._allow_ragged_all_to_all_over_nccl()
+    nccl_backend._allow_ragged_all_to_all_over_nccl()
+    assert os.environ["XLA_FLAGS"] == f"--xla_dump_to=/tmp/x --{flag}=true"
+    monkeypatch.setenv("XLA_FLAGS", "")
+    monkeypatch.setattr(nccl_backend, "_xla_knows_flag", lambda name: False)
+    nccl_backend._allow_ragged_all_to_all_over_nccl()
+    assert os.environ["XLA_FLAGS"] == ""
+
+
+def test_xla_knows_flag_reads_the_installed_jaxlib():
+    from jax_mscclpp import nccl_backend
+
+    assert nccl_backend._xla_knows_flag("xla_gpu_enable_command_buffer")
+    assert not nccl_backend._xla_knows_flag("xla_no_such_flag_anywhere_" + "x" * 8)

@@ -35,6 +35,9 @@ enum class WaitOp : uint32_t {
   kPeerFailed = 10,           // not a timeout: a wait stopped because rank `peer` failed the communicator
   kP2PData = 11,              // launch_p2p_group: no stream could move; the first waits for `peer`'s next chunk
   kP2PCredit = 12,            // launch_p2p_group: no stream could move; the first waits for `peer`'s credit
+  kRaggedBounds = 13,         // not a timeout: ragged_all_to_all rows for or from `peer` outside the operand or
+                              // output (epoch: the first row, observed: the rows; a negative one as two's complement)
+  kRaggedSizes = 14,          // not a timeout: `peer` sent `epoch` rows where recv_sizes says `observed`
 };
 
 constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;

@@ -2,10 +2,15 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "bindings.h"
 #include "fifo_probe.h"
 #include "harness.h"
 #include "harness_rank.h"
+#include "ragged_tables.h"
 
 namespace nb = nanobind;
 
@@ -72,9 +77,35 @@ void register_harness(nb::module_& m) {
            "launch_p2p_group of [(buffer 0 input / 1 output / -1 null, offset, bytes, peer, receive 0/1)] on the "
            "rank's stream (asynchronous)")
       .def("capture_p2p_groups", &HarnessRank::capture_p2p_groups, nb::arg("groups"),
-           "captures the groups (lists of p2p_group's messages), one launch each, into a CUDA graph (replay())");
+           "captures the groups (lists of p2p_group's messages), one launch each, into a CUDA graph (replay())")
+      .def(
+          "ragged_all_to_all",
+          [](HarnessRank& r, uint64_t operand_offset, uint64_t operand_rows, uint64_t output_offset,
+             uint64_t output_rows, uint64_t row_bytes, std::vector<int64_t> input_offsets,
+             std::vector<int64_t> send_sizes, std::vector<int64_t> output_offsets, std::vector<int64_t> recv_sizes,
+             int index_bytes) {
+            r.ragged_all_to_all({operand_offset, operand_rows, output_offset, output_rows, row_bytes,
+                                  std::move(input_offsets), std::move(send_sizes), std::move(output_offsets),
+                                  std::move(recv_sizes), index_bytes});
+          },
+          nb::arg("operand_offset"), nb::arg("operand_rows"), nb::arg("output_offset"), nb::arg("output_rows"),
+          nb::arg("row_bytes"), nb::arg("input_offsets"), nb::arg("send_sizes"), nb::arg("output_offsets"),
+          nb::arg("recv_sizes"), nb::arg("index_bytes") = 4, nb::call_guard<nb::gil_scoped_release>(),
+          "launch_ragged_all_to_all on the rank's stream (asynchronous): the operand is operand_rows rows of "
+          "row_bytes at byte operand_offset of the input buffer, the output output_rows rows at byte output_offset "
+          "of the output buffer; the four tables (lists of nranks ints) are written to a device buffer of the rank's "
+          "as index_bytes-wide integers (4: int32, 8: int64) by a kernel on the stream before the call")
+      .def("capture_ragged_all_to_all", &HarnessRank::capture_ragged_all_to_all, nb::arg("calls"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "captures the calls, each a tuple of ragged_all_to_all's ten arguments in order, into a CUDA graph "
+           "(replay()); their tables are written to the device before the capture (waits for the rank's stream)")
+      .def("set_captured_ragged_tables", &HarnessRank::set_captured_ragged_tables, nb::arg("tables"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "rewrites the captured calls' tables, one (input_offsets, send_sizes, output_offsets, recv_sizes) per "
+           "call in order, on the device (waits for the rank's stream): the next replay() reads them");
 
   m.attr("P2P_MAX_MESSAGES") = kP2PMaxMessages;
+  m.attr("RAGGED_TABLE_MAX_RANKS") = kRaggedTableMaxRanks;
   m.def(
       "p2p_layout",
       [](int nranks, int64_t p2p_bytes, uint64_t scratch_bytes) {

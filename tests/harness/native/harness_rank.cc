@@ -1,10 +1,13 @@
 #include "harness_rank.h"
 
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "check.h"
 #include "collective_types.h"
+#include "ragged_tables.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -24,8 +27,11 @@ void HarnessRank::release() {
   if (start_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(start_));
   if (stop_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(stop_));
   start_ = stop_ = nullptr;
+  captured_ragged_widths_.clear();
   tables_ = ChannelTables();
   counters_ = DeviceBuffer();
+  ragged_tables_ = DeviceBuffer();
+  captured_ragged_tables_ = DeviceBuffer();
 }
 
 void HarnessRank::built() {
@@ -37,6 +43,7 @@ void HarnessRank::built() {
     layout.port_local_bytes = input_bytes();
   }
   tables_ = ChannelTables(gpu().rank_context(), layout);
+  ragged_tables_ = DeviceBuffer(device(), ragged_table_stride());
 }
 
 RankArgs HarnessRank::args() const {
@@ -122,10 +129,7 @@ void HarnessRank::capture(const HarnessParams& p) {
     throw std::invalid_argument("jax_mscclpp: only collective launches are captured");
   check_launch(p);
   DeviceGuard g(device());
-  if (graph_ != nullptr) {
-    JAX_MSCCLPP_CUDA_CHECK(cudaGraphExecDestroy(graph_));
-    graph_ = nullptr;
-  }
+  drop_graph();
   JAX_MSCCLPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   const cudaError_t launched = launch_harness(args(), p, stream());
   cudaGraph_t graph = nullptr;
@@ -136,6 +140,14 @@ void HarnessRank::capture(const HarnessParams& p) {
   }
   JAX_MSCCLPP_CUDA_CHECK(ended);
   instantiate(graph);
+}
+
+void HarnessRank::drop_graph() {
+  captured_ragged_widths_.clear();
+  if (graph_ == nullptr) return;
+  const cudaError_t e = cudaGraphExecDestroy(graph_);
+  graph_ = nullptr;
+  JAX_MSCCLPP_CUDA_CHECK(e);
 }
 
 void HarnessRank::instantiate(cudaGraph_t graph) {
@@ -177,10 +189,7 @@ void HarnessRank::capture_p2p_groups(const std::vector<std::vector<P2PSpec>>& gr
   std::vector<std::vector<P2PMessage>> messages;
   for (const auto& group : groups) messages.push_back(p2p_messages(group));
   DeviceGuard g(device());
-  if (graph_ != nullptr) {
-    JAX_MSCCLPP_CUDA_CHECK(cudaGraphExecDestroy(graph_));
-    graph_ = nullptr;
-  }
+  drop_graph();
   JAX_MSCCLPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   cudaError_t launched = cudaSuccess;
   for (const auto& m : messages)
@@ -193,6 +202,150 @@ void HarnessRank::capture_p2p_groups(const std::vector<std::vector<P2PSpec>>& gr
   }
   JAX_MSCCLPP_CUDA_CHECK(ended);
   instantiate(graph);
+}
+
+namespace {
+
+// The four tables of one ragged call: nranks entries each, and within int32 where they are written as int32.
+void check_ragged_tables(const HarnessRank::RaggedTables& tables, int nranks, int index_bytes) {
+  if (nranks > kRaggedTableMaxRanks)
+    throw std::invalid_argument("jax_mscclpp: the harness writes ragged_all_to_all tables of at most " +
+                                std::to_string(kRaggedTableMaxRanks) + " ranks");
+  const auto check = [&](const std::vector<int64_t>& table, const char* name) {
+    if (table.size() != static_cast<size_t>(nranks))
+      throw std::invalid_argument(std::string("jax_mscclpp: ragged_all_to_all's ") + name + " has " +
+                                  std::to_string(table.size()) + " entries, not nranks = " + std::to_string(nranks));
+    if (index_bytes != 4) return;
+    for (const int64_t v : table)
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+        throw std::invalid_argument(std::string("jax_mscclpp: ragged_all_to_all's ") + name + " entry " +
+                                    std::to_string(v) + " does not fit int32 (index_bytes 4)");
+  };
+  check(std::get<0>(tables), "input_offsets");
+  check(std::get<1>(tables), "send_sizes");
+  check(std::get<2>(tables), "output_offsets");
+  check(std::get<3>(tables), "recv_sizes");
+}
+
+HarnessRank::RaggedTables tables_of(const HarnessRank::RaggedSpec& call) {
+  return {std::get<5>(call), std::get<6>(call), std::get<7>(call), std::get<8>(call)};
+}
+
+// Bytes of one table entry as the harness writes it (collective.h: 4 or 8; any other width goes to the launcher as
+// given, which refuses it).
+size_t table_width(int index_bytes) { return index_bytes == 4 ? 4 : 8; }
+
+}  // namespace
+
+size_t HarnessRank::ragged_table_stride() const { return 4 * static_cast<size_t>(nranks()) * sizeof(int64_t); }
+
+RaggedAllToAll HarnessRank::ragged_call(const RaggedSpec& call) const {
+  if (!is_built()) throw std::runtime_error("jax_mscclpp: build() the rank before launching");
+  const auto& [operand_offset, operand_rows, output_offset, output_rows, row_bytes, in_off, send, out_off, recv,
+               index_bytes] = call;
+  check_ragged_tables(tables_of(call), nranks(), index_bytes);
+  const uint64_t most = std::numeric_limits<uint64_t>::max();
+  if (row_bytes != 0 && (operand_rows > most / row_bytes || output_rows > most / row_bytes))
+    throw std::out_of_range("jax_mscclpp: ragged_all_to_all rows of row_bytes overflow 64 bits");
+  RaggedAllToAll c{};
+  c.operand = buffer(kInput, operand_offset, operand_rows * row_bytes);
+  c.operand_rows = operand_rows;
+  c.output = buffer(kOutput, output_offset, output_rows * row_bytes);
+  c.output_rows = output_rows;
+  c.row_bytes = row_bytes;
+  c.index_bytes = index_bytes;
+  return c;
+}
+
+void HarnessRank::write_ragged_tables(const RaggedTables& tables, int index_bytes, char* at) {
+  RaggedTableValues v{};
+  const int n = nranks();
+  const std::vector<int64_t>* t[4] = {&std::get<0>(tables), &std::get<1>(tables), &std::get<2>(tables),
+                                      &std::get<3>(tables)};
+  for (int k = 0; k < 4; ++k)
+    for (int i = 0; i < n; ++i) v.values[k * n + i] = (*t[k])[i];
+  v.count = 4 * n;
+  v.width = static_cast<int32_t>(table_width(index_bytes));
+  JAX_MSCCLPP_CUDA_CHECK(::jax_mscclpp::write_ragged_tables(v, at, stream()));
+}
+
+RaggedAllToAll HarnessRank::with_tables(RaggedAllToAll call, char* at) const {
+  const size_t table = static_cast<size_t>(nranks()) * table_width(call.index_bytes);
+  call.input_offsets = at;
+  call.send_sizes = at + table;
+  call.output_offsets = at + 2 * table;
+  call.recv_sizes = at + 3 * table;
+  return call;
+}
+
+cudaError_t HarnessRank::launch_ragged(const RaggedAllToAll& call) {
+  const cudaError_t e = launch_ragged_all_to_all(gpu().context(), call, stream());
+  if (e != cudaSuccess || !gpu().rank_context().config().stops_on_failure()) return e;
+  return poison_outputs_if_failed(gpu().context(), call.output, call.output_rows * call.row_bytes, stream());
+}
+
+void HarnessRank::raise_ragged_error(cudaError_t e) const {
+  if (e == cudaErrorInvalidValue)
+    throw std::invalid_argument("jax_mscclpp: launch_ragged_all_to_all refused the call: null tables, an index width "
+                                "other than 4 or 8, row_bytes 0, or null buffers with rows");
+  if (e == cudaErrorNotReady)
+    throw std::invalid_argument("jax_mscclpp: launch_ragged_all_to_all: the rank has no p2p resources (or slots "
+                                "under 32 bytes)");
+  JAX_MSCCLPP_CUDA_CHECK(e);
+}
+
+void HarnessRank::ragged_all_to_all(const RaggedSpec& call) {
+  const RaggedAllToAll c = ragged_call(call);
+  DeviceGuard g(device());
+  write_ragged_tables(tables_of(call), c.index_bytes, ragged_tables_.get());
+  raise_ragged_error(launch_ragged(with_tables(c, ragged_tables_.get())));
+}
+
+void HarnessRank::capture_ragged_all_to_all(const std::vector<RaggedSpec>& calls) {
+  if (calls.empty()) throw std::invalid_argument("jax_mscclpp: no ragged_all_to_all call to capture");
+  std::vector<RaggedAllToAll> cs;
+  for (const auto& call : calls) cs.push_back(ragged_call(call));
+  DeviceGuard g(device());
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(stream()));  // a replay may still read the capture's tables
+  drop_graph();
+  const size_t stride = ragged_table_stride();
+  if (captured_ragged_tables_.bytes() < calls.size() * stride) {
+    captured_ragged_tables_ = DeviceBuffer();
+    captured_ragged_tables_ = DeviceBuffer(device(), calls.size() * stride);
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    char* at = captured_ragged_tables_.get() + i * stride;
+    write_ragged_tables(tables_of(calls[i]), cs[i].index_bytes, at);
+    cs[i] = with_tables(cs[i], at);
+  }
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the tables are in before the capture begins
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  cudaError_t launched = cudaSuccess;
+  for (const auto& c : cs)
+    if (launched == cudaSuccess) launched = launch_ragged(c);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream(), &graph);
+  if (launched != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    raise_ragged_error(launched);
+  }
+  JAX_MSCCLPP_CUDA_CHECK(ended);
+  instantiate(graph);
+  for (const auto& c : cs) captured_ragged_widths_.push_back(c.index_bytes);
+}
+
+void HarnessRank::set_captured_ragged_tables(const std::vector<RaggedTables>& tables) {
+  if (captured_ragged_widths_.empty()) throw std::runtime_error("jax_mscclpp: no ragged_all_to_all calls captured");
+  if (tables.size() != captured_ragged_widths_.size())
+    throw std::invalid_argument("jax_mscclpp: " + std::to_string(tables.size()) + " tables for " +
+                                std::to_string(captured_ragged_widths_.size()) + " captured ragged calls");
+  for (size_t i = 0; i < tables.size(); ++i) check_ragged_tables(tables[i], nranks(), captured_ragged_widths_[i]);
+  DeviceGuard g(device());
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  for (size_t i = 0; i < tables.size(); ++i)
+    write_ragged_tables(tables[i], captured_ragged_widths_[i],
+                        captured_ragged_tables_.get() + i * ragged_table_stride());
+  JAX_MSCCLPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 void HarnessRank::replay(int times) {

@@ -40,6 +40,30 @@ class HarnessRank : public VirtualRank {
   // Captures `groups`, launched one after another, into a CUDA graph on this rank's stream; replay() replays it.
   void capture_p2p_groups(const std::vector<std::vector<P2PSpec>>& groups);
 
+  // One ragged all-to-all over this rank's buffers (launch_ragged_all_to_all, kernels/collectives/collective.h):
+  // (operand_offset, operand_rows, output_offset, output_rows, row_bytes, input_offsets, send_sizes,
+  // output_offsets, recv_sizes, index_bytes). The operand is operand_rows rows of row_bytes at input +
+  // operand_offset, the output output_rows rows at output + output_offset; the four tables (nranks entries each)
+  // are written as index_bytes-wide integers (8 for any width but 4, which the launcher then refuses) into a device
+  // buffer of the rank's.
+  using RaggedSpec = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, std::vector<int64_t>,
+                                std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>, int>;
+  // The tables of one call: (input_offsets, send_sizes, output_offsets, recv_sizes).
+  using RaggedTables = std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                                  std::vector<int64_t>>;
+  // Launches `call` on this rank's stream (asynchronous; the host never waits for the stream): its tables are
+  // written into the rank's one table buffer by a kernel on the stream just before, so a call after it may reuse
+  // the buffer. Where the rank stops on failure, the output's rows are then poisoned should the rank have failed
+  // (poison_outputs_if_failed), as GpuRank::run does.
+  void ragged_all_to_all(const RaggedSpec& call);
+  // Writes the tables of `calls` into a table buffer of the capture (one region per call), waits for them, then
+  // captures the calls (and their poisoning) one after another into a CUDA graph; replay() replays it. The graph
+  // reads the tables from device memory at every replay. Waits for the rank's stream first.
+  void capture_ragged_all_to_all(const std::vector<RaggedSpec>& calls);
+  // Rewrites the tables of the captured calls (one entry per call, in order) in the capture's table buffer, and
+  // waits for the rank's stream: the next replay() moves the rows those tables say.
+  void set_captured_ragged_tables(const std::vector<RaggedTables>& tables);
+
   void record_start();
   void record_stop();
   float elapsed_ms();
@@ -55,11 +79,24 @@ class HarnessRank : public VirtualRank {
   std::vector<P2PMessage> p2p_messages(const std::vector<P2PSpec>& specs) const;
   cudaError_t launch_p2p(const std::vector<P2PMessage>& messages);
   void raise_p2p_error(cudaError_t e) const;
+  // `call` checked and its buffers resolved; the table pointers left null (the caller's table buffer sets them).
+  RaggedAllToAll ragged_call(const RaggedSpec& call) const;
+  // Enqueues the writes of one call's tables at `at` (ragged_table_stride() bytes) on the rank's stream.
+  void write_ragged_tables(const RaggedTables& tables, int index_bytes, char* at);
+  RaggedAllToAll with_tables(RaggedAllToAll call, char* at) const;
+  size_t ragged_table_stride() const;
+  cudaError_t launch_ragged(const RaggedAllToAll& call);
+  void raise_ragged_error(cudaError_t e) const;
+  // Destroys the captured graph (and forgets the captured ragged calls).
+  void drop_graph();
   void instantiate(cudaGraph_t graph);
   RankArgs args() const;
 
   ChannelTables tables_;
   DeviceBuffer counters_;
+  DeviceBuffer ragged_tables_;           // the eager calls' tables (ragged_table_stride() bytes)
+  DeviceBuffer captured_ragged_tables_;  // the captured calls' tables, one stride per call
+  std::vector<int> captured_ragged_widths_;  // index_bytes of each captured ragged call (empty: none captured)
   cudaGraphExec_t graph_ = nullptr;
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
