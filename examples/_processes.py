@@ -2,16 +2,20 @@
 
 ``launch(argv_of, processes)`` starts ``processes`` copies of a worker command line (``argv_of(process_id, port)``)
 in an environment with NVLink multicast off, waits for them and raises ``SystemExit`` naming the exit statuses when
-one fails. ``initialize(port, processes, process_id)`` is what each worker calls before its first JAX
+one fails. ``worker_reports(script, argv, processes, what)`` runs ``script`` so, each worker with ``--worker --port
+P --process-id I --result FILE`` after ``argv``, and returns the JSON each wrote to its FILE, in process order. ``initialize(port, processes, process_id)`` is what each worker calls before its first JAX
 computation: the coordinator on this host, and GPU ``process_id % local_gpus()`` as its device, so that more
 processes than GPUs share them (then only an NCCL library of ours can run XLA's collectives: NVIDIA's refuses a
 shared GPU).
 """
 
 import glob
+import json
 import os
 import socket
 import subprocess
+import sys
+import tempfile
 from typing import Callable
 
 
@@ -43,6 +47,20 @@ def launch(argv_of: Callable[[int, int], list], processes: int, what: str) -> No
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"the {what} failed (exit status {codes})")
+
+
+def worker_reports(script: str, argv: list, processes: int, what: str) -> list:
+    """Runs ``processes`` workers of ``script`` (this interpreter, ``argv`` and the worker's options) to their end;
+    their reports, in process order."""
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [os.path.join(folder, f"process{i}.json") for i in range(processes)]
+        launch(lambda i, port: [sys.executable, os.path.abspath(script), *argv, "--worker", "--port", str(port),
+                                "--process-id", str(i), "--result", paths[i]], processes, what)
+        reports = []
+        for path in paths:
+            with open(path) as f:
+                reports.append(json.load(f))
+    return reports
 
 
 def initialize(port: int, processes: int, process_id: int) -> None:

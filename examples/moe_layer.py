@@ -36,12 +36,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 
 from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
-from _processes import initialize, launch, local_gpus  # examples/_processes.py
+from _processes import initialize, local_gpus, worker_reports  # examples/_processes.py
 
 
 def _one_process(argv) -> bool:
@@ -394,15 +392,7 @@ def main(argv=None) -> int:
     if args.processes == 1:
         report = measure(args)
     else:
-        with tempfile.TemporaryDirectory() as folder:
-            paths = [os.path.join(folder, f"process{i}.json") for i in range(args.processes)]
-            launch(lambda i, port: [sys.executable, os.path.abspath(__file__), *argv, "--worker", "--port",
-                                    str(port), "--process-id", str(i), "--result", paths[i]],
-                   args.processes, "moe_layer run")
-            reports = []
-            for path in paths:
-                with open(path) as f:
-                    reports.append(json.load(f))
+        reports = worker_reports(__file__, argv, args.processes, "moe_layer run")
         report = reports[0]
         # Every process checked the whole (gathered) values: the run passes where every one of them did.
         for i, row in enumerate(report["results"]):

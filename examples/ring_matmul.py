@@ -23,10 +23,9 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 
 from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
-from _processes import initialize, launch, local_gpus  # examples/_processes.py
+from _processes import initialize, local_gpus, worker_reports  # examples/_processes.py
 
 VARIANTS = ("mscclpp", "lax")
 
@@ -206,15 +205,7 @@ def main(argv=None) -> int:
         configure_cpu_devices(argv)
         report = measure(args)
     else:
-        with tempfile.TemporaryDirectory() as folder:
-            paths = [os.path.join(folder, f"process{i}.json") for i in range(args.processes)]
-            launch(lambda i, port: [sys.executable, os.path.abspath(__file__), *argv, "--worker", "--port",
-                                    str(port), "--process-id", str(i), "--result", paths[i]],
-                   args.processes, "ring_matmul run")
-            reports = []
-            for path in paths:
-                with open(path) as f:
-                    reports.append(json.load(f))
+        reports = worker_reports(__file__, argv, args.processes, "ring_matmul run")
         report = reports[0]
         # Every process checked its own rows: the run passes where every one of them did.
         for i, row in enumerate(report["results"]):

@@ -27,6 +27,9 @@
 #                    Made to follow build in one call (`COMMIT=<sha> recipes.sh build kernel_record`: COMMIT names
 #                    the tree, which has no .git there): its budget is what ten minutes leave after the recipes
 #                    before it (KERNEL_RECORD_BUDGET=S sets it); what does not fit is skipped, with a note
+#   ragged_record    launch_ragged_all_to_all on 2, 4 and 8 virtual ranks at 64 KiB, 16 MiB and 256 MiB a rank,
+#                    against the all_to_all of the composition and a device copy, with the DRAM bytes of one call
+#                    of each under ncu (bench/kernels/ragged_record.py; COMMIT names the tree)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -99,8 +102,10 @@ kernel_record() {
   python3 bench/kernels/kernel_record.py --budget "$budget" ${COMMIT:+--commit "$COMMIT"} --out "$OUT"
 }
 
+ragged_record() { python3 bench/kernels/ragged_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
+
 RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
-RECIPES+=" nccl_clients kernel_record"
+RECIPES+=" nccl_clients kernel_record ragged_record"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then

@@ -38,7 +38,6 @@ import datetime
 import io
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -253,17 +252,15 @@ def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
 
 
 def machine() -> dict:
-    def query(field):
-        try:
-            out = subprocess.run(["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"], text=True,
-                                 capture_output=True, timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return []
-        return [line.strip() for line in out.splitlines() if line.strip()]
+    """This host's facts as every bench record gives them, and the GPUs nvidia-smi lists."""
+    from jax_mscclpp.tools.bench import machine as bench_machine
 
-    names = query("name")
-    return {"host": platform.node(), "gpus": len(names), "gpu": names[0] if names else None,
-            "driver": (query("driver_version") or [None])[0], "python": platform.python_version()}
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], text=True, capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        listing = ""
+    names = [line.split(": ", 1)[1].split(" (UUID")[0] for line in listing.splitlines() if line.startswith("GPU ")]
+    return {**bench_machine.host(), "gpus": len(names), "gpu": names[0] if names else None}
 
 
 def main(argv=None) -> int:

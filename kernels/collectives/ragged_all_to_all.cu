@@ -246,12 +246,14 @@ struct RaggedBlock {
     if (++s.chunk == s.chunks) s.done = 1;
   }
 
-  // Fails the communicator: every rank's failed word (their waits give up at once), then this rank's record.
+  // Fails the communicator: every other rank's failed word (their waits give up at once), then this rank's record
+  // (record_failure marks this rank's word after claiming the record, so that no other block of this rank, seeing
+  // the word first, records a peer failure in its place).
   __device__ void fail(int peer, WaitOp op, int64_t epoch, int64_t observed) const {
     const CollectiveContext& c = a.ctx;
     const uint64_t inbox = call_inbox_offset(c.scratch_bytes);
     for (int q = 0; q < c.nranks; ++q)
-      mark_failed((q == c.rank ? c.scratch : collectives::remote_scratch(c, q)) + inbox, c.rank);
+      if (q != c.rank) mark_failed(collectives::remote_scratch(c, q) + inbox, c.rank);
     __threadfence_system();
     WaitSite site = c.p2p[(c.rank + 1) % c.nranks].site;
     site.peer = peer;

@@ -89,8 +89,14 @@ def main() -> int:
             check(f"ppermute {name}", run(lambda v: lax.ppermute(v, "x", shift), per_rank),
                   per_rank[(mine - 1) % n], 0)
 
-    # lax.ragged_all_to_all: XLA's per-peer sends and receives of one group, which our library runs as one
-    # launch of its point-to-point engine per group (the ncclGroupEnd row of the call counts), never one per peer.
+    # lax.ragged_all_to_all: XLA's sends and receives to every peer in a group (two groups a call in XLA 0.11: the
+    # output offsets, then the rows), which our library runs as one launch of its point-to-point engine per group
+    # (the ncclGroupEnd row of the call counts), never one per peer. Where XLA's command buffers hold collectives it
+    # runs its one-shot kernel instead, which needs every rank in one process: nothing of ours to check there.
+    ragged_in_command_buffers = "COLLECTIVES" in os.environ.get("XLA_FLAGS", "")
+    if ragged_in_command_buffers:
+        print(f"rank {mine}: ragged_all_to_all not checked: XLA's command buffers run it as a one-shot kernel, "
+              "every rank in one process", flush=True)
     rng = np.random.default_rng(11)
     rows, width = 40, 6
     sizes = rng.integers(0, rows // n + 1, size=(n, n))  # sizes[i, j]: rows rank i sends rank j
@@ -120,9 +126,10 @@ def main() -> int:
         in_specs=P("x"), out_specs=P("x"), check_vma=False))
     tables = [in_offsets[mine], sizes[mine].astype(np.int32), out_offsets[mine], sizes[:, mine].astype(np.int32)]
     args = [global_of(operands[mine]), global_of(fill)] + [global_of(t) for t in tables]
-    jax.block_until_ready(ragged(*args))  # compiled and run once before counting
+    calls = 0 if ragged_in_command_buffers else 3
+    if calls:
+        jax.block_until_ready(ragged(*args))  # compiled and run once before counting
     before = nccl_backend.call_counts()
-    calls = 3
     for attempt in range(calls):
         got = np.asarray(ragged(*args).addressable_data(0))
         check(f"ragged_all_to_all run {attempt}", got, want, 0)
@@ -130,11 +137,13 @@ def main() -> int:
     delta = {f: {a: c - before.get(f, {}).get(a, 0) for a, c in per.items() if c != before.get(f, {}).get(a, 0)}
              for f, per in after.items()}
     delta = {f: per for f, per in delta.items() if per}
-    print(f"rank {mine}: ragged_all_to_all x{calls}: calls {json.dumps(delta, sort_keys=True)}", flush=True)
     launches = delta.get("ncclGroupEnd", {}).get("p2p_group", 0)
     messages = sum(delta.get(f, {}).get("p2p_group", 0) for f in ("ncclSend", "ncclRecv"))
-    check("ragged_all_to_all: one point-to-point launch per call, its messages grouped",
-          np.array([launches == calls and messages >= launches]), np.array([True]), 0)
+    if calls:
+        print(f"rank {mine}: ragged_all_to_all x{calls}: calls {json.dumps(delta, sort_keys=True)}", flush=True)
+        check(f"ragged_all_to_all: {launches} point-to-point launches for {calls} calls of {messages} messages (at most "
+              "two a call, whatever the peers)", np.array([calls <= launches <= 2 * calls and messages > launches]),
+              np.array([True]), 0)
 
     # GSPMD: no shard_map; XLA's partitioner inserts the collectives. A two-layer MLP, tensor parallel (weights
     # sharded, activations replicated) and data parallel (batch sharded, weights replicated), loss and gradients.

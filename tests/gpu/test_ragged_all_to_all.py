@@ -523,7 +523,7 @@ FAILURE_SCRIPT = textwrap.dedent(
         recv[1][0] = sizes[0][1] + 2
     elif case == "lanes":  # rank 1 expects one row of rank 0's many
         recv[1][0] = 1
-    vr = VirtualRanks(n, timeout_s=60.0, stop_on_failure=mode == "stop", channels_per_peer=1, buffer_bytes=8 << 20)
+    vr = VirtualRanks(n, timeout_s=10.0, stop_on_failure=mode == "stop", channels_per_peer=1, buffer_bytes=8 << 20)
     rng = np.random.default_rng(11)
     for r in range(n):
         vr.upload(r, INPUT, rng.integers(1, 256, size=operand_rows[r] * ROW, dtype=np.uint8))
@@ -552,7 +552,7 @@ FAILURE_SCRIPT = textwrap.dedent(
 
 def run_failure(case, mode="stop"):
     proc = subprocess.run([sys.executable, "-c", FAILURE_SCRIPT, case, mode], env=child_env(), capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     return out
@@ -563,10 +563,10 @@ def record(out, r):
 
 
 def check_stopped(out, failing):
-    """The kernels ended (no CUDA error) well before the 60 s timeout, the failing rank's output is poisoned, and no
+    """The kernels ended (no CUDA error) well before the 10 s timeout, the failing rank's output is poisoned, and no
     rank wrote past its output."""
     assert "ERROR:" not in out and "ELAPSED" in out, out
-    assert float(out.split("ELAPSED", 1)[1].split()[0]) < 30, out
+    assert float(out.split("ELAPSED", 1)[1].split()[0]) < 5, out
     assert f"POISONED {failing}: True" in out, out
     assert "GUARD 0: True" in out and "GUARD 1: True" in out and "GUARD 2: False" not in out, out
 
