@@ -176,4 +176,11 @@ cudaError_t launch_ragged_all_to_all(const CollectiveContext& ctx, const RaggedA
 // written otherwise. `out` null or `bytes` 0: nothing to do.
 cudaError_t poison_outputs_if_failed(const CollectiveContext& ctx, void* out, uint64_t bytes, cudaStream_t stream);
 
+// Loads poison_outputs_if_failed's kernel on the current device now. CUDA loads a kernel's code at its first launch
+// (lazy loading), and a load waits for the kernels in flight on the device: a rank's first poisoning, enqueued
+// right after its collective kernel, would wait in the host call until that kernel ends, and a kernel waiting for
+// a peer whose launch comes next from the same thread (virtual ranks) ends only at its timeout. A rank calls this
+// at setup, before any of its kernels is in flight.
+cudaError_t load_poison_kernel();
+
 }  // namespace jax_mscclpp

@@ -23,6 +23,11 @@ __global__ void __launch_bounds__(kPoisonThreads) poison_if_failed_kernel(const 
 
 }  // namespace
 
+cudaError_t load_poison_kernel() {
+  cudaFuncAttributes attributes;
+  return cudaFuncGetAttributes(&attributes, poison_if_failed_kernel);  // loads the function (CUDA's lazy loading)
+}
+
 cudaError_t poison_outputs_if_failed(const CollectiveContext& ctx, void* out, uint64_t bytes, cudaStream_t stream) {
   if (out == nullptr || bytes == 0 || ctx.scratch == nullptr) return cudaSuccess;
   const bool vector = (reinterpret_cast<uintptr_t>(out) & 15) == 0;  // as XLA's buffers always are
