@@ -1,6 +1,7 @@
-// GpuRank::run (call.h): refusal, launch, poisoning, for every kind of call.
+// GpuRank::run (call.h): refusal, the order of calls across streams, launch, poisoning, for every kind of call.
 #include "call.h"
 
+#include <mutex>
 #include <string>
 #include <type_traits>
 
@@ -57,6 +58,16 @@ CallResult GpuRank::refusal() const {
 
 CallResult GpuRank::run(const Call& call, cudaStream_t stream) {
   if (CallResult refused = refusal(); !refused.launched()) return refused;
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  if (CallResult joined = launch_result(order_.before(stream), "the wait for the previous call (on another stream)");
+      !joined.launched())
+    return joined;
+  CallResult launched = launch(call, stream);
+  if (!launched.launched()) return launched;
+  return launch_result(order_.after(stream), "the record of the call's end (for a call on another stream)");
+}
+
+CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
   // The launch, then the poisoning of the outputs it writes.
   return std::visit(
       [&](const auto& c) -> CallResult {

@@ -12,7 +12,10 @@
 //     launch's cudaError_t is kept in CallResult::error with a message that says what the code means there.
 //   - Then, where the rank's failing kernels stop rather than trap, the poisoning of every output the call writes
 //     (collective.h, poison_outputs_if_failed), so that a failed call's outputs cannot pass for results.
-//   - Capture-safe, as the launches are: no host state per call.
+//   - In issue order across streams: a call on a stream other than the rank's previous call's waits for it on the
+//     device first (issue_order.h), as NCCL orders a communicator's operations.
+//   - Capture-safe, as the launches are: the only host state per call is where the previous call was issued, and
+//     a wait between calls is made only inside one capture (issue_order.h).
 #pragma once
 
 #include <cuda_runtime.h>

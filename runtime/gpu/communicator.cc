@@ -14,7 +14,7 @@ constexpr double kStalledProxySeconds = 1.0;
 }  // namespace
 
 GpuRank::GpuRank(const RankOptions& options, bool port_channels)
-    : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels) {}
+    : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels), order_(options.device) {}
 
 void GpuRank::finalize() {
   tables_ = ChannelTables(*ctx_, collective_channel_layout(*ctx_, port_channels_));

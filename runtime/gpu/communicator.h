@@ -21,6 +21,7 @@
 #include "collectives/collective.h"
 #include "executor_plan.h"
 #include "host_plan.h"
+#include "issue_order.h"
 #include "memory.h"
 #include "rank_context.h"
 
@@ -39,7 +40,8 @@ class GpuRank {
   RankContext& rank_context() { return *ctx_; }
   bool port_channels() const { return port_channels_; }
   // The one call entry of both frontends (call.h): refuses the call where an earlier kernel of this rank failed
-  // and stopped, else launches it on `stream` and enqueues the poisoning of its outputs. Needs finalize().
+  // and stopped, else launches it on `stream`, after the rank's previous call where that was on another stream
+  // (issue_order.h), and enqueues the poisoning of its outputs. Needs finalize().
   CallResult run(const Call& call, cudaStream_t stream);
   // Why every call is refused (kRefused, with the failure's record), or kLaunched where calls may run.
   CallResult refusal() const;
@@ -60,12 +62,16 @@ class GpuRank {
   // poisoning of `bytes` of its output `out` should the rank have failed by the end of the call
   // (collectives/collective.h, poison_outputs_if_failed); nothing otherwise.
   cudaError_t poison_outputs_if_failed(void* out, size_t bytes, cudaStream_t stream);
+  // run's launch and poisoning, for each kind of call.
+  CallResult launch(const Call& call, cudaStream_t stream);
 
   std::unique_ptr<RankContext> ctx_;
   bool port_channels_;
   bool ready_ = false;
   ChannelTables tables_;
   CollectiveContext device_{};
+  std::mutex order_mutex_;
+  IssueOrder order_;
   // Declared last: freed first, while the channel tables their device tables point into still exist.
   mutable std::mutex plans_mutex_;
   std::map<int64_t, std::unique_ptr<ExecutorPlan>> plans_;

@@ -22,6 +22,7 @@ The module's top level needs numpy and ml_dtypes only: tests/nccl/test_nccl_refe
 semantics on the CPU.
 """
 
+import copy
 import ctypes
 import json
 import os
@@ -764,6 +765,42 @@ def _communicator_queries():
     return "communicator: count, rank, device 0, no async error", build
 
 
+def _on_several_streams():
+    """One communicator's operations issued on three streams in turn, nothing synchronizing them: a streaming
+    all-reduce, a ring of sends and receives, small reductions, an all-gather, an all-to-all, another streaming
+    all-reduce. NCCL runs a communicator's operations in the order they were issued, whatever their streams (XLA
+    relies on it); run side by side on one rank, ours would share epochs and scratch."""
+    big = (4 << 20) + 3  # 16 MiB of float32: the streaming kernels
+
+    def ring(w):
+        return [("send", (w.rank + 1) % w.n, 3 << 20, 0), ("recv", (w.rank - 1) % w.n, 3 << 20, 0)]
+
+    steps = [_all_reduce("streams-big", "float32", "sum", big, False)[1],
+             _p2p_case("streams ring", "bfloat16", ring)[1],
+             _all_reduce("streams-max", "int32", "max", 1025, False)[1],
+             _all_gather("float32", (1 << 18) + 1)[1],
+             _all_to_all("bfloat16", 4099, False)[1],
+             _all_reduce("streams-small", "float32", "sum", 4097, True)[1],
+             _all_reduce("streams-big-2", "bfloat16", "sum", big, False)[1]]
+
+    def build(c, w):
+        streams = [w.cp.cuda.Stream(non_blocking=True) for _ in range(3)]
+        c.keep.extend(streams)
+        launches = []
+        for i, step in enumerate(steps):
+            side = copy.copy(w)  # the same rank, issuing on another stream (its uploads too)
+            side.stream, side.s = streams[i % 3], streams[i % 3].ptr
+            launches.append(step(c, side))
+
+        def launch():
+            for issue in launches:
+                issue()
+            for stream in streams:  # the batch's synchronization of w.stream covers them
+                w.stream.wait_event(stream.record())
+        return launch
+    return "operations on three streams in turn, in the order issued", build
+
+
 SIMULATE_CASE = "ncclGroupSimulateEnd launches nothing, then a real group runs"
 NOT_DISCARDED = "the simulated all_reduce wrote its output"
 
@@ -804,7 +841,8 @@ def _group_simulate_end():
 
 def batches(n: int) -> list:
     return ([[_communicator_queries()]] + all_reduce_batches() + [premulsum_batch(n)] + reduction_batches(n) +
-            rooted_batches(n) + [gather_batch()] + p2p_batch(n) + [[_bad_input()], [_group_simulate_end()]])
+            rooted_batches(n) + [gather_batch()] + p2p_batch(n) + [[_on_several_streams()], [_bad_input()],
+                                                                   [_group_simulate_end()]])
 
 
 def one_rank_batches() -> list:
