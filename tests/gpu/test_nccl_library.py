@@ -51,8 +51,9 @@ def test_moe_layer_gradients_across_processes(gpus, tmp_path, algorithm):
     args = ["--processes", "2", "--tokens", "256", "--d-model", "128", "--steps", "2", "--out", str(report)]
     if algorithm != "default":
         args += ["--algorithm", algorithm]
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    env = dict(os.environ, JAX_PLATFORMS="cuda,cpu", NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false")
     env.pop("JAX_MSCCLPP_NVLS", None)
+    env.pop("JAX_MSCCLPP_NCCL", None)  # the example enables the library itself
     proc = subprocess.run([sys.executable, str(example), *args], env=env, capture_output=True, text=True,
                           timeout=300)
     out = worker_lines(proc.stdout + proc.stderr)
