@@ -145,6 +145,54 @@ def main() -> int:
               "two a call, whatever the peers)", np.array([calls <= launches <= 2 * calls and messages > launches]),
               np.array([True]), 0)
 
+    # The gradient of lax.ragged_all_to_all (lax's transpose: the offsets exchanged by all_to_all, then the ragged
+    # exchange the other way), against numpy: each operand row sent gets the cotangents of the rows it landed in.
+    if not ragged_in_command_buffers:
+        cotangents = [rng.standard_normal((out_rows, width)).astype(np.float32) for _ in range(n)]
+        want_grad = np.zeros((rows, width), np.float32)
+        for j in range(n):
+            a, b, k = in_offsets[mine, j], out_offsets[mine, j], sizes[mine, j]
+            want_grad[a:a + k] += cotangents[j][b:b + k]  # the ranges for different peers may overlap
+        ragged_grad = jax.jit(jax.grad(lambda a, b, c, d, e, f, g: jnp.sum(jax.shard_map(
+            lambda a, b, c, d, e, f, g: lax.ragged_all_to_all(a, b, c, d, e, f, axis_name="x") * g, mesh=mesh,
+            in_specs=P("x"), out_specs=P("x"), check_vma=False)(a, b, c, d, e, f, g))))
+        for attempt in range(2):
+            got = np.asarray(ragged_grad(*args, global_of(cotangents[mine])).addressable_data(0))
+            check(f"grad of ragged_all_to_all run {attempt}", got, want_grad, 1e-6)
+
+    # A mixture-of-experts round trip (jax_mscclpp.moe: dispatch, an expert scaling its rows by a replicated
+    # parameter, combine), its loss summed over the ranks, and the gradients in the tokens and the parameter: with
+    # lax's ragged all-to-alls (XLA's, through our library, beside the all-reduces of the loss and the parameter's
+    # gradient) they must equal those of our ragged kernel over the JAX path.
+    if not ragged_in_command_buffers:
+        from jax_mscclpp import moe
+
+        tokens_per_rank, d_model, top_k = 64, 16, 2
+        tokens = [rng.standard_normal((tokens_per_rank, d_model)).astype(np.float32) for _ in range(n)]
+        ids = [rng.integers(0, 2 * n, size=(tokens_per_rank, top_k)).astype(np.int32) for _ in range(n)]
+        gates = [rng.random((tokens_per_rank, top_k)).astype(np.float32) for _ in range(n)]
+        weights = [rng.standard_normal((tokens_per_rank, d_model)).astype(np.float32) for _ in range(n)]
+
+        def moe_gradients(algorithm):
+            def local(x, e, w, c, scale):
+                expert_in, routing = moe.dispatch(x, e, num_experts=2 * n, axis_name="x", algorithm=algorithm)
+                y = moe.combine(expert_in * scale, routing, w)
+                return lax.psum(jnp.sum(y * c), "x")
+
+            loss = jax.shard_map(local, mesh=mesh, in_specs=(P("x"), P("x"), P("x"), P("x"), P()), out_specs=P())
+            grads = jax.jit(jax.grad(loss, argnums=(0, 4)))(
+                global_of(tokens[mine]), global_of(ids[mine]), global_of(gates[mine]), global_of(weights[mine]),
+                jnp.float32(1.5))
+            return np.asarray(grads[0].addressable_data(0)), np.asarray(grads[1].addressable_data(0))
+
+        want_tokens, want_scale = moe_gradients("p2p")
+        for attempt in range(2):
+            got_tokens, got_scale = moe_gradients("lax")
+            check(f"moe round trip: gradient in the tokens, lax's ragged all-to-alls run {attempt}", got_tokens,
+                  want_tokens, 1e-5)
+            check(f"moe round trip: gradient in the scale, lax's ragged all-to-alls run {attempt}", got_scale,
+                  want_scale, 1e-5)
+
     # GSPMD: no shard_map; XLA's partitioner inserts the collectives. A two-layer MLP, tensor parallel (weights
     # sharded, activations replicated) and data parallel (batch sharded, weights replicated), loss and gradients.
     cpu = jax.local_devices(backend="cpu")[0]
