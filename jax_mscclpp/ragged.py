@@ -29,7 +29,9 @@ all_to_all. Calls ours cannot run (``routing``: vmap axes, partially manual shar
 lax's, logged. It differentiates in ``operand`` and ``output`` (offsets and sizes are integers), as lax's does:
 ``"p2p"`` is linear in both, its transpose the reverse exchange (the offsets crossed by our all_to_all) and the
 cotangent of the output rows written over zeroed, as lax's transpose; under ``vmap`` (over an axis that is not one
-of the collective's) the composition runs.
+of the collective's) the composition runs. Every path, lax's included, types the result as varying over the axes
+(lax types its own result as ``output``, whose gradients then sum over the devices where ``output`` is unvarying:
+``_varying_for_lax``).
 """
 
 from __future__ import annotations
@@ -250,13 +252,29 @@ batching.primitive_batchers[ragged_p] = _batch
 
 # ---- the public function --------------------------------------------------------------------------------------
 
-def _one_launch(operand, output, offsets, *, axes, world, why):
-    """``ragged_p`` bound on the checked operands: ``operand`` and ``output`` cast to vary over the axes and every
-    axis an operand or table varies over (the result's type), the tables to one width."""
-    varying = frozenset(axes).union(*(_compat.varying_axes(_compat.typeof(v)) for v in (operand, output, *offsets)))
+def _varying(operand, output, tables, axes):
+    """``operand`` and ``output`` cast to vary over the axes and every axis an argument varies over: the type of the
+    result, which varies over the axes whatever ``output`` does."""
+    varying = frozenset(axes).union(*(_compat.varying_axes(_compat.typeof(v)) for v in (operand, output, *tables)))
     varying = tuple(axes) + tuple(sorted(varying - frozenset(axes), key=repr))
-    operand, output = _compat.make_varying(operand, varying), _compat.make_varying(output, varying)
+    return _compat.make_varying(operand, varying), _compat.make_varying(output, varying)
+
+
+def _one_launch(operand, output, offsets, *, axes, world, why):
+    """``ragged_p`` bound on the checked operands, typed as the result (``_varying``), the tables to one width."""
+    operand, output = _varying(operand, output, offsets, axes)
     return ragged_p.bind(operand, output, *_one_width(offsets), axes=axes, world=world, why=why)
+
+
+def _varying_for_lax(args, axis_name):
+    """``lax.ragged_all_to_all``'s arguments with ``operand`` and ``output`` cast to vary over the axes and every axis
+    an argument varies over. lax types its result as its ``output`` operand (jax 0.10 to 0.12), though the result
+    varies over the axes whatever ``output`` does: a result typed unvarying (``output`` made by ``jnp.zeros`` inside
+    ``shard_map``) is cast back to varying where it meets varying values, and that cast's transpose, a psum, then
+    sums every device's cotangent into each one's gradient. Typed as ours is, the gradients are right."""
+    operand, output, *tables = args
+    axes = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    return (*_varying(operand, output, tables, axes), *tables)
 
 
 def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name,
@@ -266,7 +284,8 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
 
     def lax_call(*a):
         with routing.lax_scope(_API):
-            return lax.ragged_all_to_all(*a, axis_name=axis_name, axis_index_groups=axis_index_groups)
+            return lax.ragged_all_to_all(*_varying_for_lax(a, axis_name), axis_name=axis_name,
+                                         axis_index_groups=axis_index_groups)
 
     check_algorithm(algorithm)
     if collectives._lax_route(_API, axis_name, [operand, output], axis_index_groups) is not None:

@@ -282,3 +282,28 @@ def test_the_gpu_lowering(mesh8, dtype, kernel):
     assert f"@{ragged.TARGET}_outside_graphs(" in call and "comm_id =" in call, call  # 288 B: outside graphs
     assert "output_operand_alias<output_tuple_indices = [], operand_index = 1" in call, call
     assert "tensor<8xi32>, tensor<8xi32>, tensor<8xi32>, tensor<8xi32>) -> tensor<28x3xf32>" in call, call
+
+
+@pytest.mark.parametrize("algorithm", ["lax", "p2p", None])
+def test_the_result_varies_over_the_axis_and_its_gradient_sums_nothing(mesh8, rng, algorithm):
+    """With an ``output`` made inside shard_map (unvarying), the result is typed varying over the axis on every
+    path, lax's included (lax types its own result as ``output``): a result typed unvarying would be cast back to
+    varying where it meets the varying cotangent weights, and that cast's transpose would psum every device's
+    cotangent into each gradient (MoE gradients across devices wrong, their forward right)."""
+    n = 8
+    operand, weights = random_array(rng, (n, 24, 3), "float32"), random_array(rng, (n, 28, 3), "float32")
+    offsets = layout(rng, n, 24, 28)
+    types = []
+
+    def loss(a, w, c, d, e, f):
+        def body(a, w, c, d, e, f):
+            out = jm.ragged_all_to_all(a[0], jnp.zeros((28, 3), a.dtype), c[0], d[0], e[0], f[0], axis_name="x",
+                                       algorithm=algorithm)
+            types.append(jax.typeof(out))
+            return jnp.sum(out * w[0])[None]
+        return jnp.sum(jax.shard_map(body, mesh=mesh8, in_specs=(P("x"),) * 6, out_specs=P("x"))(a, w, c, d, e, f))
+
+    grad_jaxpr = jax.make_jaxpr(jax.grad(loss))(operand, weights, *offsets)
+    assert all(_compat.varying_axes(t) == {"x"} for t in types), types
+    sums = [e.primitive.name for e in _equations(grad_jaxpr) if "psum" in e.primitive.name]
+    assert not sums, sums

@@ -43,9 +43,9 @@ def test_xla_collectives_run_on_ours(gpus, nproc, command_buffers):
 
 @pytest.mark.parametrize("algorithm", ["default", "p2p"])
 def test_moe_layer_gradients_across_processes(gpus, tmp_path, algorithm):
-    """The MoE example in 2 processes sharing GPU 0, both variants against its dense reference: lax's ragged
-    all-to-alls and the gradients' all-reduces are XLA's, through our library, on several of XLA's streams in one
-    program (the library runs them in the order issued, as NCCL does); ours with its default and with our kernel."""
+    """The MoE example in 2 processes sharing GPU 0, both variants against its dense reference, outputs and
+    gradients: lax's ragged all-to-alls and the gradients' all-reduces are XLA's, through our library; ours with its
+    default and with our kernel."""
     example = Path(__file__).resolve().parents[2] / "examples" / "moe_layer.py"
     report = tmp_path / "moe.json"
     args = ["--processes", "2", "--tokens", "256", "--d-model", "128", "--steps", "2", "--out", str(report)]
