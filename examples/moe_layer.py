@@ -25,9 +25,9 @@ of all_to_all on CPU devices, moves (a block of every row per device). Exit stat
 With ``--processes N`` each process drives one device under ``jax.distributed``, builds the same global tokens and
 parameters from ``--seed`` and checks the whole outputs and gradients (gathered over the processes with
 ``jm.all_gather``) against the dense reference. Where processes share a GPU, NVIDIA's NCCL refuses to run, so lax's
-variant runs through our NCCL library (``jax_mscclpp.enable_nccl_backend``; with it loaded, the package's default for
-ours is lax's ragged_all_to_all too: ``--algorithm p2p`` asks for ours), and the kernels of processes sharing a GPU
-take turns on it: their step times measure that, not the link. On CPU devices processes fall back to lax's
+variant runs through our NCCL library (``jax_mscclpp.enable_nccl_backend``; ours runs our ragged kernel there by
+default, ``--algorithm lax`` asks for lax's), and the kernels of processes sharing a GPU take turns on it: their step
+times measure that, not the link. On CPU devices processes fall back to lax's
 collectives (the host backend runs within one process).
 """
 

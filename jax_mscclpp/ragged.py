@@ -19,8 +19,9 @@ Ours runs two ways:
 By default:
 
 - CPU devices: the composition (XLA:CPU has no ragged-all-to-all);
-- GPUs where processes share a GPU and our NCCL library is not loaded (NVIDIA's NCCL refuses to run there, so lax's
-  cannot): ``"p2p"``;
+- GPUs that processes share: ``"p2p"`` (NVIDIA's NCCL refuses to run there, so lax's runs only through our NCCL
+  library, as XLA's send/receive fallback: the sizes copied to the host and waited for, then two groups a call on
+  our point-to-point engine, and not at all under XLA's command buffers with collectives);
 - other GPUs: lax's, which moves only the rows sent. How ``"p2p"`` compares with it in speed on distinct GPUs is
   not measured, so the default stays lax's there.
 
@@ -43,7 +44,7 @@ from jax import lax
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _compat, _native, carriers, collectives, explain, primitives, routing, selection
+from . import _compat, _native, carriers, collectives, explain, primitives, routing
 from ._types import Collective
 from .communicator import Communicator
 
@@ -55,8 +56,9 @@ TARGET = "jax_mscclpp_ragged_all_to_all"
 
 # Why ``"p2p"`` runs (``explain``), and why it runs the composition where it does.
 P2P_ASKED = "algorithm='p2p' asked for"
-P2P_WHERE_LAX_CANNOT_RUN = ("lax cannot run here (processes share a GPU without our NCCL library): ours, one launch "
-                            "over the point-to-point engine")
+P2P_WHERE_PROCESSES_SHARE = ("processes share a GPU: lax's cannot run there without our NCCL library and with it runs "
+                             "as XLA's two point-to-point groups a call after copying the sizes to the host; ours is "
+                             "one launch over the point-to-point engine, the sizes read on the device")
 HOST_COMPOSES = ("the host backend (CPU devices) has no ragged-all-to-all kernel: 'p2p' runs ours composed of "
                  "all_to_all")
 
@@ -106,15 +108,18 @@ def _composed(operand, output, input_offsets, send_sizes, output_offsets, recv_s
     return output.at[target.reshape(-1)].set(received.reshape((world * rows,) + operand.shape[1:]), mode="drop")
 
 
-def _lax_cannot_run_on_gpus() -> bool:
-    """Whether processes share a GPU here with NVIDIA's NCCL the one XLA would call (which refuses that)."""
+def _processes_share_gpus() -> bool:
+    """Whether processes share a GPU here: there NVIDIA's NCCL refuses to run, so lax's ragged all-to-all runs only
+    through our NCCL library, as XLA's send/receive fallback (every size copied to the host and waited for, then two
+    groups of sends and receives on our point-to-point engine); and under XLA's command buffers with collectives
+    not at all (its one-shot kernel needs every rank in one process)."""
     from .communicator import processes_share_gpus
 
     try:
         devices = jax.devices("gpu")
     except RuntimeError:
         return False
-    return processes_share_gpus(devices) and not selection.nccl_api_active()
+    return processes_share_gpus(devices)
 
 
 def _one_width(tables) -> tuple:
@@ -300,8 +305,8 @@ def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets
         explain.record(_API, axes, nbytes, operand.dtype.name, "lax", "algorithm='lax' asked for")
         return lax_call(*args)
     platform = _compat.traced_platform() or jax.default_backend()
-    if algorithm is None and platform == "gpu" and _lax_cannot_run_on_gpus():
-        algorithm, why = P2P, P2P_WHERE_LAX_CANNOT_RUN
+    if algorithm is None and platform == "gpu" and _processes_share_gpus():
+        algorithm, why = P2P, P2P_WHERE_PROCESSES_SHARE
     else:
         why = P2P_ASKED
     if algorithm == P2P:

@@ -184,7 +184,7 @@ def _primitives_of(f, *args) -> list[str]:
 
 def test_the_choice_on_gpus(mesh8, rng, monkeypatch):
     """Traced for GPUs, the default is lax's ragged-all-to-all on distinct GPUs, and the one launch ("p2p") where
-    lax's cannot run (processes sharing a GPU without our NCCL library); an all_to_all algorithm is the composition,
+    processes share a GPU (our NCCL library loaded or not); an all_to_all algorithm is the composition,
     "p2p" the one launch on every platform; the host backend lowers the one launch to the composition."""
     n = 8
     operand, output = random_array(rng, (n, 24), "float32"), random_array(rng, (n, 24), "float32")
@@ -200,13 +200,13 @@ def test_the_choice_on_gpus(mesh8, rng, monkeypatch):
 
     assert (paths(), paths(algorithm="p2p"), paths(algorithm="allpairs")) == ("composed", "p2p", "composed")
     monkeypatch.setattr(_compat, "traced_platform", lambda: "gpu")
-    monkeypatch.setattr(ragged, "_lax_cannot_run_on_gpus", lambda: False)
+    monkeypatch.setattr(ragged, "_processes_share_gpus", lambda: False)
     assert (paths(), paths(algorithm="p2p"), paths(algorithm="allpairs")) == ("lax", "p2p", "composed")
     assert "ragged_all_to_all" in program(mesh8).lower(*args).as_text()
     calls = jm.explain(program(mesh8), *args)
     assert [(c.collective, c.algorithm) for c in calls] == [("ragged_all_to_all", "lax")], calls
     assert "not measured" in calls[0].reason
-    monkeypatch.setattr(ragged, "_lax_cannot_run_on_gpus", lambda: True)
+    monkeypatch.setattr(ragged, "_processes_share_gpus", lambda: True)
     assert (paths(), paths(algorithm="allpairs"), paths(algorithm="lax")) == ("p2p", "composed", "lax")
     calls = jm.explain(program(mesh8), *args)
     assert calls[0].collective == "ragged_all_to_all" and calls[0].algorithm == "composed", calls

@@ -215,7 +215,7 @@ def check_ragged(jax, jm, mesh, n, mine, global_array, check):
     want = output[mine].copy()
     for i in range(n):
         want[out_off[i, mine]:out_off[i, mine] + send[i, mine]] = operand[i][in_off[i, mine]:in_off[i, mine] + send[i, mine]]
-    default = ragged.P2P if ragged._lax_cannot_run_on_gpus() else "lax"
+    default = ragged.P2P if ragged._processes_share_gpus() else "lax"
     chosen = [c.algorithm for c in jm.explain(program(None), *arrays) if c.collective == "ragged_all_to_all"]
     check(f"ragged_all_to_all auto runs {default} (explain: {chosen})", np.array([chosen == [default]], np.float32),
           np.array([1], np.float32), 0)
