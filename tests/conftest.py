@@ -16,6 +16,26 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 import numpy as np
 import pytest
 
+_MOST_WORKERS = 4  # each worker is a JAX process of 8 CPU devices: more than this gains little on any machine
+
+
+def _gpu_may_be_visible() -> bool:
+    """Whether this machine has an NVIDIA GPU this process may see (no CUDA call: the driver's own listing)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    try:
+        return any(os.scandir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return False
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (README's test command): the tests in one process where a GPU may be visible (the GPU tests share
+    it and time its kernels), else one worker per core, at most _MOST_WORKERS."""
+    if _gpu_may_be_visible():
+        return 0
+    return max(1, min(_MOST_WORKERS, os.cpu_count() or 1))
+
 
 @pytest.fixture(scope="session")
 def cpu_devices():
