@@ -48,7 +48,9 @@ def test_needs_four_gpus():
 
 def run_user_tests(tmp_path, *options):
     (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
+    # A user's own session: not one of this suite's xdist workers (pytest-benchmark turns itself off in one).
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE") and not k.startswith("PYTEST_XDIST_")}
     env["JAX_PLATFORMS"] = "cpu"
     # "-p no:jax_mscclpp" keeps an installed entry point from loading the plugin a second time.
     proc = subprocess.run(
