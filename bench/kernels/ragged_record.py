@@ -2,18 +2,21 @@
 ``jm.ragged_all_to_all``'s composition runs, in device time and in memory traffic, one JSON per run.
 
     python3 bench/kernels/ragged_record.py [--ranks 2,4,8] [--sizes 64K,16M,256M] [--row-bytes 4096]
-                                           [--ncu] [--commit SHA] [--out DIR]
+                                           [--exchanges direct,ring] [--ncu] [--commit SHA] [--out DIR]
 
 A cell is N virtual ranks (tests/harness, one process, one GPU) each sending S bytes of rows in all: rank i's
 ``S / row_bytes`` operand rows go to the N ranks in random contiguous runs (its own included, as a token's expert
 may be local), and every rank receives what the tables say (lax's semantics; the output is checked against numpy
-once). Per cell:
+once). Each cell runs with each exchange of ``--exchanges`` (``exchange`` in the row): ``direct``, each sender
+writing its rows straight into the receivers' outputs (ranks of one process, the default there), and ``ring``,
+through the point-to-point slot rings (as between processes). Per cell:
 
 - ``ragged_us``: device time per call of the kernel, CUDA events on rank 0's stream around graph replays of R calls
   on every rank (R fills about 10 ms);
 - ``composition_us``: the same for the all_to_all the composition runs (algorithm allpairs, a block of every operand
   row for every rank: N x S bytes per rank), the part of the composition that moves data, without its gather and
-  scatter; skipped where N x S exceeds ``--composition-max`` per rank;
+  scatter; skipped where N x S exceeds ``--composition-max`` per rank, and measured with the first exchange only
+  (it does not use the exchange);
 - ``memcpy_us``: a device-to-device copy of S bytes on rank 0's stream;
 - ``sent_bytes``: the bytes of the rows that go to other ranks, summed over ranks (what a ragged exchange must move
   between ranks), and ``local_bytes`` those each rank keeps.
@@ -163,15 +166,16 @@ def run_cells(args, profile_only: bool) -> list[dict]:
     from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks
 
     rows = []
-    for n in args.ranks:
+    for exchange, n in [(e, n) for e in args.exchanges for n in args.ranks]:
         largest = max(args.sizes)
         composition_bytes = min(n * largest, args.composition_max)
         buffer = max(largest, composition_bytes) + 4096
-        with VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=SCRATCH, channels_per_peer=8,
-                          timeout_s=TIMEOUT_S) as vr:
+        with VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=SCRATCH, channels_per_peer=8, timeout_s=TIMEOUT_S,
+                          direct_exchange=exchange == "direct") as vr:
             for size in args.sizes:
                 cell = Cell(vr, n, size, args.row_bytes, seed=n * 1000 + size % 997)
-                with_composition = n * cell.rows * cell.row_bytes <= args.composition_max
+                with_composition = (n * cell.rows * cell.row_bytes <= args.composition_max and
+                                    exchange == args.exchanges[0])
                 if profile_only:  # one call of each between the profiler's start and stop: one range each
                     cell.launch()
                     vr.synchronize()
@@ -190,7 +194,7 @@ def run_cells(args, profile_only: bool) -> list[dict]:
                 t = time.time()
                 cell.check(INPUT, OUTPUT)
                 sent, local = cell.sent_and_local()
-                row = {"ranks": n, "size": size, "row_bytes": args.row_bytes, "rows_per_rank": cell.rows,
+                row = {"exchange": exchange, "ranks": n, "size": size, "row_bytes": args.row_bytes, "rows_per_rank": cell.rows,
                        "sent_bytes": sent, "local_bytes": local, "minimum_bytes": 2 * (sent + local),
                        "checked": True, "ragged_us": round(time_ragged(cell), 2),
                        "memcpy_us": round(vr.ranks[0].time_memcpy(size, 20) * 1e3, 2)}
@@ -227,7 +231,8 @@ def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
         command = ["ncu", "--replay-mode", mode, "--clock-control", "none", "--metrics", ",".join(METRICS),
                    "--csv", "--print-units", "base", sys.executable, os.path.abspath(__file__), "--profile-only",
                    "--ranks", ",".join(map(str, args.ranks)), "--sizes", ",".join(map(str, args.sizes)),
-                   "--row-bytes", str(args.row_bytes), "--composition-max", str(args.composition_max)]
+                   "--row-bytes", str(args.row_bytes), "--composition-max", str(args.composition_max),
+                   "--exchanges", ",".join(args.exchanges)]
         try:
             done = subprocess.run(command, text=True, capture_output=True, timeout=args.ncu_timeout)
         except subprocess.TimeoutExpired:
@@ -268,6 +273,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", default="2,4,8", type=lambda s: [int(v) for v in s.split(",")])
     parser.add_argument("--sizes", default="64K,16M,256M", type=lambda s: [parse_size(v) for v in s.split(",")])
     parser.add_argument("--row-bytes", type=int, default=4096, help="bytes of a row (4096: 2048 bfloat16)")
+    parser.add_argument("--exchanges", default="direct,ring", type=lambda s: s.split(","),
+                        help="direct (into the receivers' outputs) and/or ring (through the slot rings)")
     parser.add_argument("--composition-max", type=parse_size, default=parse_size("2G"),
                         help="the largest all_to_all operand per rank for the composition's figure")
     parser.add_argument("--ncu", action="store_true", help="add the DRAM bytes of one call under Nsight Compute")
@@ -276,6 +283,8 @@ def main(argv=None) -> int:
     parser.add_argument("--commit", default=None)
     parser.add_argument("--out", default=None, help="write ragged-record-<gpu>-<date>[-<commit>].json here")
     args = parser.parse_args(argv)
+    if not args.exchanges or set(args.exchanges) - {"direct", "ring"}:
+        parser.error("--exchanges: direct, ring or both")
     if args.profile_only:
         run_cells(args, profile_only=True)
         return 0

@@ -16,12 +16,13 @@
 // (C = 0: the budget cannot hold a 16-byte slot per ring, and the context has no p2p resources). The budget is
 // RankOptions::p2p_bytes (runtime/gpu/rank_context.h), by default p2p_default_bytes(scratch_bytes).
 //
-// Words. Four 64-bit counters per (peer, lane) in each rank's semaphore pool, zero at creation, monotonic, never
-// reset (they persist across launches like the semaphores): data_in (the peer adds 1 after putting a chunk into
-// my slots), credit_in (the peer adds 1 after consuming a chunk I put into its slots), sent (chunks I ever put to
-// the peer on this lane) and received (chunks I ever consumed from the peer on this lane). Peers touch only
-// data_in and credit_in; sent and received are read at a launch's start and stored at its end by the one block
-// that owns the lane's stream in that launch.
+// Words. kP2PWords 64-bit words per (peer, lane) in each rank's semaphore pool, zero at creation, never reset (they
+// persist across launches like the semaphores). The engine's four counters, monotonic: data_in (the peer adds 1
+// after putting a chunk into my slots), credit_in (the peer adds 1 after consuming a chunk I put into its slots),
+// sent (chunks I ever put to the peer on this lane) and received (chunks I ever consumed from the peer on this
+// lane). Then the words of the ragged all-to-all's direct exchange between ranks of one process
+// (ragged_all_to_all.cu states that protocol). Peers write only the words named "_in"; the others are read at a
+// launch's start and stored at its end by the one block that owns the lane's stream in that launch.
 //
 // Lanes. A message of B bytes is cut into lanes = min(kP2PLanes, ceil(B / kP2PMinLaneBytes)) parts, part l =
 // [l * step, (l + 1) * step) clipped to B, step = round_up(ceil(B / lanes), 16) (B = 0: no lane), and each part
@@ -42,9 +43,25 @@ constexpr uint64_t kP2PMinLaneBytes = 64ull << 10; // a message gets a lane per 
 constexpr uint64_t kP2PDefaultMaxBytes = 16ull << 20;
 constexpr int kP2PMaxBlocks = 64;                  // grid cap of a launch (with the context's stream_blocks)
 
-// The counters of one (peer, lane), in this order, kP2PWords apart per lane (P2PPeerHandle::words).
-enum P2PWord : int { kP2PDataIn = 0, kP2PCreditIn = 1, kP2PSent = 2, kP2PReceived = 3 };
-constexpr int kP2PWords = 4;
+// The words of one (peer, lane), in this order, kP2PWords apart per lane (P2PPeerHandle::words). The direct
+// exchange's words are lane 0's but for kP2PDirectSent; "sender" and "receiver" are the two ends of one direction.
+enum P2PWord : int {
+  kP2PDataIn = 0,
+  kP2PCreditIn = 1,
+  kP2PSent = 2,
+  kP2PReceived = 3,
+  kP2PPostedIn = 4,         // sender's: the receiver adds 1 a launch, after writing the next two
+  kP2POutputIn = 5,         // sender's: the receiver's output address in that launch
+  kP2POutputBytesIn = 6,    // sender's: its bytes
+  kP2PClosedIn = 7,         // sender's: the last launch whose output the receiver gave up on (no more writes there)
+  kP2PWrittenIn = 8,        // receiver's: each sender lane adds 1 a launch, its rows written (or none to write)
+  kP2PFirstRowIn = 9,       // receiver's: the sender's output_offsets[receiver], or kNoRows (rows it cannot read)
+  kP2PRowsIn = 10,          // receiver's: the sender's send_sizes[receiver]
+  kP2PWritersIn = 11,       // receiver's: the sender's blocks writing into the receiver's output right now
+  kP2PDirectSent = 12,      // sender's own, every lane: launches the lane ever sent to the peer directly
+  kP2PDirectReceived = 13,  // receiver's own: launches it ever received from the peer directly
+};
+constexpr int kP2PWords = 16;
 
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t p2p_ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t p2p_round_up(uint64_t a, uint64_t b) { return p2p_ceil_div(a, b) * b; }
@@ -118,6 +135,9 @@ struct P2PPeerHandle {
   char* local_rings;       // this rank's region: the rings p writes into (ring (p, lane 0))
   char* remote_rings;      // p's region, mapped here: the rings this rank writes into (ring (rank, lane 0))
   WaitSite site;           // waits for p
+  // 1: p is a rank of this process (RankOptions::direct_exchange on): its device addresses are valid here, so the
+  // ragged all-to-all writes this rank's rows straight into p's output (the direct exchange) instead of its rings.
+  int32_t direct;
 };
 
 }  // namespace jax_mscclpp

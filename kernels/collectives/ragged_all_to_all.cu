@@ -25,6 +25,26 @@
 // (every rank's failed word, then the rank's record kRaggedBounds naming the peer). A row count that differs from
 // recv_sizes cannot keep the protocol (the two ends cut different lanes): the receiver fails the communicator at
 // once (kRaggedSizes), so that every rank's waits give up instead of timing out.
+//
+// Direct exchange (P2PPeerHandle::direct: the peer is a rank of this process, its device addresses valid here).
+// The rows skip the rings: each lane of the send to p writes its part of the rows straight into p's output, so
+// the rows cross memory once. The words (p2p_layout.h, P2PWord) are lane 0's of the pair unless said:
+//   - receiver, at its launch's start: writes its output address and bytes into the sender's kP2POutputIn and
+//     kP2POutputBytesIn, then (release) adds 1 to the sender's kP2PPostedIn: launch k of the pair is posted when
+//     that word reaches k (kP2PDirectReceived counts the receiver's launches, kP2PDirectSent each sender lane's);
+//   - sender lane, once posted (acquire): checks its rows against the posted bytes (rows that do not fit are not
+//     written; the receiver records them as the ring's receiver does), writes them in pieces of kDirectPieceBytes,
+//     then (release) adds 1 to the receiver's kP2PWrittenIn, lane 0 having first written its output_offsets and
+//     send_sizes for the receiver into kP2PFirstRowIn and kP2PRowsIn (kNoRows: rows it cannot read);
+//   - receiver: done with the pair when kP2PWrittenIn reaches k * kP2PLanes (acquire); it then checks the row
+//     count and the bounds as the ring's receiver checks its header. Its other receive lanes are idle.
+// A receiver that ends its launch without the pair done (a timeout, a failure) must not leave a sender writing
+// into an output the stream has handed back. Each piece is a store-load handshake: the sender adds 1 to the
+// receiver's kP2PWritersIn, fences (sequentially consistent) and reads its own kP2PClosedIn, writing only if the
+// receiver has not closed launch k, then (release) subtracts 1; the receiver closes (writes k into the sender's
+// kP2PClosedIn), fences, and waits until kP2PWritersIn is 0. Of the two, at least one sees the other's store: a
+// piece is never written after the receiver's kernel ended. A sender that finds its launch closed stops, marks
+// its own failed word with the receiver's rank (its other waits give up) and records that the receiver failed.
 #include <cstdint>
 
 #include "collectives/collective.h"
@@ -39,7 +59,9 @@ namespace {
 constexpr int kRaggedThreads = 512;
 constexpr uint64_t kHeaderBytes = 16;
 constexpr int64_t kNoRows = INT64_MIN;
-constexpr int kRaggedMaxStreamsPerBlock = 512;  // shared memory: 64 bytes a stream
+constexpr int kRaggedMaxStreamsPerBlock = 512;  // shared memory: 88 bytes a stream
+constexpr uint64_t kDirectPieceBytes = 512ull << 10;  // what a block writes into a peer's output in one step
+constexpr uint64_t kDirectGraceNs = 1000ull * 1000 * 1000;  // a closing receiver's wait for a piece in flight
 
 // What travels in front of every lane's first chunk.
 struct RaggedHeader {
@@ -47,7 +69,8 @@ struct RaggedHeader {
   int64_t rows;       // the sender's send_sizes[receiver]
 };
 
-enum StreamKind : uint8_t { kSend = 0, kReceive = 1, kLocal = 2 };
+// kDirectSend / kDirectReceive: a pair in the direct exchange; kIdle: its receive lanes but lane 0.
+enum StreamKind : uint8_t { kSend = 0, kReceive = 1, kLocal = 2, kDirectSend = 3, kDirectReceive = 4, kIdle = 5 };
 
 struct RaggedParams {
   CollectiveContext ctx;
@@ -57,11 +80,13 @@ struct RaggedParams {
 
 // One stream's progress (shared memory; written by thread 0 only, between block barriers).
 struct RaggedStream {
-  uint64_t counter;  // chunks the lane ever moved with the peer in this direction (the engine's sent / received)
+  uint64_t counter;  // chunks the lane ever moved with the peer in this direction (the engine's sent / received);
+                     // direct: the pair's launches (kP2PDirectSent / kP2PDirectReceived)
   uint64_t seen;     // the last value of the peer-written word this stream waits on
   char* rows;        // send / local: the first byte of the rows read; receive / local: of the rows written (local:
                      // `target`), set from the header on a receive; null: nothing is copied (bad input)
-  char* target;      // local: the first byte written
+  char* target;      // local, direct send: the first byte written (direct: in the peer's output, from its post;
+                     // null: the rows do not fit there or cannot be read)
   uint64_t lo;       // the lane's part [lo, hi) of the message's bytes
   uint64_t hi;
   int64_t bad_first;  // the offending first row and rows (bad != 0), for the record
@@ -73,8 +98,9 @@ struct RaggedStream {
   uint8_t kind;
   uint8_t done;
   uint8_t bad;       // the rows of this stream are out of bounds: recorded at the launch's end
+  uint8_t closed;    // direct send: the receiver closed this launch (it failed): stopped, recorded at the end
 };
-static_assert(sizeof(RaggedStream) <= 80, "RaggedStream");
+static_assert(sizeof(RaggedStream) <= 88, "RaggedStream");
 
 JAX_MSCCLPP_DEVICE_INLINE int64_t table_entry(const void* table, int i, int width) {
   return width == 8 ? static_cast<const int64_t*>(table)[i]
@@ -89,11 +115,15 @@ struct RaggedBlock {
   // of the peer streams).
   JAX_MSCCLPP_DEVICE_INLINE uint64_t data_start(const RaggedStream& s, uint32_t c) const {
     if (s.kind == kLocal) return static_cast<uint64_t>(c) * chunk_bytes();
+    if (s.kind == kDirectSend) return static_cast<uint64_t>(c) * kDirectPieceBytes;
     return c == 0 ? 0 : (chunk_bytes() - kHeaderBytes) + static_cast<uint64_t>(c - 1) * chunk_bytes();
   }
   JAX_MSCCLPP_DEVICE_INLINE uint32_t chunks_of(int kind, uint64_t part, uint32_t lane) const {
     const uint64_t c = chunk_bytes();
     if (kind == kLocal) return static_cast<uint32_t>(p2p_ceil_div(part, c));
+    if (kind == kDirectSend) return part == 0 ? 1u : static_cast<uint32_t>(p2p_ceil_div(part, kDirectPieceBytes));
+    if (kind == kDirectReceive) return 1u;  // the pair's end: the senders' lanes written
+    if (kind == kIdle) return 0u;
     if (part == 0) return lane == 0 ? 1u : 0u;  // lane 0 carries the header whatever the rows
     const uint64_t first = c - kHeaderBytes;
     return part <= first ? 1u : 1u + static_cast<uint32_t>(p2p_ceil_div(part - first, c));
@@ -101,6 +131,11 @@ struct RaggedBlock {
   JAX_MSCCLPP_DEVICE_INLINE const P2PPeerHandle& peer_of(const RaggedStream& s) const { return a.ctx.p2p[s.peer]; }
   JAX_MSCCLPP_DEVICE_INLINE uint64_t* words(const RaggedStream& s) const {
     return peer_of(s).words + s.lane * kP2PWords;
+  }
+  // The direct exchange's words of the pair (lane 0's): this rank's, and the peer's about this rank.
+  JAX_MSCCLPP_DEVICE_INLINE uint64_t* pair_words(const RaggedStream& s) const { return peer_of(s).words; }
+  JAX_MSCCLPP_DEVICE_INLINE uint64_t* peer_pair_words(const RaggedStream& s) const {
+    return peer_of(s).remote_words;
   }
 
   // Stream `stream` at the launch's start: peer j (rank + 1 + j) owns streams [2 * lanes * j, 2 * lanes * (j+1)),
@@ -115,13 +150,18 @@ struct RaggedBlock {
       s.peer = (me + 1 + j) % n;
       s.kind = within < kP2PLanes ? kSend : kReceive;
       s.lane = static_cast<uint8_t>(within % kP2PLanes);
+      if (a.ctx.p2p[s.peer].direct) s.kind = s.kind == kSend ? kDirectSend : s.lane == 0 ? kDirectReceive : kIdle;
     } else {
       s.peer = me;
       s.kind = kLocal;
       s.lane = static_cast<uint8_t>(stream - peer_streams);
     }
     int64_t rows = 0;
-    if (s.kind == kReceive) {
+    if (s.kind == kIdle) {
+      s.done = 1;
+      return s;
+    }
+    if (s.kind == kReceive || s.kind == kDirectReceive) {
       rows = table_entry(c.recv_sizes, s.peer, width);
       if (rows < 0) {
         s.bad = 1;
@@ -163,13 +203,82 @@ struct RaggedBlock {
     s.hi = part.hi;
     s.chunks = chunks_of(s.kind, part.size(), s.lane);
     s.done = s.chunks == 0;
-    if (s.kind != kLocal) s.counter = words(s)[s.kind == kReceive ? kP2PReceived : kP2PSent];
+    if (s.kind == kSend || s.kind == kReceive) s.counter = words(s)[s.kind == kReceive ? kP2PReceived : kP2PSent];
+    if (s.kind == kDirectSend) s.counter = words(s)[kP2PDirectSent];
+    if (s.kind == kDirectReceive) {
+      s.counter = pair_words(s)[kP2PDirectReceived];
+      post_output(s);
+    }
     return s;
+  }
+
+  // Direct receive, at the launch's start: where the sender may write (the whole output; it writes only its rows).
+  __device__ void post_output(const RaggedStream& s) const {
+    uint64_t* theirs = peer_pair_words(s);
+    store_relaxed_sys(theirs + kP2POutputIn, reinterpret_cast<uint64_t>(a.call.output));
+    store_relaxed_sys(theirs + kP2POutputBytesIn, a.call.output_rows * a.call.row_bytes);
+    fence_acq_rel_sys();
+    red_add_relaxed_sys(theirs + kP2PPostedIn, 1);
+  }
+
+  // Thread 0, a direct send's first piece being ready (the post acquired): where its rows go, if they fit.
+  __device__ void read_post(RaggedStream& s) const {
+    const uint64_t* mine = pair_words(s);
+    char* output = reinterpret_cast<char*>(load_relaxed_sys(mine + kP2POutputIn));
+    const uint64_t output_rows = load_relaxed_sys(mine + kP2POutputBytesIn) / a.call.row_bytes;
+    const int64_t first = table_entry(a.call.output_offsets, s.peer, a.call.index_bytes);
+    const int64_t rows = table_entry(a.call.send_sizes, s.peer, a.call.index_bytes);
+    const bool fits = first >= 0 && rows >= 0 && static_cast<uint64_t>(first) <= output_rows &&
+                      static_cast<uint64_t>(rows) <= output_rows - static_cast<uint64_t>(first);
+    s.target = fits && s.rows != nullptr ? output + static_cast<uint64_t>(first) * a.call.row_bytes : nullptr;
+  }
+
+  // Thread 0, before a direct send's piece: whether it may write it (the handshake with a closing receiver). True:
+  // this piece counts in the receiver's kP2PWritersIn until publish_and_advance.
+  __device__ bool begin_piece(RaggedStream& s) const {
+    uint64_t* theirs = peer_pair_words(s);
+    red_add_relaxed_sys(theirs + kP2PWritersIn, 1);
+    fence_sc_sys();
+    if (load_relaxed_sys(pair_words(s) + kP2PClosedIn) < s.counter + 1) return true;
+    red_add_relaxed_sys(theirs + kP2PWritersIn, ~0ull);  // - 1
+    s.closed = 1;
+    // The receiver failed the communicator: this rank's other waits give up at once, naming it.
+    char* inbox = a.ctx.scratch + call_inbox_offset(a.ctx.scratch_bytes);
+    if (load_relaxed_sys(failed_word(inbox)) == 0) mark_failed(inbox, s.peer);
+    __threadfence_system();
+    return false;
+  }
+
+  // Thread 0, a direct receive ending unfinished: no sender piece may land after this kernel.
+  __device__ void close(const RaggedStream& s) const {
+    store_relaxed_sys(peer_pair_words(s) + kP2PClosedIn, s.counter + 1);
+    fence_sc_sys();
+    const uint64_t until = global_timer_ns() + kDirectGraceNs;
+    while (load_acquire_sys(pair_words(s) + kP2PWritersIn) != 0 && global_timer_ns() < until) {
+    }
+  }
+
+  // Thread 0, a direct receive being ready: the sender's report, checked as read_header checks a header.
+  __device__ bool read_report(RaggedStream& s) const {
+    const uint64_t* mine = pair_words(s);
+    const int64_t first = static_cast<int64_t>(load_relaxed_sys(mine + kP2PFirstRowIn));
+    const int64_t rows = static_cast<int64_t>(load_relaxed_sys(mine + kP2PRowsIn));
+    return check_rows(s, first, rows);
   }
 
   // Thread 0: whether the stream's next chunk may move now (the engine's rule; acquire, see p2p_group.cu).
   __device__ bool ready(RaggedStream& s) const {
     if (s.kind == kLocal) return true;
+    if (s.kind == kDirectSend) {
+      if (s.chunk > 0) return true;
+      if (s.seen < s.counter + 1) s.seen = load_acquire_sys(pair_words(s) + kP2PPostedIn);
+      return s.seen >= s.counter + 1;
+    }
+    if (s.kind == kDirectReceive) {
+      const uint64_t need = (s.counter + 1) * kP2PLanes;
+      if (s.seen < need) s.seen = load_acquire_sys(pair_words(s) + kP2PWrittenIn);
+      return s.seen >= need;
+    }
     const int slots = a.ctx.p2p_layout.slots;
     if (s.kind == kReceive) {
       if (s.seen < s.counter + 1) s.seen = load_acquire_sys(words(s) + kP2PDataIn);
@@ -191,7 +300,12 @@ struct RaggedBlock {
   // row count other than recv_sizes fails the communicator here and now; false then (the stream stops).
   __device__ bool read_header(RaggedStream& s) const {
     const volatile RaggedHeader* h = reinterpret_cast<const volatile RaggedHeader*>(slot(s));
-    const int64_t first = h->first_row, rows = h->rows;
+    return check_rows(s, h->first_row, h->rows);
+  }
+
+  // Thread 0: the sender's first row and row count for this rank, against recv_sizes and the output; sets the
+  // rows written on a ring's receive. False: the counts differ, the communicator failed (the stream stops).
+  __device__ bool check_rows(RaggedStream& s, int64_t first, int64_t rows) const {
     const int64_t expected = table_entry(a.call.recv_sizes, s.peer, a.call.index_bytes);
     if (rows != expected) {
       fail(s.peer, WaitOp::kRaggedSizes, rows, expected);
@@ -201,7 +315,7 @@ struct RaggedBlock {
     const bool fits = first >= 0 && rows >= 0 && static_cast<uint64_t>(first) <= c.output_rows &&
                       static_cast<uint64_t>(rows) <= c.output_rows - static_cast<uint64_t>(first);
     if (fits && !s.bad) {
-      s.rows = static_cast<char*>(c.output) + static_cast<uint64_t>(first) * c.row_bytes;
+      if (s.kind == kReceive) s.rows = static_cast<char*>(c.output) + static_cast<uint64_t>(first) * c.row_bytes;
     } else if (!s.bad) {
       s.bad = 1;
       s.bad_first = first;
@@ -213,12 +327,16 @@ struct RaggedBlock {
   // Every thread: moves the stream's next chunk.
   __device__ void move(const RaggedStream& s) const {
     const uint64_t from = s.lo + data_start(s, s.chunk);
-    const uint64_t cap = s.kind != kLocal && s.chunk == 0 ? chunk_bytes() - kHeaderBytes : chunk_bytes();
+    const uint64_t cap = s.kind == kDirectSend             ? kDirectPieceBytes
+                         : s.kind != kLocal && s.chunk == 0 ? chunk_bytes() - kHeaderBytes
+                                                            : chunk_bytes();
     const uint64_t bytes = s.hi - from < cap ? s.hi - from : cap;
-    if (s.kind == kLocal) {
-      if (s.rows != nullptr) copy_bytes(s.target + from, s.rows + from, bytes, threadIdx.x, blockDim.x);
+    if (s.kind == kLocal || s.kind == kDirectSend) {
+      if (s.target != nullptr && s.rows != nullptr && !s.closed)
+        copy_bytes(s.target + from, s.rows + from, bytes, threadIdx.x, blockDim.x);
       return;
     }
+    if (s.kind == kDirectReceive) return;
     char* at = slot(s);
     const uint64_t skip = s.chunk == 0 ? kHeaderBytes : 0;
     if (s.kind == kSend) {
@@ -237,6 +355,35 @@ struct RaggedBlock {
 
   // Thread 0, after the barrier that follows move(): tells the peer (release) and steps to the next chunk.
   __device__ void publish_and_advance(RaggedStream& s) const {
+    if (s.kind == kDirectSend) {
+      uint64_t* theirs = peer_pair_words(s);
+      if (s.closed) {
+        s.done = 1;
+        return;
+      }
+      if (s.target != nullptr) {  // the piece was begun (begin_piece): its writes, then out of the writers
+        fence_acq_rel_sys();
+        red_add_relaxed_sys(theirs + kP2PWritersIn, ~0ull);  // - 1
+      }
+      if (++s.chunk < s.chunks) return;
+      if (s.lane == 0) {  // the report, ordered before this lane's written count by the fence below
+        const RaggedAllToAll& c = a.call;
+        const int64_t first = s.rows != nullptr ? table_entry(c.output_offsets, s.peer, c.index_bytes) : kNoRows;
+        store_relaxed_sys(theirs + kP2PFirstRowIn, static_cast<uint64_t>(first));
+        store_relaxed_sys(theirs + kP2PRowsIn,
+                          static_cast<uint64_t>(table_entry(c.send_sizes, s.peer, c.index_bytes)));
+      }
+      fence_acq_rel_sys();
+      red_add_relaxed_sys(theirs + kP2PWrittenIn, 1);
+      ++s.counter;
+      s.done = 1;
+      return;
+    }
+    if (s.kind == kDirectReceive) {
+      ++s.counter;
+      s.done = 1;
+      return;
+    }
     if (s.kind != kLocal) {
       uint64_t* remote = peer_of(s).remote_words + s.lane * kP2PWords;
       fence_acq_rel_sys();
@@ -301,14 +448,28 @@ __global__ void __launch_bounds__(kRaggedThreads) ragged_all_to_all_kernel(const
         next = (chosen + 1) % owned;
         bound = SpinBound(site);
         RaggedStream& s = states[chosen];
-        if (s.kind == kReceive && s.chunk == 0 && !block.read_header(s)) chosen = kPickStop;
+        if (s.kind == kReceive && s.chunk == 0 && !block.read_header(s)) {
+          chosen = kPickStop;
+        } else if (s.kind == kDirectReceive && !block.read_report(s)) {
+          chosen = kPickStop;
+        } else if (s.kind == kDirectSend) {
+          if (s.chunk == 0) block.read_post(s);
+          if (s.target != nullptr) block.begin_piece(s);
+        }
       } else if (chosen == kPickNone) {
         const RaggedStream& s = states[stalled];
         site = block.peer_of(s).site;
         const int slots = a.ctx.p2p_layout.slots;
-        const uint64_t target = s.kind == kReceive ? s.counter + 1 : s.counter + 1 - slots;
-        if (!bound.tick(s.kind == kReceive ? WaitOp::kP2PData : WaitOp::kP2PCredit, target, s.seen))
-          chosen = kPickStop;
+        WaitOp op = s.kind == kReceive ? WaitOp::kP2PData : WaitOp::kP2PCredit;
+        uint64_t target = s.kind == kReceive ? s.counter + 1 : s.counter + 1 - slots;
+        if (s.kind == kDirectSend) {
+          op = WaitOp::kRaggedPosted;
+          target = s.counter + 1;
+        } else if (s.kind == kDirectReceive) {
+          op = WaitOp::kRaggedWritten;
+          target = (s.counter + 1) * kP2PLanes;
+        }
+        if (!bound.tick(op, target, s.seen)) chosen = kPickStop;
       }
       pick = chosen;
     }
@@ -319,18 +480,30 @@ __global__ void __launch_bounds__(kRaggedThreads) ragged_all_to_all_kernel(const
     __syncthreads();
     if (i >= 0 && threadIdx.x == 0) block.publish_and_advance(states[i]);
   }
-  // The lane counts for the next launch (kernel boundary: stream order makes them visible to it), then the record
-  // of the first stream whose rows were out of bounds.
+  // The lane counts for the next launch (kernel boundary: stream order makes them visible to it); the direct
+  // receives this launch did not finish closed; then the record of the first stream whose rows were out of bounds,
+  // else of a direct send whose receiver closed the launch.
   for (int i = threadIdx.x; i < owned; i += blockDim.x) {
     const RaggedStream& s = states[i];
-    if (s.kind != kLocal) block.words(s)[s.kind == kReceive ? kP2PReceived : kP2PSent] = s.counter;
+    if (s.kind == kSend || s.kind == kReceive) block.words(s)[s.kind == kReceive ? kP2PReceived : kP2PSent] = s.counter;
+    if (s.kind == kDirectSend) block.words(s)[kP2PDirectSent] = s.counter;
+    if (s.kind == kDirectReceive) block.pair_words(s)[kP2PDirectReceived] = s.counter;
+    if (s.kind == kDirectReceive && !s.done) block.close(s);
   }
   if (threadIdx.x == 0 && a.ctx.nranks > 1) {
+    int closed = -1;
     for (int i = 0; i < owned; ++i) {
       const RaggedStream& s = states[i];
+      if (s.closed && closed < 0) closed = i;
       if (!s.bad) continue;
       block.fail(s.peer, WaitOp::kRaggedBounds, s.bad_first, s.bad_rows);
+      closed = -1;
       break;
+    }
+    if (closed >= 0) {
+      const RaggedStream& s = states[closed];
+      WaitSite site = block.peer_of(s).site;
+      peer_failed(site, WaitOp::kRaggedPosted, s.counter + 1, s.seen, 0, s.peer);
     }
   }
 }

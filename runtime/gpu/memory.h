@@ -73,6 +73,8 @@ class MappedMemory {
 
   char* get() const { return static_cast<char*>(ptr_); }
   size_t bytes() const { return bytes_; }
+  // The owner is this process: its device addresses, not only this allocation's, are valid here.
+  bool in_this_process() const { return ptr_ != nullptr && !ipc_; }
 
  private:
   void reset();

@@ -21,6 +21,8 @@ struct EndpointHeader {
   uint64_t stream_block_bytes;
   uint64_t stream_max_chunk;
   uint64_t p2p_bytes;
+  uint32_t direct_exchange;
+  uint32_t unused;
 };
 
 }  // namespace
@@ -75,7 +77,7 @@ std::string RankContext::endpoint() const {
   const StreamTuning& t = opts_.stream_tuning;
   EndpointHeader h{kEndpointMagic, opts_.rank,    opts_.nranks, opts_.channels_per_peer,
                    opts_.stream_blocks, t.slots, t.block_bytes, t.max_chunk,
-                   static_cast<uint64_t>(opts_.p2p_bytes)};
+                   static_cast<uint64_t>(opts_.p2p_bytes), opts_.direct_exchange ? 1u : 0u, 0u};
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   out += MemoryHandle::make(scratch_.get(), scratch_.bytes(), opts_.device).serialize();
   out += MemoryHandle::make(pool_.get(), pool_.bytes(), opts_.device).serialize();
@@ -107,6 +109,9 @@ void RankContext::connect(int peer, const std::string& remote) {
                                 std::to_string(h.p2p_bytes) + " bytes of point-to-point slots, rank " +
                                 std::to_string(opts_.rank) + " " + std::to_string(opts_.p2p_bytes) +
                                 " (every rank needs the same)");
+  if ((h.direct_exchange != 0) != opts_.direct_exchange)
+    throw std::invalid_argument("jax_mscclpp: connect: rank " + std::to_string(peer) + " and rank " +
+                                std::to_string(opts_.rank) + " differ in the direct exchange (every rank needs the same)");
   MemoryHandle scratch = MemoryHandle::deserialize(remote.substr(sizeof(h), hsize));
   MemoryHandle pool = MemoryHandle::deserialize(remote.substr(sizeof(h) + hsize, hsize));
   peer_scratch_[peer] = MappedMemory(scratch, opts_.device);
@@ -170,6 +175,7 @@ P2PPeerHandle RankContext::p2p_peer(int peer) const {
   h.local_rings = scratch_.get() + region + p2p_layout_.rings_offset(peer, opts_.rank);
   h.remote_rings = peer_scratch_[peer].get() + region + p2p_layout_.rings_offset(opts_.rank, peer);
   h.site = site(peer);
+  h.direct = opts_.direct_exchange && peer_pool_[peer].in_this_process() ? 1 : 0;
   return h;
 }
 
@@ -219,6 +225,11 @@ StreamTuning stream_tuning_setting() {
 bool stop_on_failure_setting() {
   const char* value = setting_value(Setting::kTrapOnFailure);
   return value != nullptr && std::strcmp(value, "0") == 0;
+}
+
+bool direct_exchange_setting() {
+  const char* value = setting_value(Setting::kDirectExchange);
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 int stream_blocks_setting() {

@@ -33,6 +33,7 @@ namespace jax_mscclpp::cuda {
 StreamTuning stream_tuning_setting();
 int stream_blocks_setting();
 bool stop_on_failure_setting();
+bool direct_exchange_setting();
 
 // The GPU communicators' defaults, the JAX path's (the module exports them) and the NCCL-API library's alike:
 // registered scratch per rank (every protocol's region, both halves; larger messages are pipelined through it) and
@@ -58,6 +59,9 @@ struct RankOptions {
   // scratch allocation: < 0 p2p_default_bytes(scratch_bytes), 0 none (launch_p2p_group refuses). The same on
   // every rank of a communicator (connect checks).
   int64_t p2p_bytes = -1;
+  // The ragged all-to-all writes its rows straight into the outputs of peers in this process (P2PPeerHandle::direct)
+  // rather than through the rings. The same on every rank of a communicator (connect checks).
+  bool direct_exchange = direct_exchange_setting();
 };
 
 // The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its

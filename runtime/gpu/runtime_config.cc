@@ -25,6 +25,8 @@ const char* op_name(uint32_t op) {
     case WaitOp::kCallCheck: return "call check (the peer's call words of this launch)";
     case WaitOp::kP2PData: return "point-to-point receive (the peer's next chunk, launch_p2p_group)";
     case WaitOp::kP2PCredit: return "point-to-point send (the peer's credit for a slot, launch_p2p_group)";
+    case WaitOp::kRaggedPosted: return "ragged all-to-all send (the peer posting its output, direct exchange)";
+    case WaitOp::kRaggedWritten: return "ragged all-to-all receive (the peer's lanes writing its rows, direct exchange)";
     default: return "wait";
   }
 }

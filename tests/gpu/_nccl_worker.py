@@ -50,7 +50,12 @@ def main() -> int:
             got64, want64, rtol=0, atol=tol * max(1.0, np.abs(want64).max(initial=0)))
         failures += not ok
         checks.append({"check": name, "ok": bool(ok)})
-        print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
+        how = "ok"
+        if not ok:  # what differs, for the log: the shapes, or the largest difference against the tolerance
+            how = (f"MISMATCH (shape {got64.shape}, want {want64.shape})" if got64.shape != want64.shape else
+                   f"MISMATCH (max |got - want| {np.abs(got64 - want64).max(initial=0):.3g}, max |want| "
+                   f"{np.abs(want64).max(initial=0):.3g}, tolerance {tol:g} of max(1, that))")
+        print(f"rank {mine}: {name}: {how} ({time.monotonic() - started:.1f} s)", flush=True)
 
     def inputs(seed, count, dtype):
         return per_rank_inputs(n, seed, count, dtype)

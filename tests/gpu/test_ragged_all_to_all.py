@@ -13,7 +13,9 @@ than slots (credits cycle), many calls queued back to back and interleaved with 
 ranks (the lane counters carry over), CUDA-graph capture replayed with fresh data and with tables rewritten on the
 device between replays, one rank (the local copy), the launcher's refusals, and in subprocesses the failures only
 the device sees (rows past a peer's output, a negative offset, sizes that differ from recv_sizes: the record, the
-poisoned output, every rank's kernel ending), a trap, and a peer that never calls.
+poisoned output, every rank's kernel ending), a trap, a peer that never calls, and a sender that calls after its
+receiver gave up. Every case runs with both exchanges: "direct" (each sender writes into the receivers' outputs, as
+between ranks of one process) and "ring" (through the point-to-point slot rings, as between processes).
 
 Run on one GPU: ``python3 -m pytest -q tests/gpu/test_ragged_all_to_all.py``.
 """
@@ -36,17 +38,22 @@ GUARD = 64  # bytes after every output (and operand) region that nothing may wri
 PAIR_BYTES = 100_000  # most bytes of one (sender, receiver) pair in the random layouts
 
 
-@pytest.fixture(scope="module")
-def ranks(cuda):
+EXCHANGES = ["direct", "ring"]  # the rows straight into the peers' outputs, or through the point-to-point rings
+
+
+@pytest.fixture(scope="module", params=EXCHANGES)
+def ranks(cuda, request):
     """get(n): a set of n virtual ranks reused by the module's tests (one set alive at a time): the counters of
-    earlier tests' calls carry over into the next."""
+    earlier tests' calls carry over into the next. Every test runs with each exchange: "direct" (ranks of one
+    process, the default there) and "ring" (as between processes)."""
     made = {}
+    direct = request.param == "direct"
 
     def get(n):
         if n not in made:
             for other in list(made):
                 made.pop(other).close()
-            made[n] = VirtualRanks(n, buffer_bytes=BUFFER, channels_per_peer=1, timeout_s=60)
+            made[n] = VirtualRanks(n, buffer_bytes=BUFFER, channels_per_peer=1, timeout_s=60, direct_exchange=direct)
         return made[n]
 
     yield get
@@ -498,7 +505,7 @@ FAILURE_SCRIPT = textwrap.dedent(
     import os, sys, time
     import numpy as np
     from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks, VirtualRanksError
-    case, mode = sys.argv[1], sys.argv[2]
+    case, mode, exchange = sys.argv[1], sys.argv[2], sys.argv[3]
     ROW, GUARD, FILL = 6, 64, 0x5A
     n = 3 if case in ("sizes", "lanes") else 2
     sizes = [[4, 5, 6], [7, 8, 9], [1, 2, 3]][:n]
@@ -523,7 +530,8 @@ FAILURE_SCRIPT = textwrap.dedent(
         recv[1][0] = sizes[0][1] + 2
     elif case == "lanes":  # rank 1 expects one row of rank 0's many
         recv[1][0] = 1
-    vr = VirtualRanks(n, timeout_s=10.0, stop_on_failure=mode == "stop", channels_per_peer=1, buffer_bytes=8 << 20)
+    vr = VirtualRanks(n, timeout_s=10.0, stop_on_failure=mode == "stop", channels_per_peer=1, buffer_bytes=8 << 20,
+                      direct_exchange=exchange == "direct")
     rng = np.random.default_rng(11)
     for r in range(n):
         vr.upload(r, INPUT, rng.integers(1, 256, size=operand_rows[r] * ROW, dtype=np.uint8))
@@ -550,9 +558,9 @@ FAILURE_SCRIPT = textwrap.dedent(
 )
 
 
-def run_failure(case, mode="stop"):
-    proc = subprocess.run([sys.executable, "-c", FAILURE_SCRIPT, case, mode], env=child_env(), capture_output=True,
-                          text=True, timeout=120)
+def run_failure(case, exchange, mode="stop"):
+    proc = subprocess.run([sys.executable, "-c", FAILURE_SCRIPT, case, mode, exchange], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     return out
@@ -571,23 +579,25 @@ def check_stopped(out, failing):
     assert "GUARD 0: True" in out and "GUARD 1: True" in out and "GUARD 2: False" not in out, out
 
 
+@pytest.mark.parametrize("exchange", EXCHANGES)
 @pytest.mark.parametrize("case,first_row", [("overrun", "9"), ("negative_output", "-1")])
-def test_rows_past_a_peers_output(cuda, case, first_row):
+def test_rows_past_a_peers_output(cuda, case, first_row, exchange):
     """Rank 0's output_offsets put its 5 rows for rank 1 from row 9 of rank 1's 13 (one past the end) or from row -1:
-    rank 1, which reads the header, moves nothing out of bounds, completes the protocol and records kRaggedBounds
-    naming peer 0; its output is poisoned."""
-    out = run_failure(case)
+    rank 1, which reads the header (direct: rank 0 writes nothing there and reports its rows), moves nothing out of
+    bounds, completes the protocol and records kRaggedBounds naming peer 0; its output is poisoned."""
+    out = run_failure(case, exchange)
     check_stopped(out, failing=1)
     rec = record(out, 1)
     assert f"ragged_all_to_all on rank 1: the 5 rows from row {first_row} exchanged with peer 0" in rec, out
     assert "not inside the operand" in rec and "outputs are not valid" in rec, out
 
 
-def test_negative_input_offset(cuda):
+@pytest.mark.parametrize("exchange", EXCHANGES)
+def test_negative_input_offset(cuda, exchange):
     """Rank 1's input_offsets[0] is -1: rank 1 sends none of its 7 rows (the header says so) and records kRaggedBounds
     naming peer 0; rank 0, told the rows are out of bounds, records its own naming peer 1. (Where one rank's failure
     reached the other while it still waited, that one's record says it stopped because of the first.)"""
-    out = run_failure("negative_input")
+    out = run_failure("negative_input", exchange)
     check_stopped(out, failing=1)
     mine = "ragged_all_to_all on rank 1: the 7 rows from row -1 exchanged with peer 0"
     theirs = "ragged_all_to_all on rank 0: the 7 rows from row -9223372036854775808 exchanged with peer 1"
@@ -597,20 +607,23 @@ def test_negative_input_offset(cuda):
     assert mine in rec1 or theirs in rec0, out
 
 
+@pytest.mark.parametrize("exchange", EXCHANGES)
 @pytest.mark.parametrize("case,sent,expected", [("sizes", 5, 7), ("lanes", (3 << 20) // 6, 1)])
-def test_sizes_that_differ_from_recv_sizes(cuda, case, sent, expected):
+def test_sizes_that_differ_from_recv_sizes(cuda, case, sent, expected, exchange):
     """Rank 1's recv_sizes[0] differs from the rows rank 0 sends (by two rows; or one row of a message over several
-    lanes): rank 1 fails the communicator as soon as it reads the header, with kRaggedSizes naming peer 0, and every
-    rank's waits give up instead of timing out."""
-    out = run_failure(case)
+    lanes): rank 1 fails the communicator as soon as it reads the header (direct: rank 0's report, once its lanes
+    wrote the rows, all inside rank 1's output), with kRaggedSizes naming peer 0, and every rank's waits give up
+    instead of timing out."""
+    out = run_failure(case, exchange)
     check_stopped(out, failing=1)
     rec = record(out, 1)
     assert f"ragged_all_to_all on rank 1: peer 0 sent {sent} rows but recv_sizes[0] is {expected}" in rec, out
 
 
-def test_a_failure_traps_by_default(cuda):
+@pytest.mark.parametrize("exchange", EXCHANGES)
+def test_a_failure_traps_by_default(cuda, exchange):
     """Without stop on failure the failing kernel traps: synchronizing fails with rank 1's record."""
-    out = run_failure("overrun", "trap")
+    out = run_failure("overrun", exchange, "trap")
     assert "ERROR:" in out, out
     assert "ragged_all_to_all on rank 1: the 5 rows from row 9 exchanged with peer 0" in out, out
 
@@ -622,9 +635,10 @@ TIMEOUT_SCRIPT = textwrap.dedent(
     import sys, time
     from tests.harness import native_module
     from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks
-    sends = sys.argv[1] == "send"
+    sends, direct = sys.argv[1] == "send", sys.argv[2] == "direct"
     cuda = native_module()
-    vr = VirtualRanks(2, timeout_s=1.0, stop_on_failure=True, channels_per_peer=1, buffer_bytes=8 << 20)
+    vr = VirtualRanks(2, timeout_s=1.0, stop_on_failure=True, channels_per_peer=1, buffer_bytes=8 << 20,
+                      direct_exchange=direct)
     lay = cuda.p2p_layout(2, -1, vr.scratch_bytes)
     rows = 2 * lay["lanes"] * lay["slots"] * lay["chunk"] if sends else 0  # bytes: every lane needs credits back
     assert rows <= 8 << 20
@@ -639,19 +653,63 @@ TIMEOUT_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("exchange", EXCHANGES)
 @pytest.mark.parametrize("case", ["receive", "send"])
-def test_a_peer_that_never_calls_times_out(cuda, case):
+def test_a_peer_that_never_calls_times_out(cuda, case, exchange):
     """Rank 0 calls (sending no row, or more than the slots hold) and rank 1 never does: after the 1 s timeout rank
-    0's kernel records rank, peer and what it waited for (its first receive waits for peer 1's header chunk) and, in
-    stop mode, ends."""
-    proc = subprocess.run([sys.executable, "-c", TIMEOUT_SCRIPT, case], env=child_env(), capture_output=True,
-                          text=True, timeout=120)
+    0's kernel records rank, peer and what it waited for (ring: its first receive waits for peer 1's header chunk;
+    direct: its sends wait for peer 1's post, its receive for peer 1's lanes) and, in stop mode, ends."""
+    proc = subprocess.run([sys.executable, "-c", TIMEOUT_SCRIPT, case, exchange], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "STOPPED:" in out and "rank 0 timed out" in out and "on peer 1" in out, out
-    if case == "receive":
+    if exchange == "direct":
+        assert "ragged all-to-all send" in out or "ragged all-to-all receive" in out, out
+    elif case == "receive":
         assert "point-to-point receive" in out and "waited for 1" in out, out
     else:
         assert "point-to-point receive" in out or "point-to-point send" in out, out
     elapsed = float(out.split("ELAPSED", 1)[1].split()[0])
     assert 0.9 < elapsed < 30, elapsed
+
+
+LATE_SENDER_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import numpy as np
+    from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks
+    ROWS = 3 << 20  # rows of one byte: several lanes, several pieces each
+    vr = VirtualRanks(2, timeout_s=1.0, stop_on_failure=True, channels_per_peer=1, buffer_bytes=8 << 20)
+    rng = np.random.default_rng(5)
+    vr.upload(0, INPUT, rng.integers(1, 256, size=ROWS, dtype=np.uint8))
+    vr.fill(1, OUTPUT, 0x5A)
+    # Rank 1 expects ROWS rows from rank 0, which has not called: rank 1 times out and closes its output.
+    vr.ranks[1].ragged_all_to_all(0, 0, 0, ROWS, 1, [0, 0], [0, 0], [0, 0], [ROWS, 0], 4)
+    vr.synchronize([1])
+    print("RECORD 1:", vr.ranks[1].error_message())
+    before = vr.download(1, OUTPUT, ROWS + 64)
+    # Rank 0 calls late, its rows for rank 1's output: the launch is closed, so it writes none and stops.
+    t0 = time.monotonic()
+    vr.ranks[0].ragged_all_to_all(0, ROWS, 0, 0, 1, [0, 0], [0, ROWS], [0, 0], [0, 0], 4)
+    vr.synchronize([0])
+    print("ELAPSED", time.monotonic() - t0)
+    print("RECORD 0:", vr.ranks[0].error_message())
+    print("UNCHANGED:", bool((vr.download(1, OUTPUT, ROWS + 64) == before).all()))
+    sys.stdout.flush()
+    """
+)
+
+
+def test_a_late_sender_writes_nothing_into_a_closed_output(cuda):
+    """Direct exchange: rank 1 gives up on rank 0's rows (a 1 s timeout) and ends its kernel; rank 0 calls afterwards
+    and finds the launch closed: it writes none of its 3 MiB into rank 1's output (byte for byte as rank 1 left it),
+    and stops at once, its record naming rank 1 (not a timeout of its own)."""
+    proc = subprocess.run([sys.executable, "-c", LATE_SENDER_SCRIPT], env=child_env(), capture_output=True,
+                          text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "rank 1 timed out" in record(out, 1) and "on peer 0" in record(out, 1), out
+    assert "UNCHANGED: True" in out, out
+    assert "because rank 1 failed" in record(out, 0) and "timed out" not in record(out, 0), out
+    assert float(out.split("ELAPSED", 1)[1].split()[0]) < 0.9, out

@@ -124,13 +124,16 @@ class VirtualRanks(RankData):
         stream_chunk: int = 0,
         stop_on_failure: bool = False,
         p2p_bytes: int = -1,
+        direct_exchange: bool = True,
     ):
         """``port_channels``: PortChannels for the primitive tests (one per peer over the input) and for the
         collectives (``channels_per_peer`` per peer over the scratch, which 2PR needs). ``timeout_s``: None takes
         the process's setting (``JAX_MSCCLPP_TIMEOUT_S``, else 300). ``stream_slots``, ``stream_chunk`` > 0: the
         streaming kernels' slots and largest chunk in place of the process's settings. ``stop_on_failure``: a
         failing kernel stops rather than traps (the process's CUDA context stays usable). ``p2p_bytes``: the
-        point-to-point engine's slots per rank (-1: a quarter of the scratch, at most 16 MiB; 0: none)."""
+        point-to-point engine's slots per rank (-1: a quarter of the scratch, at most 16 MiB; 0: none).
+        ``direct_exchange``: the ragged all-to-all writes straight into the peers' outputs (False: through the
+        point-to-point rings, as between processes)."""
         cuda = native_cuda()
         if cuda is None:
             from . import MISSING
@@ -149,7 +152,7 @@ class VirtualRanks(RankData):
                                             channels_per_peer=channels_per_peer, timeout_s=timeout_s,
                                             port_channels=port_channels, stream_slots=stream_slots,
                                             stream_chunk=stream_chunk, stop_on_failure=stop_on_failure,
-                                            p2p_bytes=p2p_bytes))
+                                            p2p_bytes=p2p_bytes, direct_exchange=direct_exchange))
             connect_all(self.ranks)
         except BaseException:
             self.close()

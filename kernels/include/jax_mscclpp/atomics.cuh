@@ -49,6 +49,10 @@ JAX_MSCCLPP_DEVICE_INLINE void red_add_relaxed_sys(uint64_t* p, uint64_t v) {
 // observed (through __syncthreads) are ordered before any later store of this thread.
 JAX_MSCCLPP_DEVICE_INLINE void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
+// Sequentially consistent fence at system scope: of two threads that each store then fence then load the other's
+// word, at least one sees the other's store (a store-load handshake; release fences do not order a later load).
+JAX_MSCCLPP_DEVICE_INLINE void fence_sc_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
+
 // Nanoseconds from the GPU's global timer. Coarse (updates every ~1 us) but monotonic: only used to bound
 // waits, never to order memory.
 JAX_MSCCLPP_DEVICE_INLINE uint64_t global_timer_ns() {

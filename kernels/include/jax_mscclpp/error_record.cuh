@@ -38,6 +38,8 @@ enum class WaitOp : uint32_t {
   kRaggedBounds = 13,         // not a timeout: ragged_all_to_all rows for or from `peer` outside the operand or
                               // output (epoch: the first row, observed: the rows; a negative one as two's complement)
   kRaggedSizes = 14,          // not a timeout: `peer` sent `epoch` rows where recv_sizes says `observed`
+  kRaggedPosted = 15,         // ragged_all_to_all, direct exchange: the send waits for `peer` to post its output
+  kRaggedWritten = 16,        // ragged_all_to_all, direct exchange: the receive waits for `peer`'s lanes' rows
 };
 
 constexpr uint64_t kDefaultTimeoutNs = 300ull * 1000 * 1000 * 1000;

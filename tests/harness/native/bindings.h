@@ -30,7 +30,7 @@ void def_rank_init(nanobind::class_<Rank, VirtualRank>& cls) {
       "__init__",
       [](Rank* self, int rank, int nranks, int device, size_t input_bytes, size_t output_bytes, size_t scratch_bytes,
          int channels_per_peer, double timeout_s, bool port_channels, int stream_blocks, int stream_slots,
-         uint64_t stream_chunk, bool stop_on_failure, int64_t p2p_bytes) {
+         uint64_t stream_chunk, bool stop_on_failure, int64_t p2p_bytes, bool direct_exchange) {
         RankOptions o;
         o.device = device;
         o.rank = rank;
@@ -43,18 +43,20 @@ void def_rank_init(nanobind::class_<Rank, VirtualRank>& cls) {
         o.timeout_s = timeout_s;
         o.stop_on_failure = stop_on_failure;
         o.p2p_bytes = p2p_bytes;
+        o.direct_exchange = direct_exchange;
         new (self) Rank(o, input_bytes, output_bytes, port_channels);
       },
       nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0, nb::arg("input_bytes") = 1 << 20,
       nb::arg("output_bytes") = 1 << 20, nb::arg("scratch_bytes") = 1 << 20, nb::arg("channels_per_peer") = 1,
       nb::arg("timeout_s") = 0.0, nb::arg("port_channels") = false, nb::arg("stream_blocks") = 4,
       nb::arg("stream_slots") = 0, nb::arg("stream_chunk") = 0, nb::arg("stop_on_failure") = false,
-      nb::arg("p2p_bytes") = -1,
+      nb::arg("p2p_bytes") = -1, nb::arg("direct_exchange") = true,
       "timeout_s <= 0: the process's setting (JAX_MSCCLPP_TIMEOUT_S, else 300). stream_blocks: the streaming "
       "kernels' most blocks (every block of every virtual rank on the device must be resident at once). "
       "stream_slots, stream_chunk (a multiple of 16) > 0: in place of the process's settings. stop_on_failure: a "
       "failing kernel stops rather than traps (JAX_MSCCLPP_TRAP_ON_FAILURE=0). p2p_bytes: the point-to-point "
-      "engine's slots (< 0: a quarter of the scratch, at most 16 MiB; 0: none).");
+      "engine's slots (< 0: a quarter of the scratch, at most 16 MiB; 0: none). direct_exchange: the ragged "
+      "all-to-all writes into the peers' outputs (the ranks share this process) rather than through the rings.");
 }
 
 }  // namespace jax_mscclpp::cuda
