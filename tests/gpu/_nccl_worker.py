@@ -151,18 +151,26 @@ def main() -> int:
               np.array([True]), 0)
 
     # The gradient of lax.ragged_all_to_all (lax's transpose: the offsets exchanged by all_to_all, then the ragged
-    # exchange the other way), against numpy: each operand row sent gets the cotangents of the rows it landed in.
+    # exchange the other way), against numpy: each operand row sent gets the cotangent of the row it landed in.
+    # lax's transpose writes every peer's cotangent rows into a zero operand, so of two ranges of one operand that
+    # overlap, one peer's rows land there, not their sum: this check's ranges do not overlap (runs in peer order,
+    # random gaps between them).
     if not ragged_in_command_buffers:
         cotangents = [rng.standard_normal((out_rows, width)).astype(np.float32) for _ in range(n)]
+        apart = np.zeros((n, n), np.int32)
+        for i in range(n):
+            gaps = rng.multinomial(rows - int(sizes[i].sum()), np.full(n + 1, 1.0 / (n + 1)))
+            apart[i] = np.cumsum(gaps[:n]) + np.cumsum(sizes[i]) - sizes[i]
         want_grad = np.zeros((rows, width), np.float32)
         for j in range(n):
-            a, b, k = in_offsets[mine, j], out_offsets[mine, j], sizes[mine, j]
-            want_grad[a:a + k] += cotangents[j][b:b + k]  # the ranges for different peers may overlap
+            a, b, k = apart[mine, j], out_offsets[mine, j], sizes[mine, j]
+            want_grad[a:a + k] = cotangents[j][b:b + k]
+        grad_args = [args[0], args[1], global_of(apart[mine])] + args[3:]
         ragged_grad = jax.jit(jax.grad(lambda a, b, c, d, e, f, g: jnp.sum(jax.shard_map(
             lambda a, b, c, d, e, f, g: lax.ragged_all_to_all(a, b, c, d, e, f, axis_name="x") * g, mesh=mesh,
             in_specs=P("x"), out_specs=P("x"), check_vma=False)(a, b, c, d, e, f, g))))
         for attempt in range(2):
-            got = np.asarray(ragged_grad(*args, global_of(cotangents[mine])).addressable_data(0))
+            got = np.asarray(ragged_grad(*grad_args, global_of(cotangents[mine])).addressable_data(0))
             check(f"grad of ragged_all_to_all run {attempt}", got, want_grad, 1e-6)
 
     # A mixture-of-experts round trip (jax_mscclpp.moe: dispatch, an expert scaling its rows by a replicated
