@@ -161,8 +161,9 @@ struct RaggedAllToAll {
 // Launches this rank's part of one ragged all-to-all on `stream`: one kernel over the point-to-point engine's
 // rings and counters (collectives/p2p_layout.h), every pair of ranks exchanging whatever rows it has, the
 // sender's output offset and row count travelling in front of each lane's first chunk (collectives/
-// ragged_all_to_all.cu states the protocol). Every rank of the context makes the call (a pair with no rows still
-// exchanges its header). Capture-safe: the host reads no size. What only the device can see is a failed call with
+// ragged_all_to_all.cu states the protocol); with a peer of this process (P2PPeerHandle::direct) the rows go
+// straight into the receiver's output instead, posted at its launch's start. Every rank of the context makes the
+// call (a pair with no rows still exchanges its header, or its post and report). Capture-safe: the host reads no size. What only the device can see is a failed call with
 // the rank's error record naming the peer (WaitOp kRaggedBounds: rows outside operand or output, or a negative size
 // or offset; kRaggedSizes: the rows a peer sent differ from recv_sizes), after which the kernel still keeps the
 // protocol, moving nothing out of bounds. Errors (nothing is enqueued): cudaErrorInvalidValue for null tables, an
