@@ -425,8 +425,18 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, voi
                                      ApiFunction::ncclCommWindowRegister, comm, buff, size, &real_window,
                                      winFlags) != ncclSuccess)
       real_window = nullptr;
-    RegisteredRange* range = make_registered_range(buff, size, real_window);
-    if (range == nullptr) return fail(ncclSystemError, "ncclCommWindowRegister: out of host memory");
+    void* window = nullptr;
+    if (const ncclResult_t registered = register_window(ours, buff, size, &window); registered != ncclSuccess) {
+      if (real_window != nullptr)
+        (void)forward_to_real<decltype(&ncclCommWindowDeregister)>(ApiFunction::ncclCommWindowDeregister, comm,
+                                                                   real_window);
+      return registered;
+    }
+    RegisteredRange* range = make_registered_range(buff, size, real_window, window);
+    if (range == nullptr) {
+      deregister_window(ours, window);
+      return fail(ncclSystemError, "ncclCommWindowRegister: out of host memory");
+    }
     *win = reinterpret_cast<ncclWindow_t>(range);
     clear_last_error();
     return ncclSuccess;
@@ -443,6 +453,8 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, n
       result = forward_to_real<decltype(&ncclCommWindowDeregister)>(ApiFunction::ncclCommWindowDeregister, comm,
                                                                     static_cast<ncclWindow_t>(range->real));
     if (result == ncclSuccess) {
+      if (OurCommunicator* ours = with_runtime(comm); ours != nullptr && range->window != nullptr)
+        deregister_window(ours, range->window);
       release_registered_range(range);
       clear_last_error();
     }

@@ -79,6 +79,12 @@ std::string runtime_failure(const OurCommunicator* ours);
 ncclResult_t allocate_buffer(void** ptr, size_t size);
 bool owns_buffer(void* ptr);
 ncclResult_t free_buffer(void* ptr);
+// ncclCommWindowRegister / ncclCommWindowDeregister on one of ours with a runtime (runtime/windows.h): the
+// registration is collective, and a window every rank maps serves the calls whose buffers lie in it in place
+// (collective.h, launch_in_place); *window is the runtime's record of it. Fails (ncclSystemError, with the last
+// error) when a rank does not register within the timeout.
+ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window);
+void deregister_window(OurCommunicator* ours, void* window);
 bool submit(ncclComm_t comm, const Operation& operation, ncclResult_t* result);
 ncclResult_t end_group();
 // Drops the calling thread's queue without launching it (ncclGroupSimulateEnd: nothing of the group runs).

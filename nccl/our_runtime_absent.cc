@@ -40,6 +40,8 @@ bool release_pending_setup(OurCommunicator*) { return false; }
 std::string runtime_failure(const OurCommunicator*) { return ""; }
 ncclResult_t allocate_buffer(void**, size_t) { return not_built("ncclMemAlloc"); }
 bool owns_buffer(void*) { return false; }
+ncclResult_t register_window(OurCommunicator*, void*, size_t, void**) { return not_built("ncclCommWindowRegister"); }
+void deregister_window(OurCommunicator*, void*) {}
 ncclResult_t free_buffer(void*) { return not_built("ncclMemFree"); }
 int runtime_rank(const OurCommunicator*) { return 0; }
 int runtime_nranks(const OurCommunicator*) { return 0; }

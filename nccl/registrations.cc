@@ -4,8 +4,8 @@
 
 namespace jax_mscclpp::nccl {
 
-RegisteredRange* make_registered_range(void* buffer, size_t bytes, void* real) {
-  auto* range = new (std::nothrow) RegisteredRange{kRegisteredRangeMagic, nullptr, buffer, bytes, real};
+RegisteredRange* make_registered_range(void* buffer, size_t bytes, void* real, void* window) {
+  auto* range = new (std::nothrow) RegisteredRange{kRegisteredRangeMagic, nullptr, buffer, bytes, real, window};
   if (range != nullptr) range->self = range;
   return range;
 }

@@ -35,13 +35,9 @@ multi-GPU speed.
 from __future__ import annotations
 
 import argparse
-import csv
-import ctypes
 import datetime
-import io
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -51,19 +47,16 @@ os.environ["NCCL_NVLS_ENABLE"] = "0"
 os.environ.pop("JAX_MSCCLPP_NVLS", None)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)  # tests.harness
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _traffic, also where this file is loaded by path
 
 import numpy as np  # noqa: E402
+
+from _traffic import dram_bytes_per_range, machine, parse_size, profile_ranges, profiler  # noqa: E402,F401
 
 SCRATCH = 64 << 20
 REPLAY_MS = 10.0
 REPLAYS = 5
 TIMEOUT_S = 30.0
-METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-
-
-def parse_size(text: str) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
 def layout(n: int, rows: int, seed: int):
@@ -155,13 +148,6 @@ def time_composition(cell: Cell) -> float:
                                                       **composition_params(cell)))) * 1e3
 
 
-def profiler(start: bool) -> None:
-    cuda = ctypes.CDLL("libcuda.so.1")
-    result = cuda.cuProfilerStart() if start else cuda.cuProfilerStop()
-    if result != 0:
-        raise RuntimeError(f"cuProfiler{'Start' if start else 'Stop'} returned {result}")
-
-
 def run_cells(args, profile_only: bool) -> list[dict]:
     from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks
 
@@ -205,44 +191,16 @@ def run_cells(args, profile_only: bool) -> list[dict]:
     return rows
 
 
-def dram_bytes_per_range(text: str) -> list[float]:
-    """ncu's CSV (--csv --print-units base): the sum of METRICS per profiled range, in order."""
-    lines = [line for line in text.splitlines() if line.startswith('"')]
-    per_range: dict[str, float] = {}
-    order: list[str] = []
-    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
-        name = rec.get("Metric Name")
-        if name not in METRICS:
-            continue
-        key = rec.get("ID") or rec.get("Range Name") or str(len(order))
-        if key not in per_range:
-            per_range[key] = 0.0
-            order.append(key)
-        per_range[key] += float(str(rec.get("Metric Value", "0")).replace(",", ""))
-    return [per_range[k] for k in order]
-
-
 def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
-    """Runs this script's ranges under ncu (range replay, else application range replay) and adds the DRAM bytes
-    to ``rows``; returns (the replay mode that gave them, None) or (None, what went wrong)."""
+    """Runs this script's ranges under ncu (_traffic.profile_ranges) and adds the DRAM bytes to ``rows``; returns
+    (the replay mode that gave them, None) or (None, what went wrong)."""
     expected = sum(2 if r["composition_us"] is not None else 1 for r in rows)
-    notes = []
-    for mode in ("range", "app-range"):
-        command = ["ncu", "--replay-mode", mode, "--clock-control", "none", "--metrics", ",".join(METRICS),
-                   "--csv", "--print-units", "base", sys.executable, os.path.abspath(__file__), "--profile-only",
-                   "--ranks", ",".join(map(str, args.ranks)), "--sizes", ",".join(map(str, args.sizes)),
-                   "--row-bytes", str(args.row_bytes), "--composition-max", str(args.composition_max),
-                   "--exchanges", ",".join(args.exchanges)]
-        try:
-            done = subprocess.run(command, text=True, capture_output=True, timeout=args.ncu_timeout)
-        except subprocess.TimeoutExpired:
-            notes.append(f"{mode}: no result in {args.ncu_timeout} s")
-            continue
-        values = dram_bytes_per_range(done.stdout)
-        if done.returncode != 0 or len(values) != expected:
-            notes.append(f"{mode}: {len(values)} ranges for {expected} (exit {done.returncode}): "
-                         f"{(done.stdout + done.stderr)[-1200:]}")
-            continue
+    command = [sys.executable, os.path.abspath(__file__), "--profile-only",
+               "--ranks", ",".join(map(str, args.ranks)), "--sizes", ",".join(map(str, args.sizes)),
+               "--row-bytes", str(args.row_bytes), "--composition-max", str(args.composition_max),
+               "--exchanges", ",".join(args.exchanges)]
+    mode, values, note = profile_ranges(command, expected, args.ncu_timeout)
+    if mode is not None:
         at = 0
         for r in rows:
             r["ragged_dram_bytes"] = values[at]
@@ -252,20 +210,7 @@ def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
                 r["composition_dram_bytes"] = values[at]
                 r["composition_traffic_ratio"] = round(values[at] / r["minimum_bytes"], 3)
                 at += 1
-        return mode, None
-    return None, " | ".join(notes)
-
-
-def machine() -> dict:
-    """This host's facts as every bench record gives them, and the GPUs nvidia-smi lists."""
-    from jax_mscclpp.tools.bench import machine as bench_machine
-
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], text=True, capture_output=True, timeout=30).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        listing = ""
-    names = [line.split(": ", 1)[1].split(" (UUID")[0] for line in listing.splitlines() if line.startswith("GPU ")]
-    return {**bench_machine.host(), "gpus": len(names), "gpu": names[0] if names else None}
+    return mode, note
 
 
 def main(argv=None) -> int:

@@ -171,6 +171,27 @@ struct RaggedAllToAll {
 // the context has no p2p resources or slots under 32 bytes. With nranks == 1 the kernel is the local copy.
 cudaError_t launch_ragged_all_to_all(const CollectiveContext& ctx, const RaggedAllToAll& call, cudaStream_t stream);
 
+// The buffers of a call served in place (launch_in_place), as mapped in this process: rank q's input and output.
+struct InPlaceBuffers {
+  const char* in[kDirectPeers];
+  char* out[kDirectPeers];
+};
+
+// True when launch_in_place runs `collective` (all_reduce, reduce_scatter: sum, max, min in every dtype; all_gather,
+// all_to_all: any dtype, as bytes).
+bool in_place_supported(int32_t collective, int32_t dtype, int32_t op);
+
+// Launches one call whose every rank's input and output this rank reaches (`buffers`, entries [0, nranks)), in
+// place: no scratch, each input byte read once and each output byte written once (codes.def kInPlace;
+// collectives/in_place.cu states the protocol). Blocks as the collective's block layout says, block_count elements
+// of dtype. Every rank of the context makes the same call, with its peers' buffers of that call (a rank whose peers
+// run another call fails as call_check.cuh says, or waits out the timeout). The buffers are the launch's until it
+// ends on `stream`. One launch (one epoch) whatever the size; capture-safe. Errors (nothing is enqueued):
+// cudaErrorInvalidValue for a collective, dtype or op it does not run, nranks outside [2, kDirectPeers] or a null
+// buffer; cudaErrorNotReady when the context has no memory channels.
+cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
+                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream);
+
 // For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
 // kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set
 // by then, so that the outputs of a failed call, and of every call after it, cannot pass for results. Nothing is

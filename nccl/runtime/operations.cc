@@ -72,9 +72,11 @@ P2PMessage message_of(const Operation& op) {
 // Every operation of a group but the point-to-point ones, which end_group gathers per communicator.
 ncclResult_t execute(RuntimeCommunicator& runtime, const Operation& op, const Route& r) {
   switch (r.kind) {
-    case Route::kCollective:
-      count(op.function, r.algorithm);
-      return launched(runtime.launch(op, r.algorithm), op, runtime);
+    case Route::kCollective: {
+      const int32_t algorithm = runtime.algorithm_for(op, r.algorithm);  // in place over windows, where they serve
+      count(op.function, algorithm);
+      return launched(runtime.launch(op, algorithm), op, runtime);
+    }
     case Route::kComposed:
       count(op.function, kComposedColumn);
       return launched(launch_composed(runtime, op, r.fold ? &*r.fold : nullptr), op, runtime);

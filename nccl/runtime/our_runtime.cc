@@ -330,6 +330,20 @@ void release_runtime(OurCommunicator* ours, bool orderly) {
   free_runtime(runtime, /*kernels_may_run=*/!every_rank_came);
 }
 
+ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window) {
+  try {
+    *window = ours->runtime->register_window(buffer, bytes);
+  } catch (const std::exception& error) {
+    return fail(ncclSystemError, std::string("ncclCommWindowRegister on rank ") + std::to_string(runtime_rank(ours)) +
+                                     ": " + error.what());
+  }
+  return ncclSuccess;
+}
+
+void deregister_window(OurCommunicator* ours, void* window) {
+  ours->runtime->deregister_window(static_cast<Window*>(window));
+}
+
 int runtime_rank(const OurCommunicator* ours) { return ours->runtime->rank(); }
 int runtime_nranks(const OurCommunicator* ours) { return ours->runtime->nranks(); }
 bool runtime_failed(const OurCommunicator* ours) { return !ours->runtime->failure().empty(); }

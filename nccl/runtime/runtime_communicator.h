@@ -36,6 +36,7 @@
 #include "rank_identity.h"
 #include "reduction_table.h"
 #include "select/rules.h"
+#include "windows.h"
 
 namespace jax_mscclpp::nccl {
 
@@ -62,6 +63,12 @@ class RuntimeCommunicator {
   // A collective kernel (collective.h: all-reduce, all-gather, reduce-scatter, all-to-all) of every rank; a
   // launch failure with cudaErrorInvalidValue for arguments our kernels refuse.
   cuda::CallResult launch(const Operation& op, int32_t algorithm) const;
+  // codes::kInPlace where the operation's buffers lie in windows of every rank (windows.h) and launch_in_place runs
+  // it; else `selected`, the table's algorithm. launch() with kInPlace runs it over the peers' windows.
+  int32_t algorithm_for(const Operation& op, int32_t selected) const;
+  // ncclCommWindowRegister / ncclCommWindowDeregister of the communicator (windows.h: add is collective).
+  Window* register_window(void* buffer, size_t bytes);
+  void deregister_window(Window* window);
   // This rank's point-to-point messages of one group (collective.h, launch_p2p_group: only the ranks named take
   // part).
   cuda::CallResult launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const;
@@ -89,6 +96,7 @@ class RuntimeCommunicator {
   static constexpr size_t kStagingBytes = 16ull << 20;
   cuda::DeviceBuffer staging_;
   ReductionTable reductions_;
+  Windows windows_;
 };
 
 }  // namespace jax_mscclpp::nccl

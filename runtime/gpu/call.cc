@@ -122,6 +122,15 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
             if (!poisoned.launched()) return poisoned;
           }
           return {};
+        } else if constexpr (std::is_same_v<Kind, InPlaceCall>) {
+          CallResult launched = launch_result(
+              launch_in_place(device_, c.collective, c.buffers, c.block_count, c.dtype, c.op, stream),
+              std::string(collective_name(static_cast<Collective>(c.collective))) + " in place");
+          if (!launched.launched()) return launched;
+          const uint64_t out_bytes =
+              output_blocks(c.collective, size_t(device_.nranks)) * c.block_count * dtype_bytes(c.dtype);
+          return launch_result(poison_outputs_if_failed(c.buffers.out[device_.rank], out_bytes, stream),
+                               "the failed-output check");
         } else if constexpr (std::is_same_v<Kind, RaggedAllToAllCall>) {
           CallResult launched =
               launch_result(launch_ragged_all_to_all(device_, c.ragged, stream), "ragged_all_to_all");

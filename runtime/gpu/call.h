@@ -75,7 +75,17 @@ struct RaggedAllToAllCall {
   RaggedAllToAll ragged;
 };
 
-using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall, RaggedAllToAllCall>;
+// A collective over buffers every rank reaches (launch_in_place): `buffers.out[rank]` is its output.
+struct InPlaceCall {
+  int32_t collective;
+  InPlaceBuffers buffers;
+  uint64_t block_count;
+  int32_t dtype;  // codes.def DType
+  int32_t op;     // codes.def ReduceOp (ignored by the moves)
+};
+
+using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall, RaggedAllToAllCall,
+                          InPlaceCall>;
 
 enum class CallStatus {
   kLaunched,        // enqueued on the stream (its outputs poisoned should the rank fail by its end)

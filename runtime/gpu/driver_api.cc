@@ -21,6 +21,7 @@ DriverApi load() {
   DriverApi api;
   lookup("cuGetErrorString", api.get_error_string);
   lookup("cuStreamWriteValue64", api.stream_write_value64);
+  lookup("cuMemGetAddressRange", api.mem_get_address_range);
   lookup("cuMemGetAllocationGranularity", api.mem_get_allocation_granularity);
   lookup("cuMemCreate", api.mem_create);
   lookup("cuMemRelease", api.mem_release);

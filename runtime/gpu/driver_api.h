@@ -9,6 +9,8 @@ namespace jax_mscclpp::cuda {
 struct DriverApi {
   decltype(&::cuGetErrorString) get_error_string = nullptr;
   decltype(&::cuStreamWriteValue64) stream_write_value64 = nullptr;
+  // The allocation a device address lies in (memory.h: a handle of a range inside one).
+  decltype(&::cuMemGetAddressRange) mem_get_address_range = nullptr;
   // Virtual memory management (the opt-in NVLS path, nvls.h, and the NCCL-API library's ncclMemAlloc) and
   // multicast (the NVLS path only).
   decltype(&::cuMemGetAllocationGranularity) mem_get_allocation_granularity = nullptr;

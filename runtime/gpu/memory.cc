@@ -10,12 +10,13 @@
 #include <utility>
 
 #include "check.h"
+#include "driver_api.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
 
 constexpr uint32_t kMagic = 0x4A4D4D48;  // "JMMH"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 std::atomic<int> g_ipc_mappings{0};
 
 
@@ -77,7 +78,14 @@ MemoryHandle MemoryHandle::make(const void* ptr, size_t bytes, int device) {
   h.address = reinterpret_cast<uint64_t>(ptr);
   h.bytes = bytes;
   DeviceGuard g(device);
-  JAX_MSCCLPP_CUDA_CHECK(cudaIpcGetMemHandle(&h.ipc, const_cast<void*>(ptr)));
+  CUdeviceptr base = h.address;
+  if (const DriverApi& api = driver_api(); api.mem_get_address_range != nullptr) {
+    size_t allocation = 0;
+    if (api.mem_get_address_range(&base, &allocation, static_cast<CUdeviceptr>(h.address)) != CUDA_SUCCESS)
+      base = h.address;
+  }
+  h.offset = h.address - static_cast<uint64_t>(base);
+  JAX_MSCCLPP_CUDA_CHECK(cudaIpcGetMemHandle(&h.ipc, reinterpret_cast<void*>(base)));
   return h;
 }
 
@@ -117,7 +125,8 @@ MappedMemory::MappedMemory(const MemoryHandle& h, int local_device) : bytes_(h.b
     return;
   }
   DeviceGuard g(local_device);
-  JAX_MSCCLPP_CUDA_CHECK(cudaIpcOpenMemHandle(&ptr_, h.ipc, cudaIpcMemLazyEnablePeerAccess));
+  JAX_MSCCLPP_CUDA_CHECK(cudaIpcOpenMemHandle(&ipc_base_, h.ipc, cudaIpcMemLazyEnablePeerAccess));
+  ptr_ = static_cast<char*>(ipc_base_) + h.offset;
   ipc_ = true;
   g_ipc_mappings.fetch_add(1);
 }
@@ -125,12 +134,17 @@ MappedMemory::MappedMemory(const MemoryHandle& h, int local_device) : bytes_(h.b
 MappedMemory::~MappedMemory() { reset(); }
 
 MappedMemory::MappedMemory(MappedMemory&& o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_), device_(o.device_), ipc_(std::exchange(o.ipc_, false)) {}
+    : ptr_(std::exchange(o.ptr_, nullptr)),
+      ipc_base_(std::exchange(o.ipc_base_, nullptr)),
+      bytes_(o.bytes_),
+      device_(o.device_),
+      ipc_(std::exchange(o.ipc_, false)) {}
 
 MappedMemory& MappedMemory::operator=(MappedMemory&& o) noexcept {
   if (this != &o) {
     reset();
     ptr_ = std::exchange(o.ptr_, nullptr);
+    ipc_base_ = std::exchange(o.ipc_base_, nullptr);
     bytes_ = o.bytes_;
     device_ = o.device_;
     ipc_ = std::exchange(o.ipc_, false);
@@ -143,11 +157,12 @@ void MappedMemory::reset() {
     int previous = 0;
     JAX_MSCCLPP_CUDA_IGNORE(cudaGetDevice(&previous));
     JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(device_));
-    JAX_MSCCLPP_CUDA_IGNORE(cudaIpcCloseMemHandle(ptr_));
+    JAX_MSCCLPP_CUDA_IGNORE(cudaIpcCloseMemHandle(ipc_base_));
     JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(previous));
     g_ipc_mappings.fetch_sub(1);
   }
   ptr_ = nullptr;
+  ipc_base_ = nullptr;
   ipc_ = false;
 }
 

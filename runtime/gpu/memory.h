@@ -42,7 +42,9 @@ class DeviceBuffer {
   int device_ = -1;
 };
 
-// What a peer needs to map one allocation (fixed-size, plain bytes).
+// What a peer needs to map `bytes` of device memory at `address` (fixed-size, plain bytes): the whole of a
+// cudaMalloc allocation (the scratch), or a range inside one (a window of the NCCL library), whose allocation the
+// IPC handle names and `offset` places the range in.
 struct MemoryHandle {
   uint32_t magic;
   uint32_t version;
@@ -52,8 +54,11 @@ struct MemoryHandle {
   int32_t reserved;
   uint64_t address;  // in the owner's process
   uint64_t bytes;
+  uint64_t offset;   // of `address` in its allocation
   cudaIpcMemHandle_t ipc;
 
+  // Throws std::runtime_error where CUDA IPC cannot export the memory (not cudaMalloc's: cuMem allocations are
+  // exported by file descriptors, which this handle does not carry).
   static MemoryHandle make(const void* ptr, size_t bytes, int device);
   std::string serialize() const;
   static MemoryHandle deserialize(const std::string& bytes);  // throws std::invalid_argument
@@ -79,6 +84,7 @@ class MappedMemory {
  private:
   void reset();
   void* ptr_ = nullptr;
+  void* ipc_base_ = nullptr;  // what cudaIpcOpenMemHandle returned (ptr_ less the handle's offset)
   size_t bytes_ = 0;
   int device_ = -1;
   bool ipc_ = false;

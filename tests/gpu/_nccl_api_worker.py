@@ -238,6 +238,10 @@ def load_library(path: str) -> ctypes.CDLL:
         "jax_mscclpp_nccl_call_counts": [],
         "jax_mscclpp_nccl_runtime_enabled": [],
         "jax_mscclpp_nccl_group_depth": [],
+        "ncclCommWindowRegister": [P, P, S, ctypes.POINTER(P), I],
+        "ncclCommWindowDeregister": [P, P],
+        "ncclMemAlloc": [ctypes.POINTER(P), S],
+        "ncclMemFree": [P],
     }
     for name, argtypes in signatures.items():
         function = getattr(lib, name)
@@ -256,13 +260,24 @@ def call_counts(lib) -> dict:
 
 
 class Buffer:
-    """Device bytes followed by a guard: `content` (bytes, uploaded with the guard in one stream-ordered copy)."""
+    """Device bytes followed by a guard: `content` (bytes, uploaded with the guard in one stream-ordered copy), in
+    cupy's memory (cudaMalloc), or in ncclMemAlloc's (`nccl_memory`: freed with the world's windows)."""
 
-    def __init__(self, world, content: np.ndarray):
+    def __init__(self, world, content: np.ndarray, nccl_memory: bool = False):
+        cp = world.cp
         host = np.concatenate([np.ascontiguousarray(content).view(np.uint8).reshape(-1), GUARD_PATTERN])
         self.nbytes = host.size - GUARD_BYTES
         self.host = host  # kept until the batch is synchronized (pageable copies may still read it)
-        self.dev = world.cp.empty(host.size, dtype=world.cp.uint8)
+        if nccl_memory:
+            ptr = ctypes.c_void_p()
+            result = world.lib.ncclMemAlloc(ctypes.byref(ptr), host.size)
+            if result != NCCL_SUCCESS:
+                raise RuntimeError(f"ncclMemAlloc returned {result}")
+            world.nccl_allocations.append(ptr.value)
+            memory = cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(ptr.value, host.size, None), 0)
+            self.dev = cp.ndarray(host.size, dtype=cp.uint8, memptr=memory)
+        else:
+            self.dev = cp.empty(host.size, dtype=cp.uint8)
         self.dev.set(host, stream=world.stream)
 
     @property
@@ -286,14 +301,24 @@ class Case:
         self.keep: list = []
         self.launch = None
 
-    def buffer(self, content: np.ndarray) -> Buffer:
-        b = Buffer(self.world, content)
+    def buffer(self, content: np.ndarray, nccl_memory: bool = False) -> Buffer:
+        b = Buffer(self.world, content, nccl_memory)
         self.buffers.append(b)
         return b
 
-    def output(self, label: str, want: np.ndarray, tol=None, buffer: Buffer | None = None) -> Buffer:
+    def window(self, b: Buffer):
+        """Registers `b` (its guard included) as a window of the communicator: collective, so every rank's case
+        registers its windows in the same order; deregistered after the batch (World.release_windows)."""
+        w = self.world
+        handle = ctypes.c_void_p()
+        self.returned("ncclCommWindowRegister", w.lib.ncclCommWindowRegister(w.comm, b.ptr, b.nbytes + GUARD_BYTES,
+                                                                             ctypes.byref(handle), 0))
+        w.windows.append(handle)
+
+    def output(self, label: str, want: np.ndarray, tol=None, buffer: Buffer | None = None,
+               nccl_memory: bool = False) -> Buffer:
         """A poisoned output (or `buffer`, an in-place one) that must hold `want` after the batch."""
-        b = buffer if buffer is not None else self.buffer(poison_for(want))
+        b = buffer if buffer is not None else self.buffer(poison_for(want), nccl_memory)
         self.outputs.append((label, b, want, tol))
         return b
 
@@ -330,6 +355,21 @@ class World:
         self.lib, self.cp, self.rank, self.n, self.comm, self.stream = lib, cp, rank, n, comm, stream
         self.s = stream.ptr
         self._inputs: dict = {}
+        self.windows: list = []  # registered by the batch's cases (Case.window)
+        self.nccl_allocations: list = []  # ncclMemAlloc's memory of the batch's buffers
+
+    def release_windows(self):
+        """After the batch: its windows deregistered, its ncclMemAlloc memory freed (the buffers are no longer used)."""
+        problems = []
+        for handle in self.windows:
+            if self.lib.ncclCommWindowDeregister(self.comm, handle) != NCCL_SUCCESS:
+                problems.append(f"ncclCommWindowDeregister: {self.last_error()}")
+        for ptr in self.nccl_allocations:
+            if self.lib.ncclMemFree(ptr) != NCCL_SUCCESS:
+                problems.append(f"ncclMemFree: {self.last_error()}")
+        self.windows.clear()
+        self.nccl_allocations.clear()
+        return problems
 
     def inputs(self, tag: str, count: int, name: str) -> list:
         key = (tag, count, name)
@@ -362,6 +402,51 @@ def _all_reduce(tag, name, op, count, in_place, title=""):
         return lambda: c.returned("ncclAllReduce", w.lib.ncclAllReduce(send.ptr, out.ptr, count, DTYPE_CODES[name],
                                                                        OP_CODES[op], w.comm, w.s))
     return title or f"all_reduce {name} {op} count={count} {'in place' if in_place else 'out of place'}", build
+
+
+WINDOW_CASE = "in windows"
+
+
+def _windowed(collective, name, op, count, nccl_memory):
+    """A call whose input and output are windows of every rank: in place where every rank maps every other's window
+    (cupy's cudaMalloc memory, through CUDA IPC), the table's algorithm where one cannot (ncclMemAlloc's cuMem memory
+    between processes); the same results either way."""
+    def build(c, w):
+        n = w.n
+        per_rank = collective in ("reduce_scatter", "all_to_all")
+        blocks = w.inputs(f"win-{collective}", n * count if per_rank else count, name)
+        if collective == "all_reduce":
+            want, tol = reduce_reference(blocks, name, op), tolerance(blocks, name, op)
+        elif collective == "reduce_scatter":
+            mine = [b[w.rank * count:(w.rank + 1) * count] for b in blocks]
+            want, tol = reduce_reference(mine, name, op), tolerance(mine, name, op)
+        elif collective == "all_gather":
+            want, tol = np.concatenate(blocks), None
+        else:
+            want, tol = np.concatenate([b[w.rank * count:(w.rank + 1) * count] for b in blocks]), None
+        send = c.buffer(blocks[w.rank], nccl_memory)
+        out = c.output("result", want, tol, nccl_memory=nccl_memory)
+        c.window(send)
+        c.window(out)
+        code = DTYPE_CODES[name]
+        if collective in ("all_reduce", "reduce_scatter"):
+            function = {"all_reduce": w.lib.ncclAllReduce, "reduce_scatter": w.lib.ncclReduceScatter}[collective]
+            return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, OP_CODES[op], w.comm, w.s))
+        function = {"all_gather": w.lib.ncclAllGather, "all_to_all": w.lib.ncclAlltoAll}[collective]
+        return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, w.comm, w.s))
+    memory = "ncclMemAlloc" if nccl_memory else "cudaMalloc"
+    return f"{collective} {name} {op} count={count} {WINDOW_CASE} of {memory} memory", build
+
+
+# Per NCCL function, the window cases of cudaMalloc memory (each runs in place on every rank).
+WINDOW_CALLS = [("all_reduce", "float32", "sum", 65541), ("all_reduce", "bfloat16", "max", 1023),
+                ("reduce_scatter", "int32", "sum", 4099), ("all_gather", "float16", "sum", 3),
+                ("all_to_all", "int8", "sum", 1027)]
+
+
+def window_batch():
+    return ([_windowed(*call, nccl_memory=False) for call in WINDOW_CALLS] +
+            [_windowed(*call, nccl_memory=True) for call in WINDOW_CALLS[:2]])
 
 
 def all_reduce_batches():
@@ -841,8 +926,8 @@ def _group_simulate_end():
 
 def batches(n: int) -> list:
     return ([[_communicator_queries()]] + all_reduce_batches() + [premulsum_batch(n)] + reduction_batches(n) +
-            rooted_batches(n) + [gather_batch()] + p2p_batch(n) + [[_on_several_streams()], [_bad_input()],
-                                                                   [_group_simulate_end()]])
+            rooted_batches(n) + [gather_batch(), window_batch()] + p2p_batch(n) +
+            [[_on_several_streams()], [_bad_input()], [_group_simulate_end()]])
 
 
 def one_rank_batches() -> list:
@@ -888,6 +973,8 @@ def run_batch(w, cases: list, report: list, started: float):
         report.append({"name": c.name, "passed": passed, "detail": detail})
         if not passed:
             print(f"rank {w.rank}: {c.name}: FAIL {detail}", flush=True)
+    for problem in w.release_windows():
+        report.append({"name": "releasing the batch's windows", "passed": False, "detail": problem})
     failed = sum(bool(c.problems) for c in built)
     print(f"rank {w.rank}: {len(built)} cases from {built[0].name!r}: {len(built) - failed} ok, {failed} failed "
           f"({time.monotonic() - started:.1f} s)", flush=True)

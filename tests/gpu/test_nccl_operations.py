@@ -98,3 +98,21 @@ def test_group_simulate_end_launches_nothing(reports):
     if failed and all(NOT_DISCARDED in f for f in failed):
         pytest.xfail("ncclGroupSimulateEnd does not yet discard the group's queued operations:\n" + "\n".join(failed))
     assert not failed, "\n".join(failed)
+
+
+def test_calls_on_windows_run_in_place_where_every_rank_maps_them(reports):
+    """The window cases of cudaMalloc memory ran in place on every rank (CUDA IPC maps them between processes); those
+    of ncclMemAlloc's cuMem memory, which CUDA IPC does not export, ran the table's algorithms (their results are
+    checked with every case's)."""
+    from tests.gpu._nccl_api_worker import WINDOW_CALLS, WINDOW_CASE
+
+    functions = {"all_reduce": "ncclAllReduce", "reduce_scatter": "ncclReduceScatter", "all_gather": "ncclAllGather",
+                 "all_to_all": "ncclAlltoAll"}
+    if FILTERED and not any(WINDOW_CASE in c["name"] for r in reports for c in r["cases"]):
+        pytest.skip("no window case ran")
+    for report in reports:
+        ran = {f: per.get("in_place", 0) for f, per in report["calls"].items() if per.get("in_place")}
+        want: dict = {}
+        for collective, *_ in WINDOW_CALLS:
+            want[functions[collective]] = want.get(functions[collective], 0) + 1
+        assert ran == want, f"rank {report['rank']} ran in place {ran}, expected {want}"

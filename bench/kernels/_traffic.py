@@ -1,0 +1,80 @@
+"""What the traffic records of this folder share (ragged_record.py, nccl_traffic_record.py): sizes as the command
+lines write them, the profiler's range markers, the DRAM bytes of each profiled range under Nsight Compute, and the
+machine a record names.
+
+A range is what runs between cuProfilerStart and cuProfilerStop: one call on every rank, so that the kernels of
+communicating ranks, which cannot be replayed one at a time, replay together (``ncu --replay-mode range``, else
+``app-range``). Every rank shares one GPU's memory, so the traffic of all ranks is counted together, and what stays
+in the L2 cache never reaches DRAM (small calls read low)."""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import io
+import subprocess
+
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def profiler(start: bool) -> None:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    result = cuda.cuProfilerStart() if start else cuda.cuProfilerStop()
+    if result != 0:
+        raise RuntimeError(f"cuProfiler{'Start' if start else 'Stop'} returned {result}")
+
+
+def dram_bytes_per_range(text: str) -> list[float]:
+    """ncu's CSV (--csv --print-units base): the sum of METRICS per profiled range, in order."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    per_range: dict[str, float] = {}
+    order: list[str] = []
+    for rec in csv.DictReader(io.StringIO("\n".join(lines))):
+        name = rec.get("Metric Name")
+        if name not in METRICS:
+            continue
+        key = rec.get("ID") or rec.get("Range Name") or str(len(order))
+        if key not in per_range:
+            per_range[key] = 0.0
+            order.append(key)
+        per_range[key] += float(str(rec.get("Metric Value", "0")).replace(",", ""))
+    return [per_range[k] for k in order]
+
+
+def profile_ranges(command: list[str], expected: int, timeout: float) -> tuple[str | None, list[float], str | None]:
+    """Runs ``command`` (a process that marks ``expected`` ranges) under ncu, range replay first, then application
+    range replay: (the mode that gave ``expected`` values, the DRAM bytes per range, None), or (None, [], what went
+    wrong)."""
+    notes = []
+    for mode in ("range", "app-range"):
+        ncu = ["ncu", "--replay-mode", mode, "--clock-control", "none", "--metrics", ",".join(METRICS), "--csv",
+               "--print-units", "base", *command]
+        try:
+            done = subprocess.run(ncu, text=True, capture_output=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            notes.append(f"{mode}: no result in {timeout} s")
+            continue
+        values = dram_bytes_per_range(done.stdout)
+        if done.returncode != 0 or len(values) != expected:
+            notes.append(f"{mode}: {len(values)} ranges for {expected} (exit {done.returncode}): "
+                         f"{(done.stdout + done.stderr)[-1200:]}")
+            continue
+        return mode, values, None
+    return None, [], " | ".join(notes)
+
+
+def machine() -> dict:
+    """This host's facts as every bench record gives them, and the GPUs nvidia-smi lists."""
+    from jax_mscclpp.tools.bench import machine as bench_machine
+
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], text=True, capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        listing = ""
+    names = [line.split(": ", 1)[1].split(" (UUID")[0] for line in listing.splitlines() if line.startswith("GPU ")]
+    return {**bench_machine.host(), "gpus": len(names), "gpu": names[0] if names else None}

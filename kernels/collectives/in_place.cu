@@ -1,0 +1,110 @@
+// Collectives over buffers every rank can reach (kInPlace, codes.def; launch_in_place, collective.h): no scratch.
+// Each rank's kernel reads its peers' inputs and writes their outputs where they are:
+//   all_reduce      rank r folds slice r of every rank's input, in rank order, and stores the result into slice r
+//                   of every rank's output (the slices: the buffer cut into n parts at 16-byte boundaries);
+//   reduce_scatter  rank r folds block r of every rank's input, in rank order, into its own output;
+//   all_gather      rank r stores its input into block r of every rank's output;
+//   all_to_all      rank r stores block q of its input into block r of rank q's output, for every q.
+// So every input byte is read once and every output byte written once: the least memory traffic the collective
+// has. Each element is folded by one rank, so every rank gets the same bits.
+//
+// Ordering (block b of every rank works on the same part of every slice or block, on every rank alike):
+//   - before its first access, block b meets block b of every peer (barrier_peers on memory channel b): a peer's
+//     launch has started, so its stream's earlier work is done (its input written, its output's old contents
+//     read);
+//   - after its last access, it meets them again: so no rank's launch ends, and its stream goes on to reuse its
+//     buffers, while a block of a peer still reads or writes them; the signal after the stores releases them to
+//     the rank whose output they are.
+// Every block of every rank's launch is resident at once (the grid is at most channels_per_peer blocks).
+#include "collectives/algorithms.h"
+
+namespace jax_mscclpp::collectives {
+namespace {
+
+constexpr int kInPlaceThreads = 512;
+constexpr uint64_t kInPlaceBytesPerBlock = 256 << 10;
+
+// Bytes rank r handles per source: its slice of an all_reduce, a block of the others.
+JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t slice_bytes(int32_t collective, uint64_t block_bytes, int nranks) {
+  return collective == codes::kAllReduce ? round_up(ceil_div(block_bytes, nranks), 16) : block_bytes;
+}
+
+template <class T, class Op>
+__global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveContext c, InPlaceBuffers b,
+                                                                   int32_t collective, uint64_t block_bytes) {
+  const int r = c.rank, n = c.nranks;
+  const uint64_t e = begin_launch(c);
+  barrier_peers(c, blockIdx.x);
+
+  const uint64_t slice = slice_bytes(collective, block_bytes, n);
+  if (collective == codes::kAllReduce) {
+    const Span mine = part_of(block_bytes, r, slice);
+    const Span part = split(mine.size(), blockIdx.x, gridDim.x, 16);
+    const uint64_t at = mine.lo + part.lo;
+    fold_rank_order<T, Op>([&](int q) { return b.in[q] + at; }, n, [&](int q) { return b.out[q] + at; }, n,
+                           part.size(), threadIdx.x, blockDim.x);
+  } else {
+    const Span part = split(block_bytes, blockIdx.x, gridDim.x, 16);
+    if (collective == codes::kReduceScatter) {
+      const uint64_t at = r * block_bytes + part.lo;
+      fold_rank_order<T, Op>([&](int q) { return b.in[q] + at; }, n, [&](int) { return b.out[r] + part.lo; }, 1,
+                             part.size(), threadIdx.x, blockDim.x);
+    } else if (collective == codes::kAllGather) {
+      fold_rank_order<T, Op>([&](int) { return b.in[r] + part.lo; }, 1,
+                             [&](int q) { return b.out[q] + r * block_bytes + part.lo; }, n, part.size(), threadIdx.x,
+                             blockDim.x);
+    } else {  // all_to_all
+      for (int k = 0; k < n; ++k) {
+        const int q = (r + k) % n;
+        fold_rank_order<T, Op>([&](int) { return b.in[r] + q * block_bytes + part.lo; }, 1,
+                               [&](int) { return b.out[q] + r * block_bytes + part.lo; }, 1, part.size(),
+                               threadIdx.x, blockDim.x);
+      }
+    }
+  }
+
+  barrier_peers(c, blockIdx.x);
+  finish_launch(c, e);
+}
+
+}  // namespace
+
+// Not a launcher of launch_collective: its buffers are the peers' (launch_in_place).
+JAX_MSCCLPP_LAUNCHER(kInPlace) { return nullptr; }
+
+}  // namespace jax_mscclpp::collectives
+
+namespace jax_mscclpp {
+
+bool in_place_supported(int32_t collective, int32_t dtype, int32_t op) {
+  if (dtype_bytes(dtype) == 0) return false;
+  if (collective == codes::kAllGather || collective == codes::kAllToAll) return true;
+  if (collective != codes::kAllReduce && collective != codes::kReduceScatter) return false;
+  return op == codes::kSum || op == codes::kMax || op == codes::kMin;
+}
+
+cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
+                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream) {
+  using namespace collectives;
+  if (!in_place_supported(collective, dtype, op)) return cudaErrorInvalidValue;
+  if (ctx.nranks < 2 || ctx.nranks > kDirectPeers || ctx.rank < 0 || ctx.rank >= ctx.nranks)
+    return cudaErrorInvalidValue;
+  for (int q = 0; q < ctx.nranks; ++q)
+    if (buffers.in[q] == nullptr || buffers.out[q] == nullptr) return cudaErrorInvalidValue;
+  const uint64_t block_bytes = block_count * dtype_bytes(dtype);
+  if (block_bytes == 0) return cudaSuccess;
+  if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.channels_per_peer < 1) return cudaErrorNotReady;
+  const bool reduces = collective_reduces(collective);
+  const int blocks = blocks_for(slice_bytes(collective, block_bytes, ctx.nranks), kInPlaceBytesPerBlock,
+                                ctx.channels_per_peer);
+  CollectiveContext c = ctx;
+  c.call = call_words(collective, op, codes::kInPlace, dtype, block_count);
+  // The moves go as bytes; the reductions in their type (signed sums as unsigned: the same bits).
+  return launch_reduction(reduces ? dtype : codes::kU8, reduces ? op : codes::kSum, [&](auto t, auto o) {
+    in_place_kernel<decltype(t), decltype(o)><<<blocks, kInPlaceThreads, 0, stream>>>(c, buffers, collective,
+                                                                                       block_bytes);
+    return cudaSuccess;
+  });
+}
+
+}  // namespace jax_mscclpp

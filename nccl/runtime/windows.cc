@@ -1,0 +1,104 @@
+#include "windows.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "check.h"
+
+namespace jax_mscclpp::nccl {
+namespace {
+
+// A rank's frame of the first round: its range's size, then its memory handle, or none where it cannot be exported.
+std::string handle_frame(void* buffer, size_t bytes, int device) {
+  std::string frame(sizeof(uint64_t), '\0');
+  const uint64_t size = bytes;
+  std::memcpy(frame.data(), &size, sizeof(size));
+  try {
+    frame += cuda::MemoryHandle::make(buffer, bytes, device).serialize();
+  } catch (const std::exception&) {
+    (void)cudaGetLastError();  // cuMem memory: CUDA IPC refuses it, and the window is not mapped
+  }
+  return frame;
+}
+
+}  // namespace
+
+Window* Windows::add(BootstrapClient& bootstrap, int device, void* buffer, size_t bytes) {
+  auto window = std::make_unique<Window>();
+  window->buffer = static_cast<char*>(buffer);
+  window->bytes = bytes;
+  const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
+  const std::vector<std::string> frames =
+      bootstrap.all_gather(handle_frame(buffer, bytes, device), "ncclCommWindowRegister (the ranks' ranges)");
+  window->mappings.resize(nranks);
+  window->ranges.assign(nranks, nullptr);
+  window->reach = bytes;
+  bool mapped = buffer != nullptr && bytes > 0;
+  for (int q = 0; q < nranks && mapped; ++q) {
+    uint64_t size = 0;
+    std::memcpy(&size, frames[q].data(), sizeof(size));
+    window->reach = std::min<size_t>(window->reach, size);
+    if (q == rank) {
+      window->ranges[q] = window->buffer;
+      continue;
+    }
+    try {
+      window->mappings[q] =
+          cuda::MappedMemory(cuda::MemoryHandle::deserialize(frames[q].substr(sizeof(uint64_t))), device);
+      window->ranges[q] = window->mappings[q].get();
+    } catch (const std::exception&) {
+      (void)cudaGetLastError();
+      mapped = false;
+    }
+  }
+  const std::vector<std::string> answers =
+      bootstrap.all_gather(mapped ? "1" : "0", "ncclCommWindowRegister (whether every rank mapped the window)");
+  window->mapped = std::all_of(answers.begin(), answers.end(), [](const std::string& a) { return a == "1"; });
+  if (!window->mapped) {
+    window->mappings.clear();
+    window->ranges.clear();
+  }
+  windows_.push_back(std::move(window));
+  return windows_.back().get();
+}
+
+void Windows::remove(Window* window) {
+  const auto found = std::find_if(windows_.begin(), windows_.end(),
+                                  [window](const std::unique_ptr<Window>& w) { return w.get() == window; });
+  if (found == windows_.end()) return;
+  if (window->mapped) JAX_MSCCLPP_CUDA_IGNORE(cudaDeviceSynchronize());  // a kernel may still use the mappings
+  windows_.erase(found);
+}
+
+const Window* Windows::holding(const void* p, size_t bytes) const {
+  const char* at = static_cast<const char*>(p);
+  for (const std::unique_ptr<Window>& w : windows_) {
+    if (!w->mapped || at < w->buffer) continue;
+    const size_t offset = static_cast<size_t>(at - w->buffer);
+    if (offset <= w->reach && bytes <= w->reach - offset) return w.get();
+  }
+  return nullptr;
+}
+
+bool Windows::in_place(const void* in, size_t in_bytes, const void* out, size_t out_bytes, int nranks,
+                       InPlaceBuffers* buffers) const {
+  if (nranks < 2 || nranks > kDirectPeers) return false;
+  const Window* from = holding(in, in_bytes);
+  const Window* to = holding(out, out_bytes);
+  if (from == nullptr || to == nullptr) return false;
+  const size_t in_offset = static_cast<const char*>(in) - from->buffer;
+  const size_t out_offset = static_cast<const char*>(out) - to->buffer;
+  *buffers = InPlaceBuffers{};
+  for (int q = 0; q < nranks; ++q) {
+    buffers->in[q] = from->ranges[q] + in_offset;
+    buffers->out[q] = to->ranges[q] + out_offset;
+  }
+  return true;
+}
+
+}  // namespace jax_mscclpp::nccl
