@@ -314,6 +314,11 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclGroupEnd(void) {
     if (group_depth() == 0 && !unbalanced) {
       ours = run_group_setups();
       if (ours != ncclSuccess) ours_error = last_error();
+      if (const ncclResult_t windows = run_group_windows();
+          windows != ncclSuccess && (ours == ncclSuccess || ours == ncclInProgress)) {
+        ours = windows;
+        ours_error = last_error();
+      }
       const ncclResult_t launched = end_group();
       if (launched != ncclSuccess && (ours == ncclSuccess || ours == ncclInProgress)) {
         ours = launched;
@@ -344,6 +349,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo
       estimate = estimate_group_microseconds(queued_group());
       discard_group();
       discard_group_setups();
+      discard_group_windows();
     }
     ncclResult_t result = ncclSuccess;
     if (groups_go_to_real() && real_group_depth > 0) {
@@ -425,17 +431,16 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, voi
                                      ApiFunction::ncclCommWindowRegister, comm, buff, size, &real_window,
                                      winFlags) != ncclSuccess)
       real_window = nullptr;
-    void* window = nullptr;
-    if (const ncclResult_t registered = register_window(ours, buff, size, &window); registered != ncclSuccess) {
+    RegisteredRange* range = make_registered_range(buff, size, real_window);
+    if (range == nullptr) return fail(ncclSystemError, "ncclCommWindowRegister: out of host memory");
+    // In a group, range->window is set at the outermost ncclGroupEnd (our_runtime.h).
+    if (const ncclResult_t registered = register_window(ours, buff, size, &range->window);
+        registered != ncclSuccess) {
       if (real_window != nullptr)
         (void)forward_to_real<decltype(&ncclCommWindowDeregister)>(ApiFunction::ncclCommWindowDeregister, comm,
                                                                    real_window);
+      release_registered_range(range);
       return registered;
-    }
-    RegisteredRange* range = make_registered_range(buff, size, real_window, window);
-    if (range == nullptr) {
-      deregister_window(ours, window);
-      return fail(ncclSystemError, "ncclCommWindowRegister: out of host memory");
     }
     *win = reinterpret_cast<ncclWindow_t>(range);
     clear_last_error();

@@ -81,9 +81,15 @@ bool owns_buffer(void* ptr);
 ncclResult_t free_buffer(void* ptr);
 // ncclCommWindowRegister / ncclCommWindowDeregister on one of ours with a runtime (runtime/windows.h): the
 // registration is collective, and a window every rank maps serves the calls whose buffers lie in it in place
-// (collective.h, launch_in_place); *window is the runtime's record of it. Fails (ncclSystemError, with the last
-// error) when a rank does not register within the timeout.
+// (collective.h, launch_in_place); *window becomes the runtime's record of it. Outside a group it is made at once
+// and fails (ncclSystemError, with the last error) when a rank does not register within the timeout; inside one,
+// *window stays null until the outermost ncclGroupEnd makes the calling thread's registrations, concurrently (one
+// thread may register the windows of several ranks: run_group_windows, whose result is the first failure), and
+// ncclGroupSimulateEnd drops them (discard_group_windows: the windows stay ranges recorded only). *window must stay
+// valid until then.
 ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window);
+ncclResult_t run_group_windows();
+void discard_group_windows();
 void deregister_window(OurCommunicator* ours, void* window);
 bool submit(ncclComm_t comm, const Operation& operation, ncclResult_t* result);
 ncclResult_t end_group();

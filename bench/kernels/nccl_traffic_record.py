@@ -80,6 +80,7 @@ class NcclCell:
             values = m[:self.in_bytes].view(cp.float32)
             values[...] = (rng.random(values.size, dtype=cp.float32) + 0.5) * cp.where(
                 rng.random(values.size, dtype=cp.float32) < 0.5, -1, 1).astype(cp.float32)
+        cp.cuda.Device().synchronize()  # the ranks' streams do not wait for cupy's
         self.sends = [m.data.ptr for m in self.memory]
         self.recvs = [m.data.ptr + self.in_bytes for m in self.memory]
         self.windows = ranks.register_windows(self.sends, self.in_bytes + self.out_bytes) if registered else None
@@ -164,8 +165,8 @@ def run_cells(args, profile_only: bool) -> list[dict]:
     from tests.harness.virtual_ranks import VirtualRanks
 
     rows = []
+    algorithms: dict = {}  # (ranks, collective, size) -> what the unregistered call ran: the JAX path's kernel
     for n in args.ranks:
-        algorithms: dict = {}  # (collective, size) -> what the unregistered call ran: the JAX path's kernel
         ranks = NcclRanks(nccl_backend.library_path(), n)
         try:
             for collective in args.collectives:
@@ -180,7 +181,7 @@ def run_cells(args, profile_only: bool) -> list[dict]:
                             ranks.synchronize()
                             algorithm = ran_algorithm(ranks, collective, before)
                             if path == "unregistered":
-                                algorithms[(collective, size)] = algorithm
+                                algorithms[(n, collective, size)] = algorithm
                             if profile_only:
                                 profiler(True)
                                 cell.launch()
@@ -203,15 +204,18 @@ def run_cells(args, profile_only: bool) -> list[dict]:
                         end.synchronize()
                         row["memcpy_us"] = round(cp.cuda.get_elapsed_time(begin, end) * 1e3 / 20, 2)
                         rows.append(row)
+                        print(json.dumps(row), flush=True)
                     cp.get_default_memory_pool().free_all_blocks()
         finally:
             ranks.close()
+    # The JAX path's kernels after every NCCL cell: the library's ranks and the harness's never live at once.
+    for n in args.ranks:
         largest = max(args.sizes)
         with VirtualRanks(n, buffer_bytes=largest + 4096, scratch_bytes=SCRATCH, channels_per_peer=8,
                           timeout_s=30.0) as vr:
             for collective in args.collectives:
                 for size in args.sizes:
-                    params = jax_params(collective, size, n, algorithms[(collective, size)])
+                    params = jax_params(collective, size, n, algorithms[(n, collective, size)])
                     vr.launch("collective", **params)
                     vr.synchronize()
                     if profile_only:
@@ -227,14 +231,13 @@ def run_cells(args, profile_only: bool) -> list[dict]:
 
 
 def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
-    """One range per path of every cell, in run_cells' order: NCCL paths per (ranks, collective, size), then the
-    JAX path's per (collective, size) of each rank count."""
+    """One range per path of every cell, in run_cells' order: the NCCL paths per (ranks, collective, size), then
+    the JAX path's in the same order."""
     command = [sys.executable, os.path.abspath(__file__), "--profile-only", "--ranks", ",".join(map(str, args.ranks)),
                "--sizes", ",".join(map(str, args.sizes)), "--collectives", ",".join(args.collectives)]
-    order = []
-    for n in args.ranks:
-        order += [(n, c, s, p) for c in args.collectives for s in args.sizes for p in ("registered", "unregistered")]
-        order += [(n, c, s, "jax") for c in args.collectives for s in args.sizes]
+    order = [(n, c, s, p) for n in args.ranks for c in args.collectives for s in args.sizes
+             for p in ("registered", "unregistered")]
+    order += [(n, c, s, "jax") for n in args.ranks for c in args.collectives for s in args.sizes]
     mode, values, note = profile_ranges(command, len(order), args.ncu_timeout)
     if mode is None:
         return None, note

@@ -188,9 +188,12 @@ bool in_place_supported(int32_t collective, int32_t dtype, int32_t op);
 // run another call fails as call_check.cuh says, or waits out the timeout). The buffers are the launch's until it
 // ends on `stream`. One launch (one epoch) whatever the size; capture-safe. Errors (nothing is enqueued):
 // cudaErrorInvalidValue for a collective, dtype or op it does not run, nranks outside [2, kDirectPeers] or a null
-// buffer; cudaErrorNotReady when the context has no memory channels.
+// buffer; cudaErrorNotReady when the context has no stream semaphores (its barriers use block b's). Its grid is at
+// most ctx.stream_blocks blocks, and at most `max_blocks` where that is > 0: every block of every rank must be
+// resident at once, so ranks that share a GPU divide its multiprocessors (the same cap on every rank).
 cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
-                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream);
+                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                            int32_t max_blocks = 0);
 
 // For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
 // kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set

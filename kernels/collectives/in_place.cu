@@ -9,13 +9,15 @@
 // has. Each element is folded by one rank, so every rank gets the same bits.
 //
 // Ordering (block b of every rank works on the same part of every slice or block, on every rank alike):
-//   - before its first access, block b meets block b of every peer (barrier_peers on memory channel b): a peer's
-//     launch has started, so its stream's earlier work is done (its input written, its output's old contents
-//     read);
+//   - before its first access, block b meets block b of every peer (meet_peers, on the stream semaphores of block
+//     b, "chunk written" kind: every launch consumes the signals it causes there, collectives/stream.cuh): a
+//     peer's launch has started, so its stream's earlier work is done (its input written, its output's old
+//     contents read);
 //   - after its last access, it meets them again: so no rank's launch ends, and its stream goes on to reuse its
 //     buffers, while a block of a peer still reads or writes them; the signal after the stores releases them to
 //     the rank whose output they are.
-// Every block of every rank's launch is resident at once (the grid is at most channels_per_peer blocks).
+// Every block of every rank's launch must be resident at once: the grid is a function of the sizes and the
+// caller's cap alone (the same on every rank), and the caller caps it so that the ranks sharing a GPU fit on it.
 #include "collectives/algorithms.h"
 
 namespace jax_mscclpp::collectives {
@@ -23,6 +25,17 @@ namespace {
 
 constexpr int kInPlaceThreads = 512;
 constexpr uint64_t kInPlaceBytesPerBlock = 256 << 10;
+
+// Block-wide: every rank's block b meets block b of every peer; what each wrote before is visible to the others
+// after (a block barrier, one signal per peer from thread k - 1, one waiter per peer, a block barrier).
+__device__ inline void meet_peers(const CollectiveContext& c, int b) {
+  __syncthreads();
+  for (int k = threadIdx.x + 1; k < c.nranks; k += blockDim.x)
+    stream_semaphore(c, (c.rank + k) % c.nranks, b, kStreamData).signal();
+  for (int k = threadIdx.x + 1; k < c.nranks; k += blockDim.x)
+    stream_semaphore(c, (c.rank + k) % c.nranks, b, kStreamData).wait();
+  __syncthreads();
+}
 
 // Bytes rank r handles per source: its slice of an all_reduce, a block of the others.
 JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t slice_bytes(int32_t collective, uint64_t block_bytes, int nranks) {
@@ -34,7 +47,7 @@ __global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveCon
                                                                    int32_t collective, uint64_t block_bytes) {
   const int r = c.rank, n = c.nranks;
   const uint64_t e = begin_launch(c);
-  barrier_peers(c, blockIdx.x);
+  meet_peers(c, blockIdx.x);
 
   const uint64_t slice = slice_bytes(collective, block_bytes, n);
   if (collective == codes::kAllReduce) {
@@ -63,7 +76,7 @@ __global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveCon
     }
   }
 
-  barrier_peers(c, blockIdx.x);
+  meet_peers(c, blockIdx.x);
   finish_launch(c, e);
 }
 
@@ -84,7 +97,7 @@ bool in_place_supported(int32_t collective, int32_t dtype, int32_t op) {
 }
 
 cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
-                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream) {
+                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream, int32_t max_blocks) {
   using namespace collectives;
   if (!in_place_supported(collective, dtype, op)) return cudaErrorInvalidValue;
   if (ctx.nranks < 2 || ctx.nranks > kDirectPeers || ctx.rank < 0 || ctx.rank >= ctx.nranks)
@@ -93,10 +106,11 @@ cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, co
     if (buffers.in[q] == nullptr || buffers.out[q] == nullptr) return cudaErrorInvalidValue;
   const uint64_t block_bytes = block_count * dtype_bytes(dtype);
   if (block_bytes == 0) return cudaSuccess;
-  if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.channels_per_peer < 1) return cudaErrorNotReady;
+  if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.stream == nullptr || ctx.stream_blocks < 1)
+    return cudaErrorNotReady;
   const bool reduces = collective_reduces(collective);
-  const int blocks = blocks_for(slice_bytes(collective, block_bytes, ctx.nranks), kInPlaceBytesPerBlock,
-                                ctx.channels_per_peer);
+  const int cap = max_blocks > 0 && max_blocks < ctx.stream_blocks ? max_blocks : ctx.stream_blocks;
+  const int blocks = blocks_for(slice_bytes(collective, block_bytes, ctx.nranks), kInPlaceBytesPerBlock, cap);
   CollectiveContext c = ctx;
   c.call = call_words(collective, op, codes::kInPlace, dtype, block_count);
   // The moves go as bytes; the reductions in their type (signed sums as unsigned: the same bits).

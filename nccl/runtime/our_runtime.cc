@@ -330,15 +330,62 @@ void release_runtime(OurCommunicator* ours, bool orderly) {
   free_runtime(runtime, /*kernels_may_run=*/!every_rank_came);
 }
 
-ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window) {
+namespace {
+
+// A window registration made inside a group: made at the outermost ncclGroupEnd (run_group_windows).
+struct PendingWindow {
+  OurCommunicator* ours;
+  void* buffer;
+  size_t bytes;
+  void** window;
+};
+thread_local std::vector<PendingWindow> group_windows;
+
+// The registration of one window; "" or what failed.
+std::string make_window(const PendingWindow& w) {
   try {
-    *window = ours->runtime->register_window(buffer, bytes);
+    *w.window = w.ours->runtime->register_window(w.buffer, w.bytes);
+    return "";
   } catch (const std::exception& error) {
-    return fail(ncclSystemError, std::string("ncclCommWindowRegister on rank ") + std::to_string(runtime_rank(ours)) +
-                                     ": " + error.what());
+    return std::string("ncclCommWindowRegister on rank ") + std::to_string(w.ours->runtime->rank()) + ": " +
+           error.what();
   }
+}
+
+}  // namespace
+
+ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window) {
+  *window = nullptr;
+  if (group_depth() > 0) {
+    group_windows.push_back({ours, buffer, bytes, window});
+    return ncclSuccess;
+  }
+  if (const std::string failed = make_window({ours, buffer, bytes, window}); !failed.empty())
+    return fail(ncclSystemError, failed);
   return ncclSuccess;
 }
+
+ncclResult_t run_group_windows() {
+  std::vector<PendingWindow> pending;
+  pending.swap(group_windows);
+  if (pending.empty()) return ncclSuccess;
+  // Concurrently: one thread may register the windows of several ranks, which meet each other in every round.
+  std::vector<std::string> failed(pending.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    try {
+      threads.emplace_back([&failed, &pending, i] { failed[i] = make_window(pending[i]); });
+    } catch (const std::system_error& error) {
+      failed[i] = std::string("ncclCommWindowRegister: cannot start the registration's thread: ") + error.what();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& f : failed)
+    if (!f.empty()) return fail(ncclSystemError, f);
+  return ncclSuccess;
+}
+
+void discard_group_windows() { group_windows.clear(); }
 
 void deregister_window(OurCommunicator* ours, void* window) {
   ours->runtime->deregister_window(static_cast<Window*>(window));

@@ -1,5 +1,6 @@
 #include "runtime_communicator.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -72,9 +73,14 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
     if (const std::string difference = agreement_difference(agreements); !difference.empty())
       throw Disagreement(difference);
   };
-  shares_gpu_ = cuda::connect_all({{rank_.get(), rank, everyone}}, exchange,
-                                  encode_agreement({tuning_field(*tuned_)}), compare)
-                    .shares_gpu;
+  const cuda::ConnectedRanks connected =
+      cuda::connect_all({{rank_.get(), rank, everyone}}, exchange, encode_agreement({tuning_field(*tuned_)}), compare);
+  shares_gpu_ = connected.shares_gpu;
+  std::map<std::string, int> ranks_per_gpu;
+  int most = 1;
+  for (const auto& [q, identity] : connected.identities)
+    most = std::max(most, ++ranks_per_gpu[identity.host + "/" + identity.gpu_uuid]);
+  in_place_blocks_ = std::max(1, options.stream_blocks / most);
 }
 
 RuntimeCommunicator::~RuntimeCommunicator() {
@@ -162,7 +168,7 @@ cuda::CallResult RuntimeCommunicator::launch(const Operation& op, int32_t algori
   if (algorithm == codes::kInPlace) {
     const size_t n = static_cast<size_t>(nranks());
     const size_t block = k.block_count * dtype_bytes(k.dtype);
-    cuda::InPlaceCall call{k.collective, {}, k.block_count, k.dtype, k.op};
+    cuda::InPlaceCall call{k.collective, {}, k.block_count, k.dtype, k.op, in_place_blocks_};
     if (!windows_.in_place(op.send, block * input_blocks(k.collective, n), op.recv,
                            block * output_blocks(k.collective, n), nranks(), &call.buffers))
       return cuda::launch_result(cudaErrorInvalidValue, "a call in place outside the communicator's windows");

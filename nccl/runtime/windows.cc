@@ -13,15 +13,16 @@
 namespace jax_mscclpp::nccl {
 namespace {
 
-// A rank's frame of the first round: its range's size, then its memory handle, or none where it cannot be exported.
+// A rank's frame of the first round: its range's size, then its memory handle (one that only its own process maps
+// where CUDA IPC does not export the memory: cuMem's), or none where the range is no device memory.
 std::string handle_frame(void* buffer, size_t bytes, int device) {
   std::string frame(sizeof(uint64_t), '\0');
   const uint64_t size = bytes;
   std::memcpy(frame.data(), &size, sizeof(size));
   try {
-    frame += cuda::MemoryHandle::make(buffer, bytes, device).serialize();
+    frame += cuda::MemoryHandle::make(buffer, bytes, device, /*local_only=*/true).serialize();
   } catch (const std::exception&) {
-    (void)cudaGetLastError();  // cuMem memory: CUDA IPC refuses it, and the window is not mapped
+    (void)cudaGetLastError();
   }
   return frame;
 }

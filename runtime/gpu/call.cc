@@ -124,7 +124,7 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
           return {};
         } else if constexpr (std::is_same_v<Kind, InPlaceCall>) {
           CallResult launched = launch_result(
-              launch_in_place(device_, c.collective, c.buffers, c.block_count, c.dtype, c.op, stream),
+              launch_in_place(device_, c.collective, c.buffers, c.block_count, c.dtype, c.op, stream, c.max_blocks),
               std::string(collective_name(static_cast<Collective>(c.collective))) + " in place");
           if (!launched.launched()) return launched;
           const uint64_t out_bytes =

@@ -82,6 +82,7 @@ struct InPlaceCall {
   uint64_t block_count;
   int32_t dtype;  // codes.def DType
   int32_t op;     // codes.def ReduceOp (ignored by the moves)
+  int32_t max_blocks = 0;
 };
 
 using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall, RaggedAllToAllCall,

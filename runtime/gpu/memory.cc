@@ -67,7 +67,7 @@ void DeviceBuffer::reset() {
   bytes_ = 0;
 }
 
-MemoryHandle MemoryHandle::make(const void* ptr, size_t bytes, int device) {
+MemoryHandle MemoryHandle::make(const void* ptr, size_t bytes, int device, bool local_only) {
   MemoryHandle h;
   std::memset(&h, 0, sizeof(h));
   h.magic = kMagic;
@@ -85,7 +85,13 @@ MemoryHandle MemoryHandle::make(const void* ptr, size_t bytes, int device) {
       base = h.address;
   }
   h.offset = h.address - static_cast<uint64_t>(base);
-  JAX_MSCCLPP_CUDA_CHECK(cudaIpcGetMemHandle(&h.ipc, reinterpret_cast<void*>(base)));
+  const cudaError_t exported = cudaIpcGetMemHandle(&h.ipc, reinterpret_cast<void*>(base));
+  if (exported != cudaSuccess && local_only) {
+    (void)cudaGetLastError();
+    return h;
+  }
+  JAX_MSCCLPP_CUDA_CHECK(exported);
+  h.exported = 1;
   return h;
 }
 
@@ -124,6 +130,9 @@ MappedMemory::MappedMemory(const MemoryHandle& h, int local_device) : bytes_(h.b
     ipc_ = false;
     return;
   }
+  if (!h.exported)
+    throw std::runtime_error("jax_mscclpp: memory of process " + std::to_string(h.pid) +
+                             " that CUDA IPC does not export (cuMem's) cannot be mapped in another process");
   DeviceGuard g(local_device);
   JAX_MSCCLPP_CUDA_CHECK(cudaIpcOpenMemHandle(&ipc_base_, h.ipc, cudaIpcMemLazyEnablePeerAccess));
   ptr_ = static_cast<char*>(ipc_base_) + h.offset;

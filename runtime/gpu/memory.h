@@ -51,15 +51,16 @@ struct MemoryHandle {
   int64_t pid;
   uint64_t host_id;
   int32_t device;
-  int32_t reserved;
+  int32_t exported;  // 1: `ipc` names the allocation (a process other than the owner can map it)
   uint64_t address;  // in the owner's process
   uint64_t bytes;
   uint64_t offset;   // of `address` in its allocation
   cudaIpcMemHandle_t ipc;
 
-  // Throws std::runtime_error where CUDA IPC cannot export the memory (not cudaMalloc's: cuMem allocations are
-  // exported by file descriptors, which this handle does not carry).
-  static MemoryHandle make(const void* ptr, size_t bytes, int device);
+  // Where CUDA IPC cannot export the memory (not cudaMalloc's: cuMem allocations are exported by file descriptors,
+  // which this handle does not carry), throws std::runtime_error, or with `local_only` makes a handle that only
+  // the owner's process can map.
+  static MemoryHandle make(const void* ptr, size_t bytes, int device, bool local_only = false);
   std::string serialize() const;
   static MemoryHandle deserialize(const std::string& bytes);  // throws std::invalid_argument
   bool same_process() const;

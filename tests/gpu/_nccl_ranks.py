@@ -3,7 +3,8 @@ device memory and streams): what tests/gpu/test_nccl_windows.py checks and bench
 measures. The communicators are made in one group (ncclGroupStart, an init per rank, ncclGroupEnd: one thread may
 init several ranks); each rank has a stream of its own; a collective is one group of every rank's call, as a client
 driving several GPUs from one thread issues it. Window registration is collective and blocks until every rank has
-registered, so each rank registers from a thread of its own, as a process per rank would.
+registered: each rank registers from a thread of its own, as a process per rank would, or all from this thread in
+one group.
 
     ranks = NcclRanks(library_path, n)
     windows = ranks.register_windows([buffer_of_rank_0, ...], nbytes)
@@ -79,14 +80,21 @@ class NcclRanks:
             raise errors[0]
         return results
 
-    def register_windows(self, buffers: list[int], nbytes: int) -> list:
+    def register_windows(self, buffers: list[int], nbytes: int, grouped: bool = False) -> list:
+        """Every rank's window over its buffer: from a thread per rank, or (`grouped`) from this thread in one
+        group, as NCCL lets one thread register the windows of several ranks."""
         def register(r):
             self.cp.cuda.Device(0).use()
             window = ctypes.c_void_p()
             self.check(self.lib.ncclCommWindowRegister(self.comms[r], buffers[r], nbytes, ctypes.byref(window), 0),
                        f"ncclCommWindowRegister on rank {r}", self.comms[r])
             return window
-        return self._each_rank(register)
+        if not grouped:
+            return self._each_rank(register)
+        self.check(self.lib.ncclGroupStart(), "ncclGroupStart")
+        windows = [register(r) for r in range(self.n)]
+        self.check(self.lib.ncclGroupEnd(), "ncclGroupEnd (the window registrations)")
+        return windows
 
     def deregister_windows(self, windows: list) -> None:
         for r, window in enumerate(windows):

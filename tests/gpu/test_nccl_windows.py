@@ -2,7 +2,7 @@
 in place (collective.h, launch_in_place: no scratch), here with 2 and 4 ranks of one process on GPU 0
 (tests/gpu/_nccl_ranks.py), against numpy: all-reduce, reduce-scatter, all-gather and all-to-all, several dtypes,
 reductions and odd sizes, NCCL's in-place layouts, windows inside larger allocations, at odd offsets and in
-ncclMemAlloc's memory; a call outside the windows, an all-to-all in place (whose blocks a peer still reads) and a
+ncclMemAlloc's memory, registered from a thread per rank and from one thread in a group; a call outside the windows, an all-to-all in place (whose blocks a peer still reads) and a
 call after the windows are deregistered run the table's algorithm instead, as jax_mscclpp_nccl_call_counts() shows.
 Windows between processes (CUDA IPC): tests/gpu/test_nccl_operations.py.
 
@@ -60,7 +60,8 @@ def sizes(collective: str, count: int, n: int) -> tuple[int, int]:
             "all_to_all": (n * count, n * count)}[collective]
 
 
-def run_case(ranks, collective, name, op, count, layout="apart", offset=64, memory="cupy", windowed=True):
+def run_case(ranks, collective, name, op, count, layout="apart", offset=64, memory="cupy", windowed=True,
+             grouped=False):
     """One call of every rank with buffers in windows (layout "apart": the output after the input; "nccl": NCCL's
     in-place layout; "same": the output is the input), checked against numpy; returns the in-place calls it added."""
     cp, n = ranks.cp, ranks.n
@@ -104,7 +105,7 @@ def run_case(ranks, collective, name, op, count, layout="apart", offset=64, memo
         wants.append((want, tol, r0, guarded))
         sends.append(send)
         recvs.append(recv)
-    windows = (ranks.register_windows([b + WINDOW_SLACK for b in bases], window_bytes) if windowed else None)
+    windows = (ranks.register_windows([b + WINDOW_SLACK for b in bases], window_bytes, grouped) if windowed else None)
     before = ranks.calls().get(FUNCTIONS[collective], {}).get("in_place", 0)
     try:
         ranks.collective(collective, sends, recvs, count, name, op)
@@ -156,6 +157,10 @@ def test_odd_offsets_and_ncclmemalloc_memory(ranks):
     assert run_case(ranks, "all_gather", "uint8", "sum", 1001, offset=3) == ranks.n
     assert run_case(ranks, "all_reduce", "bfloat16", "sum", 70001, offset=6) == ranks.n
     assert run_case(ranks, "reduce_scatter", "float32", "sum", 65541, memory="ncclMemAlloc") == ranks.n
+
+
+def test_windows_registered_in_one_group_by_one_thread(ranks):
+    assert run_case(ranks, "all_reduce", "float32", "max", 4097, grouped=True) == ranks.n
 
 
 def test_what_windows_do_not_serve_runs_the_tables_algorithm(ranks):
