@@ -76,11 +76,14 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
   const cuda::ConnectedRanks connected =
       cuda::connect_all({{rank_.get(), rank, everyone}}, exchange, encode_agreement({tuning_field(*tuned_)}), compare);
   shares_gpu_ = connected.shares_gpu;
+  // Kernels of ranks of one process on one GPU run at once (those of other processes take turns on it), and every
+  // block of every rank's launch must then be resident together.
   std::map<std::string, int> ranks_per_gpu;
   int most = 1;
   for (const auto& [q, identity] : connected.identities)
-    most = std::max(most, ++ranks_per_gpu[identity.host + "/" + identity.gpu_uuid]);
-  in_place_blocks_ = std::max(1, options.stream_blocks / most);
+    most = std::max(most, ++ranks_per_gpu[identity.host + "/" + std::to_string(identity.process) + "/" +
+                                          identity.gpu_uuid]);
+  grid_cap_ = std::max(1, options.stream_blocks / most);
 }
 
 RuntimeCommunicator::~RuntimeCommunicator() {
@@ -168,14 +171,15 @@ cuda::CallResult RuntimeCommunicator::launch(const Operation& op, int32_t algori
   if (algorithm == codes::kInPlace) {
     const size_t n = static_cast<size_t>(nranks());
     const size_t block = k.block_count * dtype_bytes(k.dtype);
-    cuda::InPlaceCall call{k.collective, {}, k.block_count, k.dtype, k.op, in_place_blocks_};
+    cuda::InPlaceCall call{k.collective, {}, k.block_count, k.dtype, k.op, grid_cap_};
     if (!windows_.in_place(op.send, block * input_blocks(k.collective, n), op.recv,
                            block * output_blocks(k.collective, n), nranks(), &call.buffers))
       return cuda::launch_result(cudaErrorInvalidValue, "a call in place outside the communicator's windows");
     return rank_->run(call, op.stream);
   }
-  return rank_->run(cuda::CollectiveCall{k.collective, algorithm, op.send, op.recv, k.block_count, k.dtype, k.op},
-                    op.stream);
+  return rank_->run(
+      cuda::CollectiveCall{k.collective, algorithm, op.send, op.recv, k.block_count, k.dtype, k.op, grid_cap_},
+      op.stream);
 }
 
 Window* RuntimeCommunicator::register_window(void* buffer, size_t bytes) {

@@ -90,9 +90,9 @@ class RuntimeCommunicator {
   cudaStream_t abort_stream_ = nullptr;
   std::array<uint64_t, 2> abort_words_{};  // the failed and recorded words stop_kernels copies, kept until freed
   bool shares_gpu_ = false;
-  // The in-place kernel's grid cap: the rank's stream blocks shared by the most ranks any one GPU holds (the same
-  // on every rank: every block of every rank is resident at once).
-  int32_t in_place_blocks_ = 0;
+  // The grid cap of the streaming and in-place kernels: the rank's stream blocks shared by the most ranks one
+  // process drives on one GPU, whose kernels must all be resident at once (the same on every rank).
+  int32_t grid_cap_ = 0;
   const std::vector<select::Rule>* tuned_ = nullptr;
   std::unique_ptr<cuda::GpuRank> rank_;
   // The operations' state (above).
