@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import csv
 import ctypes
+import datetime
 import io
+import json
+import os
 import subprocess
+import sys
+import time
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 
@@ -78,3 +83,37 @@ def machine() -> dict:
         listing = ""
     names = [line.split(": ", 1)[1].split(" (UUID")[0] for line in listing.splitlines() if line.startswith("GPU ")]
     return {**bench_machine.host(), "gpus": len(names), "gpu": names[0] if names else None}
+
+
+def write_record(kind: str, cells: list[dict], args, started: float, mode: str | None, note: str | None,
+                 **fields) -> dict:
+    """The record of a run (what it measured, date, commit, machine, ``fields``, the cells, how ncu ran), written to
+    ``args.out``/<kind>-<gpu>-<date>[-<commit>].json when ``args.out`` is set; ncu's failure on stderr."""
+    record = {"record": fields.pop("record"), "date": datetime.date.today().isoformat(), "commit": args.commit,
+              "machine": machine(), **fields, "cells": cells,
+              "ncu": ({"metrics": list(METRICS), "replay_mode": mode, "note": note} if args.ncu else None),
+              "seconds": round(time.time() - started, 1)}
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        gpu = (record["machine"]["gpu"] or "gpu").lower().replace("nvidia ", "").replace(" ", "-")
+        name = f"{kind}-{gpu}-{record['date']}{'-' + args.commit if args.commit else ''}.json"
+        with open(os.path.join(args.out, name), "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"wrote {os.path.join(args.out, name)}")
+    if note:
+        print(f"ncu: {note}", file=sys.stderr)
+    return record
+
+
+def run_record(args, run_cells, profile, kind: str, **fields) -> int:
+    """A record's main: with ``--profile-only`` (the process ncu runs) only the ranges; else the cells measured,
+    their DRAM bytes added under ncu where ``--ncu`` asks (``profile(args, rows)``: (mode, note)), and the record
+    written (write_record)."""
+    if args.profile_only:
+        run_cells(args, profile_only=True)
+        return 0
+    started = time.time()
+    rows = run_cells(args, profile_only=False)
+    mode, note = profile(args, rows) if args.ncu else (None, None)
+    write_record(kind, rows, args, started, mode, note, **fields)
+    return 0

@@ -28,7 +28,6 @@ figures of bytes moved, not multi-GPU speed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -43,7 +42,7 @@ if REPO not in sys.path:
     sys.path.insert(0, REPO)  # tests.gpu, tests.harness
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _traffic
 
-from _traffic import METRICS, machine, parse_size, profile_ranges, profiler  # noqa: E402
+from _traffic import parse_size, profile_ranges, profiler, run_record  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 PATHS = ("registered", "unregistered", "jax")
@@ -264,27 +263,8 @@ def main(argv=None) -> int:
         parser.error(f"--collectives: of {', '.join(COLLECTIVES)}")
     if any(s % (4 * max(args.ranks)) for s in args.sizes):
         parser.error("--sizes: multiples of 4 x the largest rank count (float32 blocks)")
-    if args.profile_only:
-        run_cells(args, profile_only=True)
-        return 0
-    started = time.time()
-    rows = run_cells(args, profile_only=False)
-    mode, note = profile(args, rows) if args.ncu else (None, None)
-    record = {"record": "NCCL library's calls in windows and not, and the JAX path's kernel, on ranks of one GPU",
-              "date": datetime.date.today().isoformat(), "commit": args.commit, "machine": machine(), "cells": rows,
-              "ncu": ({"metrics": list(METRICS), "replay_mode": mode,
-                       "note": note} if args.ncu else None),
-              "seconds": round(time.time() - started, 1)}
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        gpu = (record["machine"]["gpu"] or "gpu").lower().replace("nvidia ", "").replace(" ", "-")
-        name = f"nccl-traffic-{gpu}-{record['date']}{'-' + args.commit if args.commit else ''}.json"
-        with open(os.path.join(args.out, name), "w") as f:
-            json.dump(record, f, indent=1)
-        print(f"wrote {os.path.join(args.out, name)}")
-    if note:
-        print(f"ncu: {note}", file=sys.stderr)
-    return 0
+    return run_record(args, run_cells, profile, "nccl-traffic",
+                      record="NCCL library's calls in windows and not, and the JAX path's kernel, on ranks of one GPU")
 
 
 if __name__ == "__main__":

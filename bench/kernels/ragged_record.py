@@ -35,7 +35,6 @@ multi-GPU speed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -51,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _traffic, also
 
 import numpy as np  # noqa: E402
 
-from _traffic import dram_bytes_per_range, machine, parse_size, profile_ranges, profiler  # noqa: E402,F401
+from _traffic import dram_bytes_per_range, parse_size, profile_ranges, profiler, run_record  # noqa: E402,F401
 
 SCRATCH = 64 << 20
 REPLAY_MS = 10.0
@@ -230,26 +229,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.exchanges or set(args.exchanges) - {"direct", "ring"}:
         parser.error("--exchanges: direct, ring or both")
-    if args.profile_only:
-        run_cells(args, profile_only=True)
-        return 0
-    started = time.time()
-    rows = run_cells(args, profile_only=False)
-    mode, note = profile(args, rows) if args.ncu else (None, None)
-    record = {"record": "ragged_all_to_all on virtual ranks", "date": datetime.date.today().isoformat(),
-              "commit": args.commit, "machine": machine(), "row_bytes": args.row_bytes, "cells": rows,
-              "ncu": ({"metrics": list(METRICS), "replay_mode": mode, "note": note} if args.ncu else None),
-              "seconds": round(time.time() - started, 1)}
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        gpu = (record["machine"]["gpu"] or "gpu").lower().replace("nvidia ", "").replace(" ", "-")
-        name = f"ragged-record-{gpu}-{record['date']}{'-' + args.commit if args.commit else ''}.json"
-        with open(os.path.join(args.out, name), "w") as f:
-            json.dump(record, f, indent=1)
-        print(f"wrote {os.path.join(args.out, name)}")
-    if note:
-        print(f"ncu: {note}", file=sys.stderr)
-    return 0
+    return run_record(args, run_cells, profile, "ragged-record",
+                      record="ragged_all_to_all on virtual ranks",
+                      row_bytes=args.row_bytes)
 
 
 if __name__ == "__main__":
