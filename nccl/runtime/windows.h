@@ -5,7 +5,7 @@
 //     on every rank. Two rounds of the bootstrap: every rank's memory handle of its range (runtime/gpu/memory.h),
 //     then whether it mapped every peer's. A window is mapped when every rank mapped every other's (ranks of one
 //     process directly; of another, through CUDA IPC, which exports cudaMalloc's memory and not cuMem's), the same
-//     answer on every rank; an unmapped window is a range recorded only, as a registration of ours was before.
+//     answer on every rank; an unmapped window is a range recorded only, as a buffer registration is.
 //     Throws (a bootstrap round's timeout naming the ranks missing) when a rank does not register.
 //   - in_place() finds the buffers of a call in mapped windows: the input's and the output's bytes each inside one
 //     window, within the least of every rank's size of it. The peers' buffers are taken at the same offsets in
