@@ -3,6 +3,11 @@ ppermute's on a ring shift (with the fraction of the GPU's memcpy rate it reache
 bench/results/.
 
     python bench/kernels/collectives.py [--nranks 8] [--out bench/results/collectives-<date>.json] [--quick]
+        [--sizes B,B,...] [--algorithms A,A,...] [--stream-blocks G] [--stream-chunk B] [--stream-slots S]
+
+The streaming kernels run on the grid production gives N ranks sharing one GPU (``production_stream_blocks``,
+runtime/gpu/rank_context.h) unless --stream-blocks says otherwise; the record's setup names the grid, chunk and
+slots.
 
 (with the package installed from this checkout, e.g. `pip install -e .`, which builds the harness module on a
 machine with a GPU.)
@@ -41,7 +46,7 @@ from tests.harness.virtual_ranks import (  # noqa: E402
 )
 
 KiB, MiB = 1 << 10, 1 << 20
-COMBOS = [("all_reduce", a) for a in ("1pa_ll", "2pa_ll", "2pa_hb", "2pr", "2pa_nvls")] + [
+COMBOS = [("all_reduce", a) for a in ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls")] + [
     (c, a) for c in ("all_gather", "reduce_scatter", "all_to_all") for a in ("allpairs_ll", "allpairs_hb", "allpairs")
 ]
 
@@ -63,6 +68,12 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--quick", action="store_true", help="fewer sizes")
     ap.add_argument("--budget-s", type=float, default=150.0, help="stop adding sizes after this many seconds")
+    ap.add_argument("--sizes", default=None, help="comma-separated byte counts, in place of the default sizes")
+    ap.add_argument("--algorithms", default=None, help="comma-separated algorithms to time (default: every one)")
+    ap.add_argument("--stream-blocks", type=int, default=0,
+                    help="the streaming kernels' most blocks per rank (default: production's for N ranks on one GPU)")
+    ap.add_argument("--stream-chunk", type=int, default=0, help="their largest chunk, bytes (default: the setting)")
+    ap.add_argument("--stream-slots", type=int, default=0, help="their slots (default: the setting)")
     args = ap.parse_args()
 
     cuda = native_cuda()
@@ -70,6 +81,13 @@ def main() -> None:
         sys.exit("needs the CUDA build and a GPU")
     n = args.nranks
     sizes = [KiB, 16 * KiB, 256 * KiB, 4 * MiB, 32 * MiB] if not args.quick else [KiB, 256 * KiB, 4 * MiB]
+    if args.sizes:
+        sizes = [int(v) for v in args.sizes.split(",")]
+    wanted = set(args.algorithms.split(",")) if args.algorithms else None
+    combos = [c for c in COMBOS if wanted is None or c[1] in wanted]
+    permute_algorithms = [a for a in PERMUTE_ALGORITHMS if wanted is None or a in wanted]
+    blocks = args.stream_blocks or cuda.production_stream_blocks(n)
+    _, _, max_chunk, slots = cuda.stream_settings()
     scratch, cpp = 64 * MiB, 8
     buffer = max(sizes) + 4 * KiB
     dtype = "float32"
@@ -77,8 +95,9 @@ def main() -> None:
     result = {
         **device_run_header("collectives", cuda),
         "setup": {"nranks": n, "ranks_per_gpu": n, "scratch_bytes": scratch, "channels_per_peer": cpp,
-                  "dtype": dtype, "op": "sum", "timing": "CUDA graph of `repeats` calls per rank, events on rank 0, "
-                  "median of 3 replays"},
+                  "dtype": dtype, "op": "sum", "stream_blocks": blocks,
+                  "stream_chunk": args.stream_chunk or max_chunk, "stream_slots": args.stream_slots or slots,
+                  "timing": "CUDA graph of `repeats` calls per rank, events on rank 0, median of 3 replays"},
         "notes": "N virtual ranks on ONE GPU: every rank's kernel shares the SMs, HBM and one proxy thread; peer "
                  "traffic is local memory traffic, not NVLink. Kernel efficiency and latency floors only, not "
                  "multi-GPU bandwidth. bytes: all_reduce the vector, all_gather the output, reduce_scatter and "
@@ -87,8 +106,8 @@ def main() -> None:
     }
 
     t_start = time.monotonic()
-    with VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp,
-                      port_channels=True) as vr:
+    with VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp, port_channels=True,
+                      stream_blocks=blocks, stream_chunk=args.stream_chunk, stream_slots=args.stream_slots) as vr:
         rng = np.random.default_rng(0)
         for r in range(n):
             vr.upload(r, INPUT, rng.standard_normal(buffer // 4).astype(np.float32))
@@ -100,16 +119,16 @@ def main() -> None:
             if time.monotonic() - t_start > args.budget_s:
                 print(f"time budget spent: skipping {nbytes} B and above", flush=True)
                 break
-            for collective, algorithm in COMBOS:
-                blocks = n if collective != "all_reduce" else 1
-                count = max(1, nbytes // 4 // blocks)
+            for collective, algorithm in combos:
+                per_rank = n if collective != "all_reduce" else 1
+                count = max(1, nbytes // 4 // per_rank)
                 launches = cuda.collective_launch_count(COLLECTIVE_CODES[collective], ALGORITHM_CODES[algorithm],
                                                         count, DTYPE_CODES[dtype], n, scratch)
                 params = dict(collective=collective, algorithm=algorithm, dtype=dtype, reduce_op="sum", count=count)
                 first = vr.timed("collective", repeats=1, **params)  # warm-up and a coarse time
                 repeats = int(min(200, max(3, 10.0 / max(first, 1e-3))))
                 ms = vr.timed_graph("collective", repeats=repeats, **params)
-                moved = count * blocks * 4
+                moved = count * per_rank * 4
                 algbw = moved / (ms * 1e-3) / 1e9
                 row = {"collective": collective, "algorithm": algorithm, "bytes": moved, "count": count,
                        "launches": launches, "repeats": repeats, "time_us": ms * 1e3, "algbw_GBps": algbw,
@@ -118,7 +137,7 @@ def main() -> None:
                 print(f"{collective:15s} {algorithm:12s} {moved:>10d} B  {ms * 1e3:10.2f} us  launches {launches:4d}"
                       f"  algbw {algbw:8.2f} GB/s", flush=True)
             lo, hi = shift_destinations(n)
-            for algorithm in PERMUTE_ALGORITHMS:
+            for algorithm in permute_algorithms:
                 count = max(1, nbytes // 4)
                 params = dict(algorithm=algorithm, dtype=dtype, count=count, destinations_lo=lo,
                               destinations_hi=hi)
@@ -141,7 +160,7 @@ def main() -> None:
     # Short table last: time per call (us) by size, one line per algorithm.
     print(f"\nus per call, {n} ranks on one GPU, f32 sum")
     print(f"{'':28s}" + "".join(f"{s:>11d}" for s in sizes))
-    for collective, algorithm in COMBOS + [("permute", a) for a in PERMUTE_ALGORITHMS]:
+    for collective, algorithm in combos + [("permute", a) for a in permute_algorithms]:
         cells = {r["bytes"]: r["time_us"] for r in result["rows"]
                  if r["collective"] == collective and r["algorithm"] == algorithm}
         line = f"{collective + '/' + algorithm:28s}"

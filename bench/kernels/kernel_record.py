@@ -11,8 +11,9 @@ to the package's (devices:2,4,8 on CPU devices). Needs the harness module, built
 (``-C cmake.define.JAX_MSCCLPP_TESTING=ON``, the default where a GPU is visible).
 
 A ``virtual:N`` setting is one ``VirtualRanks`` of N ranks (buffers for the largest size, ``SCRATCH`` bytes of
-scratch, ``CHANNELS_PER_PEER`` memory channels per peer, so the streaming grids of all N ranks stay resident, and
-port channels for 2PR). Per cell, every rank captures R calls of launch_collective (the permutation: a ring shift)
+scratch, ``CHANNELS_PER_PEER`` memory channels per peer, port channels for 2PR, and the streaming and in-place
+kernels' grid that production gives N ranks sharing the GPU, ``production_stream_blocks(N)``, named in the
+setting's notes). Per cell, every rank captures R calls of launch_collective (the permutation: a ring shift)
 into a CUDA graph; after one warm-up replay, ``REPLAYS`` replays are timed between CUDA events on rank 0's stream
 (rank 0 cannot finish before its peers, whose graphs are launched right after its own), each a sample of
 time / R; R makes a replay last about ``REPLAY_MS`` (3 to 200 calls). The memcpy reference is a device-to-device
@@ -41,7 +42,7 @@ from jax_mscclpp.tools.bench import kernel_record_base as kr  # noqa: E402
 from jax_mscclpp.tools.bench import kernel_record_jax as krj  # noqa: E402
 
 SCRATCH = 64 << 20
-CHANNELS_PER_PEER = 8  # the streaming grids' blocks per rank: 8 ranks x 8 blocks stay resident
+CHANNELS_PER_PEER = 8  # the production communicators' (runtime/gpu/rank_context.h, kGpuChannelsPerPeer)
 REPLAYS = 5
 REPLAY_MS = 10.0
 MAX_REPEATS = 200
@@ -143,8 +144,10 @@ class VirtualRanksSource(kr.Source):
         if self.context_lost:
             return [kr.new_row(c, f"error: the CUDA context was lost before ({self.context_lost})") for c in cells], \
                 {"status": "error: the CUDA context was lost", "notes": []}
+        grid = self.cuda.production_stream_blocks(n)
+        notes.append(f"grid: {grid} blocks per rank for the streaming kernels (production's for {n} ranks on one GPU)")
         vr = VirtualRanks(n, buffer_bytes=buffer, scratch_bytes=SCRATCH, channels_per_peer=CHANNELS_PER_PEER,
-                          port_channels=True, timeout_s=TIMEOUT_S)
+                          port_channels=True, timeout_s=TIMEOUT_S, stream_blocks=grid)
         try:
             for r in range(n):
                 vr.upload(r, INPUT, krj.random_block(buffer // itemsize, dtype, 0, r))

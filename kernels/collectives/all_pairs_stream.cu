@@ -41,7 +41,6 @@ __device__ inline void stream_block(const StreamBlock& sb, bool alias, Work work
       sb.send<kReduce>(g, k);
       if (alias && g.tid() == 0) *reinterpret_cast<volatile uint32_t*>(&sent) = k + 1;
     }
-    sb.drain(g);
   } else {
     const Group g{kSenderThreads, kHBThreads - kSenderThreads, 2};
     for (uint32_t k = 0; k < sb.chunks; ++k) {
@@ -113,8 +112,12 @@ __global__ void __launch_bounds__(kHBThreads) stream_copy_kernel(CollectiveConte
 
 // all_reduce 2PA-HB in one launch: the reduce-scatter into shard r of the output, then (after a block barrier:
 // the block's own folded chunks are what it sends next) the all-gather of that shard, each phase in its own
-// slots (slot_base). A peer in the second phase has drained its first-phase credits, so every first-phase chunk it
-// sent was consumed: its second-phase signals cannot satisfy a first-phase wait.
+// slots (slot_base) and on the same semaphores. Both phases cut the same shard into the same chunks, so each moves
+// the same number of signals of each kind, and a phase's waits are met by that phase's signals: peer q's signals to
+// this block come from one thread, in program order, its second-phase ones only after its first phase ended (the
+// barrier), so a first-phase wait for q's chunk k (a count of at most the first phase's chunks) is met by q's
+// chunk-k signal or later ones, each of which releases q's first-phase data too (the fence before a signal covers
+// the whole block's earlier stores); and a second-phase count starts where the first phase's ended.
 template <class T, class Op>
 __global__ void __launch_bounds__(kHBThreads)
     stream_two_phase_kernel(CollectiveContext c, StreamArgs reduce, StreamArgs gather) {

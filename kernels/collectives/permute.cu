@@ -9,8 +9,8 @@
 //   HB (large blocks, streaming, one launch for any size): the block is cut into G parts (one per thread block),
 //       each into chunks; per thread block the receiver holds S chunk slots in its HB half. The block's sender
 //       threads put chunk k into slot k % S after the credit of chunk k - S and signal; its receiver threads wait
-//       for the signal, copy the slot to the output and credit it back. The senders drain their last credits, so
-//       the launch consumes every signal it produced (stream.cuh's protocol, with one peer each way).
+//       for the signal, copy the slot to the output and credit it back when the senders fill that slot again in
+//       this launch, so the launch consumes every signal it produced (stream.cuh's protocol, one peer each way).
 //
 // Reuse of a scratch half: launch e + 2 writes the half launch e read. Unlike the all-pairs collectives, a rank's
 // data here does not depend on every peer's; the ordering comes from the call check instead: at the end of launch
@@ -136,8 +136,6 @@ __global__ void __launch_bounds__(kHBThreads) permute_stream_kernel(CollectiveCo
           if (alias) *reinterpret_cast<volatile uint32_t*>(&sent) = k + 1;
         }
       }
-      const uint32_t pending = ps.chunks < static_cast<uint32_t>(geo.slots) ? ps.chunks : geo.slots;
-      if (g.tid() == 0 && pending != 0) ps.semaphore(a.send_to, kStreamCredit).wait(pending);
     } else if (alias && g.tid() == 0) {
       *reinterpret_cast<volatile uint32_t*>(&sent) = ps.chunks;
     }
@@ -154,7 +152,8 @@ __global__ void __launch_bounds__(kHBThreads) permute_stream_kernel(CollectiveCo
       if (receives) {
         copy_bytes(dst, c.scratch + ps.slot_offset(k), s.size(), g.tid(), g.count);
         g.sync();
-        if (g.tid() == 0) ps.semaphore(a.recv_from, kStreamCredit).signal();
+        if (g.tid() == 0 && k + static_cast<uint32_t>(geo.slots) < ps.chunks)
+          ps.semaphore(a.recv_from, kStreamCredit).signal();
       } else if (a.recv_from == c.rank) {
         if (!alias) copy_bytes(dst, a.in + a.lo + s.lo, s.size(), g.tid(), g.count);
       } else if (a.out != nullptr) {

@@ -11,11 +11,17 @@
 //
 // Per block b and peer q, chunk k goes to slot k % S. The sender waits for the credit of chunk k - S before
 // writing chunk k (the receiver gives it after reading the slot), puts the chunk, and signals after a block
-// barrier (release); the receiver waits for the signal (acquire), reads, and credits after a block barrier.
-// Every launch consumes every signal it produces: the sender drains its last credits before the launch ends,
-// so the semaphore counts carry nothing from one launch to the next and a recorded launch replays unchanged.
-// Scratch halves by epoch parity (collective_common.cuh) keep a launch with another geometry from writing
-// slots a slow peer still reads.
+// barrier (release); the receiver waits for the signal (acquire), reads, and credits after a block barrier. A
+// receiver credits only the chunks whose slots the sender fills again in this launch (k + S < chunks), and a sender
+// waits for exactly those: every launch consumes every signal it produces, so the semaphore counts carry nothing
+// from one launch to the next and a recorded launch replays unchanged, and no launch ends by waiting for credits.
+// A part of at most one chunk therefore costs one cross-rank hop: put, signal, wait, read.
+//
+// Scratch reuse between launches needs no credit: a rank starts launch e + 2, whose slots are those of launch e
+// (the HB half of its epoch's parity, collective_common.cuh), only after its launch e + 1 ended, and a launch
+// ends only after every peer started it (the call check at its end waits for every peer's call words, posted at
+// its start: call_check.cuh), so every peer's launch e, and every read of its slots, had ended. Scratch halves by
+// epoch parity keep a launch with another geometry from writing slots a slow peer still reads.
 //
 // Semaphores: ctx.stream, entry (peer * stream_blocks + b) * 2 + kind (kind 0 data, kind 1 credit), one waiter
 // each: thread i of the sender group waits for credits from / signals data to peer (rank + 1 + i) mod n, thread i
@@ -172,15 +178,12 @@ struct StreamBlock {
     }
     signal_all(g, kStreamData);
   }
-  // Senders, at the end: the credits not yet waited for, so this launch consumes every signal it caused.
-  JAX_MSCCLPP_DEVICE_INLINE void drain(const Group& g) const {
-    const uint32_t s = static_cast<uint32_t>(a.geo.slots);
-    wait_all(g, kStreamCredit, chunks < s ? chunks : s);
-  }
-
-  // Receivers: wait for chunk k from every peer, read the slots, then release(k).
+  // Receivers: wait for chunk k from every peer, read the slots, then release(k): the credit of slot k % S when
+  // the senders fill it again in this launch (the one whose credit they wait for), else nothing.
   JAX_MSCCLPP_DEVICE_INLINE void receive(const Group& g, uint32_t k) const { wait_all(g, kStreamData, 1); }
-  JAX_MSCCLPP_DEVICE_INLINE void release(const Group& g, uint32_t k) const { signal_all(g, kStreamCredit); }
+  JAX_MSCCLPP_DEVICE_INLINE void release(const Group& g, uint32_t k) const {
+    if (k + static_cast<uint32_t>(a.geo.slots) < chunks) signal_all(g, kStreamCredit);
+  }
 
   JAX_MSCCLPP_DEVICE_INLINE const char* slot(int sender, uint32_t k) const { return c.scratch + slot_offset(sender, r, k); }
 };
@@ -190,9 +193,9 @@ struct StreamBlock {
 // Host: the geometry of a streaming launch over segments of `seg` bytes on `nranks` ranks, with `hb_half` bytes
 // of slots and at most `max_blocks` blocks (the context's stream_blocks, or a launch's cap below it); blocks 0 when
 // the scratch cannot hold one 16-byte slot per (peer, block). The knobs are the context's (collective.h,
-// StreamTuning); each block aims for at least kStreamMinChunks chunks, so that its puts and reads pipeline.
-constexpr uint64_t kStreamMinChunks = 4;
-
+// StreamTuning): a block per t.block_bytes of the segment, and chunks as large as the block's part, the largest
+// chunk (t.max_chunk) and the slots allow. A part that fits one chunk moves in one hop; a larger part pipelines
+// its puts and reads through the slots. docs/architecture.md, "Streaming HB", gives the model behind the sizes.
 inline StreamGeometry stream_geometry(uint64_t seg, int nranks, uint64_t hb_half, int max_blocks,
                                       const StreamTuning& t) {
   StreamGeometry g{0, t.slots < 1 ? 1 : t.slots, 0, 0};
@@ -205,7 +208,7 @@ inline StreamGeometry stream_geometry(uint64_t seg, int nranks, uint64_t hb_half
     if (cap < 16) continue;
     g.blocks = blocks;
     g.part = round_up(ceil_div(seg, blocks), 16);
-    uint64_t chunk = round_up(ceil_div(g.part, kStreamMinChunks), 16);
+    uint64_t chunk = g.part;
     if (chunk > round_up(t.max_chunk, 16)) chunk = round_up(t.max_chunk, 16);
     if (chunk > cap) chunk = cap;
     g.chunk = chunk < 16 ? 16 : chunk;

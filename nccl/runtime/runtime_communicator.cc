@@ -83,7 +83,7 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
   for (const auto& [q, identity] : connected.identities)
     most = std::max(most, ++ranks_per_gpu[identity.host + "/" + std::to_string(identity.process) + "/" +
                                           identity.gpu_uuid]);
-  grid_cap_ = std::max(1, options.stream_blocks / most);
+  grid_cap_ = cuda::shared_gpu_grid(options.stream_blocks, most);
 }
 
 RuntimeCommunicator::~RuntimeCommunicator() {

@@ -241,17 +241,26 @@ size_t gpu_scratch_bytes_setting() {
   return static_cast<size_t>(positive_integer_setting(Setting::kScratchBytes, kGpuScratchBytes));
 }
 
-RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes) {
+int device_stream_blocks(int device) {
   const int stream_blocks = stream_blocks_setting();
+  int sms = 0;
+  JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return stream_blocks < sms ? stream_blocks : sms;
+}
+
+int shared_gpu_grid(int stream_blocks, int ranks_on_gpu) {
+  const int grid = stream_blocks / (ranks_on_gpu < 1 ? 1 : ranks_on_gpu);
+  return grid < 1 ? 1 : grid;
+}
+
+RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes) {
   RankOptions options;
   options.device = device;
   options.rank = rank;
   options.nranks = nranks;
   options.scratch_bytes = scratch_bytes;
   options.channels_per_peer = kGpuChannelsPerPeer;
-  int sms = 0;
-  JAX_MSCCLPP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  options.stream_blocks = stream_blocks < sms ? stream_blocks : sms;
+  options.stream_blocks = device_stream_blocks(device);
   return options;
 }
 

@@ -65,9 +65,17 @@ struct RankOptions {
 };
 
 // The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its
-// streaming kernels given stream_blocks_setting() blocks and never more than the device's multiprocessors: they
-// wait across ranks block by block, so every block of one must be resident at once.
+// streaming kernels given device_stream_blocks(device) blocks.
 RankOptions gpu_rank_options(int device, int rank, int nranks, size_t scratch_bytes);
+
+// The streaming kernels' blocks of a rank on `device`: stream_blocks_setting(), never more than the device's
+// multiprocessors (they wait across ranks block by block, so every block of one must be resident at once).
+int device_stream_blocks(int device);
+
+// The grid a streaming or in-place launch of a rank gets when `ranks_on_gpu` ranks of one process drive its GPU
+// (kernels of one process run at once, those of other processes take turns): the rank's `stream_blocks` divided
+// among them, so that every block of every rank's launch is resident together; at least 1.
+int shared_gpu_grid(int stream_blocks, int ranks_on_gpu);
 
 class RankContext {
  public:

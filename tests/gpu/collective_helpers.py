@@ -19,7 +19,7 @@ class Ranks:
     """A set of virtual ranks and the epoch all of them must have reached."""
 
     def __init__(self, cuda, nranks, scratch=SCRATCH, buffer=BUFFER, cpp=CPP, port_channels=False, **stream):
-        """``stream``: VirtualRanks' stream_slots / stream_chunk."""
+        """``stream``: VirtualRanks' stream_blocks / stream_slots / stream_chunk."""
         self.cuda = cuda
         self.vr = VirtualRanks(nranks, buffer_bytes=buffer, scratch_bytes=scratch, channels_per_peer=cpp,
                                port_channels=port_channels, **stream)

@@ -1,6 +1,7 @@
 """launch_collective (kernels/collectives) on virtual ranks: every (collective, algorithm), N = 2..8 ranks on one
 GPU, against numpy. The streaming HB kernels (1PA-HB, 2PA-HB, all-pairs HB) run with 4 blocks per rank here (every
-block of every virtual rank must be resident), so a small scratch cuts each block's part into many chunks.
+block of every virtual rank must be resident), so a small scratch cuts each block's part into many chunks; one test
+runs them on the grid production gives ranks sharing a GPU.
 
 Outputs are poisoned before every call and the bytes around them checked; results must equal the rank-order
 fold bit for bit (all algorithms but 2PR, whose float sums are checked against a rounding bound) and agree across
@@ -184,6 +185,29 @@ def test_stream_settings_reach_the_kernels(cuda, rng, combo, slots, chunk):
         rk.check_epochs()
     finally:
         rk.vr.close()
+
+
+@pytest.mark.parametrize("nranks", [2, 4, 8])
+def test_streaming_with_the_production_grid(cuda, rng, nranks):
+    """The streaming kernels on the grid production gives ranks sharing a GPU (every block of every rank resident):
+    parts of one chunk (one hop) with most blocks empty, parts of one chunk on every block, parts of many chunks
+    (a small largest chunk, slots reused within a launch), and 40 calls back to back with changing data (no
+    credits carried between launches); every result exact, every epoch counted."""
+    blocks = cuda.production_stream_blocks(nranks)
+    one = cuda.production_stream_blocks(1)  # a rank alone on its GPU: the setting, at most the multiprocessors
+    assert 1 <= one <= cuda.stream_settings()[0] and blocks == max(1, one // nranks)
+    for chunk in (0, 4096):
+        rk = Ranks(cuda, nranks, scratch=16 << 20, stream_blocks=blocks, stream_chunk=chunk)
+        try:
+            for collective, algorithm in STREAMING:
+                for count in (5, 1029, blocks * 8192 + 13):
+                    run_case(rk, rng, collective, algorithm, "float32", "sum", count)
+                run_case(rk, rng, collective, algorithm, "bfloat16", "max", 4099, src_off=2, dst_off=6)
+            for _ in range(40):
+                run_case(rk, rng, "all_reduce", "2pa_hb", "float32", "sum", 3000)
+            rk.check_epochs()
+        finally:
+            rk.vr.close()
 
 
 def test_ranks_with_other_stream_settings_do_not_connect(cuda):

@@ -120,6 +120,7 @@ class VirtualRanks(RankData):
         channels_per_peer: int = 4,
         timeout_s: float | None = None,
         port_channels: bool = False,
+        stream_blocks: int = 4,
         stream_slots: int = 0,
         stream_chunk: int = 0,
         stop_on_failure: bool = False,
@@ -128,7 +129,9 @@ class VirtualRanks(RankData):
     ):
         """``port_channels``: PortChannels for the primitive tests (one per peer over the input) and for the
         collectives (``channels_per_peer`` per peer over the scratch, which 2PR needs). ``timeout_s``: None takes
-        the process's setting (``JAX_MSCCLPP_TIMEOUT_S``, else 300). ``stream_slots``, ``stream_chunk`` > 0: the
+        the process's setting (``JAX_MSCCLPP_TIMEOUT_S``, else 300). ``stream_blocks``: the streaming and in-place
+        kernels' most blocks per rank (the tests' small grid by default; ``production_stream_blocks(n)`` of the
+        native module is what production gives n ranks sharing the GPU). ``stream_slots``, ``stream_chunk`` > 0: the
         streaming kernels' slots and largest chunk in place of the process's settings. ``stop_on_failure``: a
         failing kernel stops rather than traps (the process's CUDA context stays usable). ``p2p_bytes``: the
         point-to-point engine's slots per rank (-1: a quarter of the scratch, at most 16 MiB; 0: none).
@@ -150,7 +153,8 @@ class VirtualRanks(RankData):
                 self.ranks.append(make_rank(cuda.HarnessRank, r, nranks, device=device, input_bytes=buffer_bytes,
                                             output_bytes=buffer_bytes, scratch_bytes=scratch_bytes,
                                             channels_per_peer=channels_per_peer, timeout_s=timeout_s,
-                                            port_channels=port_channels, stream_slots=stream_slots,
+                                            port_channels=port_channels, stream_blocks=stream_blocks,
+                                            stream_slots=stream_slots,
                                             stream_chunk=stream_chunk, stop_on_failure=stop_on_failure,
                                             p2p_bytes=p2p_bytes, direct_exchange=direct_exchange))
             connect_all(self.ranks)
@@ -252,8 +256,10 @@ class VirtualRanks(RankData):
 
 
 def device_run_header(benchmark: str, cuda) -> dict:
-    """The head of a benchmark record written on the device: name, UTC date and the machine it ran on."""
+    """The head of a benchmark record written on the device: name, UTC date, the tree's commit (the environment's
+    COMMIT, since the device's copy of the tree has no .git) and the machine it ran on."""
     import datetime
+    import os
     import platform
     import socket
 
@@ -268,6 +274,7 @@ def device_run_header(benchmark: str, cuda) -> dict:
     return {
         "benchmark": benchmark,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": os.environ.get("COMMIT") or None,
         "machine": {
             "host": socket.gethostname(),
             "gpu": cuda.device_name(0),

@@ -173,6 +173,13 @@ void register_runtime_queries(nb::module_& m) {
         return std::make_tuple(stream_blocks_setting(), t.block_bytes, t.max_chunk, t.slots);
       },
       "(blocks, block_bytes, max_chunk, slots) of the streaming kernels as this process's settings give them.");
+  m.def(
+      "production_stream_blocks",
+      [](int ranks_on_gpu, int device) { return shared_gpu_grid(device_stream_blocks(device), ranks_on_gpu); },
+      nb::arg("ranks_on_gpu"), nb::arg("device") = 0,
+      "The streaming and in-place kernels' grid that a rank gets in production when `ranks_on_gpu` ranks of one "
+      "process drive `device` (this process's settings, the device's multiprocessors): what the benchmarks give "
+      "virtual ranks.");
 }
 
 }  // namespace jax_mscclpp::cuda
