@@ -3,7 +3,8 @@ settings, N ranks in one process on one GPU through the GPU tests' harness (test
 imports.
 
     python3 bench/kernels/kernel_record.py [--budget 420] [--out DIR] [--virtual-ranks 2,4,8] [--processes 2,4]
-                                           [--previous PATH|DIR|none] [--commit SHA] [--dry-run] ...
+                                           [--previous PATH|DIR|none] [--best DIR|none] [--dtype float32]
+                                           [--commit SHA] [--dry-run] ...
 
 Every option is the package command line's (``--help``; docs/benchmarking.md, "The kernel record"). On a machine
 with a GPU the settings default to virtual:2,4,8 and processes:2,4 (and devices:N with N >= 2 GPUs); without one,

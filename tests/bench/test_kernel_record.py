@@ -1,7 +1,9 @@
 """The kernel record without a GPU: the plan under a budget, the record's schema, the comparison and its flags,
-finding the previous record, attributing profiled kernels to their runs (a trace in the profiler's own format),
-the deadline, the command line end to end on CPU devices (a valid record, compared with a previous one), and the
-virtual-ranks tool's kernel list and default plan (bench/kernels/kernel_record.py)."""
+finding the previous record, the comparison with the best of the records (the collectives bench's virtual-rank
+records among them, the committed floor read as kernel-record cells), attributing profiled kernels to their runs
+(a trace in the profiler's own format), the deadline, the command line end to end on CPU devices (a valid record,
+compared with a previous one and with the best), and the virtual-ranks tool's kernel list and default plan
+(bench/kernels/kernel_record.py)."""
 
 import gzip
 import importlib.util
@@ -208,6 +210,155 @@ def test_record_paths_do_not_overwrite(tmp_path):
         kr.load_record(str(tmp_path / "bad.json"))
 
 
+# ---------------------------------------------------------------------------------------------- the best
+def test_the_best_of_several_records_is_the_fastest_per_cell_and_names_its_record():
+    a, b = cells(settings=("virtual:2",), algorithms=("2pa_hb",), sizes=[1024, 4096])
+    first = dict(record([ok_row(a, 10.0), ok_row(b, 50.0)], date="2026-11-01T00:00:00+00:00", commit="aaa"),
+                 path="first.json")
+    second = dict(record([ok_row(a, 12.0), ok_row(b, 40.0)], date="2026-11-15T00:00:00+00:00", commit="bbb"),
+                  path="second.json")
+    third = dict(record([ok_row(a, 11.0), kr.new_row(b, "skipped: budget")], date="2026-12-01T00:00:00+00:00",
+                        commit="ccc"), path="third.json")
+    best = kr.fastest_rows([first, second, third])
+    assert best[(a.key, "cuda_events")][0]["time_us"] == 10.0 and best[(a.key, "cuda_events")][1] is first
+    assert best[(b.key, "cuda_events")][0]["time_us"] == 40.0 and best[(b.key, "cuda_events")][1] is second
+    cmp = kr.compare_best(record([ok_row(a, 10.5), ok_row(b, 41.0)]), [first, second, third])
+    assert cmp["compared"] == 2 and cmp["slower"] == [] and cmp["faster"] == []
+    assert [r["commit"] for r in cmp["best_of"]] == ["aaa", "bbb", "ccc"]
+    cmp = kr.compare_best(record([ok_row(a, 20.0), ok_row(b, 80.0)]), [first, second, third])
+    slower = {tuple(e["key"]): e for e in cmp["slower"]}
+    assert (slower[a.key]["old_us"], slower[a.key]["best_path"], slower[a.key]["best_commit"],
+            slower[a.key]["best_date"]) == (10.0, "first.json", "aaa", "2026-11-01T00:00:00+00:00")
+    assert (slower[b.key]["old_us"], slower[b.key]["best_commit"]) == (40.0, "bbb")
+
+
+def test_a_cell_slower_than_the_best_but_equal_to_the_newest_is_flagged():
+    c = cells(settings=("virtual:8",), algorithms=("1pa_ll",), sizes=[1 << 20])[0]
+    older = dict(record([ok_row(c, 100.0)], date="2026-11-01T00:00:00+00:00", commit="fast"), path="older.json")
+    newest = dict(record([ok_row(c, 115.0)], date="2026-12-01T00:00:00+00:00", commit="slow"), path="newest.json")
+    new = record([ok_row(c, 115.0)], date="2026-12-05T00:00:00+00:00")
+    assert kr.compare(new, newest)["slower"] == []
+    cmp = kr.compare_best(new, [older, newest])
+    (entry,) = cmp["slower"]
+    assert entry["ratio"] == pytest.approx(1.15) and entry["best_commit"] == "fast" and entry["beyond_spread"]
+    lines = kr.format_comparison(cmp)
+    assert lines[0].startswith("# against the best of 2 records of this machine: 1 cells compared, 1 more than 10 %")
+    assert "#   older.json (2026-11-01T00:00:00+00:00, commit fast)" in lines
+    assert ("SLOWER virtual:8 all_reduce/1pa_ll 1M bfloat16: 100.0 -> 115.0 us (+15 %) against the best, commit "
+            "fast of 2026-11-01") in lines
+
+
+def collectives_bench_doc(nranks=4, gpu="NVIDIA H200", gpu_count=1, rows=None,
+               timing="CUDA graph of `repeats` calls per rank, events on rank 0, median of 3 replays"):
+    """A record as bench/kernels/collectives.py writes it (float32; bytes and count as it computes them)."""
+    if rows is None:
+        rows = []
+        for op, algorithm, nbytes, us in (("all_reduce", "2pa_hb", 1 << 10, 5.0), ("all_gather", "allpairs_hb",
+                                          16 << 10, 6.0), ("reduce_scatter", "allpairs", 4 << 20, 70.0),
+                                         ("all_to_all", "allpairs_ll", 256 << 10, 9.0), ("all_reduce", "2pa_hb",
+                                          32 << 20, 300.0)):
+            blocks = 1 if op == "all_reduce" else nranks
+            rows.append({"collective": op, "algorithm": algorithm, "bytes": nbytes, "count": nbytes // 4 // blocks,
+                         "launches": 1, "repeats": 7, "time_us": us, "algbw_GBps": 1.0, "busbw_GBps": 1.0})
+        rows.append({"collective": "permute", "algorithm": "p2p", "bytes": 1 << 10, "count": 256, "repeats": 9,
+                     "time_us": 4.0, "algbw_GBps": 0.2, "all_ranks_GBps": 0.8, "of_memcpy": 0.1})
+    return {"benchmark": "collectives", "date": "2026-12-04T12:00:00+00:00",
+            "machine": {"host": "vm", "gpu": gpu, "gpu_count": gpu_count, "cuda_runtime": 13000},
+            "setup": {"nranks": nranks, "ranks_per_gpu": nranks, "dtype": "float32", "op": "sum", "timing": timing},
+            "notes": "", "rows": rows}
+
+
+H200 = ("gpu", "NVIDIA H200", 1)
+
+
+def test_a_collectives_bench_record_reads_as_virtual_rank_cells(tmp_path):
+    path = tmp_path / "collectives-4-virtual-ranks-1234abc-2026-12-04.json"
+    path.write_text(json.dumps(collectives_bench_doc()))
+    no_commit = tmp_path / "collectives-2026-11-29.json"  # not a name of the pattern: not read
+    no_commit.write_text(json.dumps(collectives_bench_doc(nranks=8)))
+    (found,) = kr.find_records(str(tmp_path), "kernel-record", H200)
+    assert found["commit"] == "1234abc" and found["date"] == "2026-12-04T12:00:00+00:00"
+    assert found["path"] == str(path) and kr.machine_key(found) == H200
+    rows = {kr.row_key(r): r for r in found["rows"]}
+    K, M = 1 << 10, 1 << 20
+    assert set(rows) == {("virtual:4", "all_reduce", "2pa_hb", K, "float32"),
+                         ("virtual:4", "all_gather", "allpairs_hb", 16 * K, "float32"),
+                         ("virtual:4", "reduce_scatter", "allpairs", 4 * M, "float32"),
+                         ("virtual:4", "all_to_all", "allpairs_ll", 256 * K, "float32"),
+                         ("virtual:4", "permute", "p2p", K, "float32")}  # the 32 MiB row is no size of the record
+    gather = rows[("virtual:4", "all_gather", "allpairs_hb", 16 * K, "float32")]
+    assert (gather["status"], gather["time_source"], gather["time_us"], gather["repeats"]) == ("ok", "cuda_events",
+                                                                                               6.0, 7)
+    assert gather["time_min_us"] is None and gather["time_max_us"] is None and gather["ranks_per_gpu"] == 4
+    assert gather["of_memcpy"] is None  # the bench's own of_memcpy (permute) is another quantity
+    # Against such a row there is no samples' spread to be beyond: null.
+    new = record([ok_row(kr.Cell(kr.Setting("virtual", 4), "all_gather", "allpairs_hb", 16 * K, "float32"), 7.0)])
+    (entry,) = kr.compare_best(new, [found])["slower"]
+    assert entry["beyond_spread"] is None and entry["best_commit"] == "1234abc"
+    assert "spread" not in [line for line in kr.format_comparison(kr.compare_best(new, [found]))
+                            if line.startswith("SLOWER")][0]
+    # Timed another way: not read.
+    path.write_text(json.dumps(collectives_bench_doc(timing="host wall time")))
+    assert kr.find_records(str(tmp_path), "kernel-record", H200) == []
+
+
+def test_records_of_another_machine_are_not_among_the_best(tmp_path):
+    c = kr.Cell(kr.Setting("virtual", 4), "all_reduce", "2pa_hb", 1 << 10, "float32")
+    files = {
+        "kernel-record-h200.json": record([ok_row(c, 10.0)]),
+        "kernel-record-x8.json": record([ok_row(c, 1.0)], gpu_count=8),
+        "kernel-record-a100.json": record([ok_row(c, 1.0)], device_kind="NVIDIA A100"),
+        "collectives-4-virtual-ranks-aaaaaaa-2026-12-04.json": collectives_bench_doc(gpu_count=8),
+        "collectives-4-virtual-ranks-bbbbbbb-2026-12-04.json": collectives_bench_doc(gpu="NVIDIA A100"),
+        "collectives-4-virtual-ranks-ccccccc-2026-12-04.json": collectives_bench_doc(),
+    }
+    for name, doc in files.items():
+        (tmp_path / name).write_text(json.dumps(doc))
+    found = kr.find_records(str(tmp_path), "kernel-record", H200)
+    assert sorted(os.path.basename(r["path"]) for r in found) == [
+        "collectives-4-virtual-ranks-ccccccc-2026-12-04.json", "kernel-record-h200.json"]
+    (entry,) = kr.compare_best(record([ok_row(c, 12.0)]), found)["slower"]
+    assert entry["old_us"] == 5.0 and entry["best_commit"] == "ccccccc"
+    assert kr.find_records(str(tmp_path), "kernel-record", ("gpu", "NVIDIA H200", 8))[0]["path"].endswith("x8.json")
+    notes = []
+    (tmp_path / "kernel-record-broken.json").write_text(json.dumps({**record([]), "rows": "none"}))
+    assert len(kr.find_records(str(tmp_path), "kernel-record", H200, notes=notes)) == 2
+    assert len(notes) == 1 and "kernel-record-broken.json is not used" in notes[0]
+
+
+def test_the_committed_floor_reads_as_kernel_record_cells():
+    """The collectives bench's virtual-rank records of 7ba1c30 and 4794fcf in bench/results: every row of a size of
+    the record is a cell whose size launch_collective runs with the row's count (bench/kernels/kernel_record.py's
+    block_count), the 32 MiB rows are left out, and the records are this H200's."""
+    spec = importlib.util.spec_from_file_location("kernel_record_tool_sizes", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    results = ROOT / "bench" / "results"
+    floor = sorted(results.glob("collectives-*-virtual-ranks-*-2026-12-04.json"))
+    assert [p.name.split("-")[1] + p.name.split("-")[4] for p in floor] == [
+        "24794fcf", "27ba1c30", "44794fcf", "47ba1c30", "84794fcf", "87ba1c30"]
+    for path in floor:
+        doc = json.loads(path.read_text())
+        n = doc["setup"]["nranks"]
+        bench_record = kr.collectives_bench_record(doc, str(path))
+        assert kr.machine_key(bench_record) == H200 and bench_record["commit"] == path.name.split("-")[4]
+        kept = [r for r in doc["rows"] if r["bytes"] != 32 << 20]
+        assert len(bench_record["rows"]) == len(kept) == len(doc["rows"]) * 4 // 5
+        for row, original in zip(bench_record["rows"], kept):
+            assert (row["setting"], row["op"], row["algorithm"], row["dtype"]) == (
+                f"virtual:{n}", original["collective"], original["algorithm"], "float32")
+            assert module.block_count(row["op"], row["size"], n, "float32") == original["count"]
+            assert row["status"] == "ok" and row["time_us"] == original["time_us"]
+    two = json.loads((results / "collectives-2-virtual-ranks-7ba1c30-2026-12-04.json").read_text())
+    (time_us,) = [r["time_us"] for r in two["rows"]
+                  if (r["collective"], r["algorithm"], r["bytes"]) == ("all_gather", "allpairs_hb", 4 << 20)]
+    found = kr.find_records(str(results), kr.DEFAULT_NAME, H200)
+    seven = next(r for r in found if r["path"].endswith("collectives-2-virtual-ranks-7ba1c30-2026-12-04.json"))
+    rows = {kr.row_key(r): r for r in seven["rows"]}
+    assert rows[("virtual:2", "all_gather", "allpairs_hb", 4 << 20, "float32")]["time_us"] == time_us
+    assert sum(1 for r in found if r["name"] == "collectives") == 6  # collectives-2026-11-29.json is not the floor
+
+
 # ------------------------------------------------------------------------------------------------- profiles
 def write_trace(path, events):
     """A trace as jax.profiler.trace(create_perfetto_trace=True) writes it: metadata, then complete events."""
@@ -324,7 +475,7 @@ def test_a_cpu_run_writes_a_valid_record(smoke):
     (path,) = out.glob("kernel-record-cpu-*.json")
     doc = json.loads(path.read_text())
     assert kr.validate(doc) == []
-    assert doc["commit"] == "0123abc" and doc["comparison"] is None
+    assert doc["commit"] == "0123abc" and doc["comparison"] is None and doc["comparison_best"] is None
     assert doc["machine"]["platform"] == "cpu" and doc["machine"]["gpu_count"] == 0
     keys = {(r["setting"], r["op"], r["algorithm"], r["size"]) for r in doc["rows"]}
     assert keys == {(s, op, a, size) for s in ("devices:2", "devices:4") for op, a in
@@ -345,10 +496,12 @@ def test_a_second_run_prints_the_change_and_flags_slower_kernels(smoke, tmp_path
                 row[key] /= 100
     fast = tmp_path / "kernel-record-fast.json"
     fast.write_text(json.dumps(doc))
-    proc = tool(*SMOKE, "--out", str(tmp_path), "--previous", str(tmp_path))
+    proc = tool(*SMOKE, "--out", str(tmp_path), "--previous", str(tmp_path), "--best", str(tmp_path))
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"# against {fast}" in proc.stdout
-    flagged = [line for line in proc.stdout.splitlines() if line.startswith("SLOWER ")]
+    assert f"# against {fast}" in proc.stdout and "# against the best of 1 records of this machine" in proc.stdout
+    slower_lines = [line for line in proc.stdout.splitlines() if line.startswith("SLOWER ")]
+    flagged = [line for line in slower_lines if "against the best" not in line]
+    assert len(slower_lines) == 2 * len(flagged)
     (second,) = [p for p in tmp_path.glob("kernel-record-cpu-*.json")]
     again = json.loads(second.read_text())
     assert kr.validate(again) == [] and again["comparison"]["previous"] == str(fast)
@@ -360,9 +513,23 @@ def test_a_second_run_prints_the_change_and_flags_slower_kernels(smoke, tmp_path
     assert len(flagged) == len(ok_before & ok_now) and "(+" in flagged[0]
     assert {tuple(m["key"]) for m in again["comparison"]["missing"]} == ok_before - ok_now
     assert len(again["comparison"]["slower"]) == len(flagged)
-    # --compare measures nothing and prints the same flags.
-    proc = tool("--compare", str(second), "--previous", str(fast))
+    # The best of the records (here the previous one alone) flags the same cells, naming its record.
+    best = again["comparison_best"]
+    assert [e["key"] for e in best["slower"]] == [e["key"] for e in again["comparison"]["slower"]]
+    assert {e["best_path"] for e in best["slower"]} == {str(fast)} and best["best_of"][0]["path"] == str(fast)
+    # --compare measures nothing and prints the same flags, against the previous and against the best.
+    proc = tool("--compare", str(second), "--previous", str(fast), "--best", str(tmp_path))
+    assert proc.returncode == 1 and proc.stdout.count("SLOWER ") == 2 * len(flagged)
+    # --best none: the previous record alone.
+    proc = tool("--compare", str(second), "--previous", str(fast), "--best", "none")
     assert proc.returncode == 1 and proc.stdout.count("SLOWER ") == len(flagged)
+    assert "against the best" not in proc.stdout
+    # Without a previous record, the best of the folder still flags them.
+    proc = tool("--compare", str(second), "--previous", "none", "--best", str(tmp_path))
+    assert proc.returncode == 1 and proc.stdout.count("SLOWER ") == len(flagged)
+    assert all("against the best" in line for line in proc.stdout.splitlines() if line.startswith("SLOWER "))
+    proc = tool("--compare", str(second), "--previous", "none", "--best", "none")
+    assert proc.returncode == 0 and "SLOWER" not in proc.stdout
 
 
 def test_a_budget_too_short_for_everything_skips_with_a_note(tmp_path):

@@ -4,8 +4,11 @@ One run measures the device time per call of every algorithm of every collective
 permutation included) at every size, in each *setting* asked for, beside a device-to-device copy of the same bytes
 timed in the same run; writes one JSON record (machine, GPU count, date, commit); and prints the change against a
 previous record (``--previous PATH``, or the newest record of the same ``--name`` and machine under
-``bench/results/``), flagging every kernel more than ``--threshold`` (10 %) slower. docs/benchmarking.md, "The
-kernel record", says how to read it.
+``bench/results/``) and against the best time any record of the same machine in ``--best DIR`` (default
+``bench/results/``; the previous record counted too) holds for each cell, flagging every kernel more than
+``--threshold`` (10 %) slower than either. The collectives bench's virtual-rank records
+(``kernel_record_base.COLLECTIVES_BENCH_PATTERN``) count among the records the best is taken from, as cells of
+the virtual:N setting. docs/benchmarking.md, "The kernel record", says how to read it.
 
 Settings (where the ranks run), each ``kind:N``:
 
@@ -33,9 +36,11 @@ share of the time left, and a cell that would pass the deadline is skipped. Skip
 (UTC), ``commit`` (and ``commit_dirty``), ``machine`` (platform, device_kind, gpu_model, gpu_count, host,
 versions, environment, command), ``settings`` (what was asked), ``budget`` (seconds, estimated, elapsed),
 ``setups`` (per setting: its setup seconds, status, notes), ``time_sources``, ``memcpy_sources``, ``notes``,
-``rows`` (one per cell: ``ROW_FIELDS``) and ``comparison`` (against the previous record, or null).
+``rows`` (one per cell: ``ROW_FIELDS``), ``comparison`` (against the previous record, or null) and
+``comparison_best`` (against the best of the records, ``kernel_record_base.compare_best``, or null).
 
-Exit status: 0; 1 when a kernel is flagged slower or a cell failed; 2 for a usage error.
+Exit status: 0; 1 when a kernel is flagged slower (than the previous record or the best) or a cell failed; 2 for a
+usage error.
 """
 
 from __future__ import annotations
@@ -49,9 +54,9 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from .kernel_record_base import (DEFAULT_DTYPE, DEFAULT_NAME, DEFAULT_RESULTS, DEFAULT_SIZES, DEFAULT_THRESHOLD,
                                  MEMCPY_SOURCES, OPS, RESERVE_S, SCHEMA, TIME_SOURCES, Estimates, Setting, Source,
-                                 cells_of, commit_of, compare, find_previous, first_line, format_comparison,
-                                 load_record, machine_info, machine_key, new_row, plan, record_path, row_key,
-                                 summary_table, write_record)
+                                 cells_of, commit_of, compare, compare_best, find_previous, find_records, first_line,
+                                 format_comparison, load_record, machine_info, machine_key, new_row, plan,
+                                 record_path, row_key, summary_table, write_record)
 from .units import format_size, parse_sizes
 
 
@@ -146,6 +151,7 @@ def run_record(*, settings: Sequence[Setting], sources: Mapping[str, Source], op
         "notes": list(dict.fromkeys(notes)),
         "rows": rows,
         "comparison": None,
+        "comparison_best": None,
     }
 
 
@@ -174,12 +180,16 @@ def build_parser(prog: str = "python -m jax_mscclpp.tools.bench.kernel_record") 
     p.add_argument("--name", default=DEFAULT_NAME, help=f"the record's name (default {DEFAULT_NAME})")
     p.add_argument("--previous", default=None, metavar="PATH|DIR|none",
                    help=f"the record to compare with, or a folder to take the newest of NAME for this machine from "
-                   f"(default {DEFAULT_RESULTS}); none: no comparison")
+                   f"(default {DEFAULT_RESULTS}); none: no comparison with a previous record")
+    p.add_argument("--best", default=None, metavar="DIR|none",
+                   help=f"the folder whose records of this machine (NAME*.json, and the collectives bench's "
+                   f"collectives-N-virtual-ranks-COMMIT-DATE.json) give each cell's best time, the previous record "
+                   f"counted too (default {DEFAULT_RESULTS}); none: no comparison with the best")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help="flag kernels slower than this fraction (default 0.10)")
     p.add_argument("--commit", default=None, help="the commit to record (default: git rev-parse HEAD here)")
     p.add_argument("--compare", default=None, metavar="RECORD",
-                   help="measure nothing: compare RECORD with --previous and print the change")
+                   help="measure nothing: compare RECORD with --previous and --best and print the change")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit")
     p.add_argument("--child-plan", default=None, help=argparse.SUPPRESS)  # a processes:P child (kernel_record_jax)
     return p
@@ -226,6 +236,47 @@ def _previous_doc(where: str | None, name: str, machine: tuple | None, exclude: 
     return doc
 
 
+def _best_docs(where: str | None, name: str, machine: tuple, exclude: Iterable[str],
+               previous: Mapping | None) -> list[dict] | None:
+    """The records the best times are taken from: ``find_records`` of ``where`` (default ``DEFAULT_RESULTS``) and
+    ``previous`` where it is of ``machine`` and not among them; None for ``where`` none."""
+    if where is not None and where.lower() == "none":
+        return None
+    notes: list[str] = []
+    records = find_records(where or DEFAULT_RESULTS, name, machine, exclude, notes)
+    for note in notes:
+        print(f"# note: {note}")
+    paths = {os.path.abspath(r["path"]) for r in records}
+    if (previous is not None and machine_key(previous) == tuple(machine)
+            and os.path.abspath(previous["path"]) not in paths):
+        records.append(previous)
+    return records
+
+
+def _comparisons(new: Mapping, previous: Mapping | None, best: Sequence[Mapping] | None,
+                 threshold: float) -> tuple[dict | None, dict | None]:
+    """(against the previous record, against the best of ``best``): each None where there is nothing to compare
+    with."""
+    return (compare(new, previous, threshold) if previous is not None else None,
+            compare_best(new, best, threshold) if best else None)
+
+
+def _print_comparisons(name: str, against_previous: Mapping | None, against_best: Mapping | None) -> None:
+    if against_previous is not None:
+        print("\n".join(format_comparison(against_previous)))
+    else:
+        print(f"# no previous record of {name!r} for this machine to compare with")
+    if against_best is not None:
+        print("\n".join(format_comparison(against_best)))
+    else:
+        print(f"# no best times of {name!r} for this machine to compare with")
+
+
+def _flagged(*comparisons: Mapping | None) -> bool:
+    """Whether any of ``comparisons`` flags a kernel slower."""
+    return any(c is not None and c["slower"] for c in comparisons)
+
+
 def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None = None,
          prog: str | None = None) -> int:
     """The command line; ``sources`` adds or replaces setting kinds' sources (bench/kernels/kernel_record.py
@@ -240,12 +291,11 @@ def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None
     if args.compare:
         new = load_record(args.compare)
         old = _previous_doc(args.previous, new["name"], machine_key(new), exclude=[args.compare])
-        if old is None:
-            print(f"# no previous record of {new['name']!r} for this machine to compare with")
-            return 0
-        cmp = compare(new, old, args.threshold)
-        print("\n".join(format_comparison(cmp) + summary_table(new, cmp)))
-        return 1 if cmp["slower"] else 0
+        best = _best_docs(args.best, new["name"], machine_key(new), [args.compare], old)
+        against_previous, against_best = _comparisons(new, old, best, args.threshold)
+        _print_comparisons(new["name"], against_previous, against_best)
+        print("\n".join(summary_table(new, against_previous)))
+        return 1 if _flagged(against_previous, against_best) else 0
     try:
         sizes = parse_sizes(args.sizes)
     except ValueError as e:
@@ -306,8 +356,8 @@ def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None
     path = args.file or record_path(out_dir, args.name, doc)
     if previous is None or machine_key(previous) != machine_key(doc):
         previous = _previous_doc(args.previous, args.name, machine_key(doc), exclude=[path])
-    if previous is not None:
-        doc["comparison"] = compare(doc, previous, args.threshold)
+    best = _best_docs(args.best, args.name, machine_key(doc), [path], previous)
+    doc["comparison"], doc["comparison_best"] = _comparisons(doc, previous, best, args.threshold)
     write_record(doc, path)
 
     bad = [r for r in doc["rows"] if r["status"].startswith("error")]
@@ -320,12 +370,9 @@ def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None
         print(f"# note: {note}")
     for r in bad[:10]:
         print(f"ERROR {r['setting']} {r['op']}/{r['algorithm']} {format_size(r['size'])}: {r['status']}")
-    if doc["comparison"] is not None:
-        print("\n".join(format_comparison(doc["comparison"])))
-    else:
-        print(f"# no previous record of {args.name!r} for this machine to compare with")
+    _print_comparisons(args.name, doc["comparison"], doc["comparison_best"])
     print("\n".join(summary_table(doc, doc["comparison"])))
-    return 1 if bad or (doc["comparison"] and doc["comparison"]["slower"]) else 0
+    return 1 if bad or _flagged(doc["comparison"], doc["comparison_best"]) else 0
 
 
 if __name__ == "__main__":

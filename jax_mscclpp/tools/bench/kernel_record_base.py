@@ -1,6 +1,7 @@
 """What the kernel record's tool (``kernel_record``) and its sources (``kernel_record_jax``,
 bench/kernels/kernel_record.py) share: the record's schema and rows, the settings and cells, a source's interface,
-the plan under a budget, finding the previous record, and the comparison with it.
+the plan under a budget, finding the previous record and the records the best times are taken from (the
+collectives bench's virtual-rank records among them), and the comparisons with them.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ...collective_specs import SPECS
 from . import metrics
-from .units import format_size
+from .units import format_size, parse_sizes
 from .json_safe import json_safe
 
 SCHEMA = "jax_mscclpp.kernel_record/1"
@@ -408,9 +409,9 @@ def validate(doc) -> list[str]:
                 problems.append(f"rows[{i}]: status ok without a positive time_us")
             elif not (row["time_min_us"] <= row["time_us"] <= row["time_max_us"]):
                 problems.append(f"rows[{i}]: time_us outside [time_min_us, time_max_us]")
-    comparison = doc.get("comparison")
-    if comparison is not None and not isinstance(comparison, Mapping):
-        problems.append("comparison is neither null nor an object")
+    for key in ("comparison", "comparison_best"):
+        if doc.get(key) is not None and not isinstance(doc[key], Mapping):
+            problems.append(f"{key} is neither null nor an object")
     return problems
 
 
@@ -443,76 +444,190 @@ def record_path(out_dir: str, name: str, doc: Mapping) -> str:
     return path
 
 
+def _candidate_paths(where: str, patterns: Sequence[str], exclude: Iterable[str]) -> list[str]:
+    """``where`` itself when it is a file, else the files of the folder ``where`` matching any of ``patterns``,
+    less ``exclude``."""
+    if os.path.isfile(where):
+        return [where]
+    if not os.path.isdir(where):
+        return []
+    excluded = {os.path.abspath(p) for p in exclude}
+    found = dict.fromkeys(path for pattern in patterns for path in sorted(glob.glob(os.path.join(where, pattern))))
+    return [path for path in found if os.path.abspath(path) not in excluded]
+
+
+def _json_object(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _records_of(where: str, name: str, machine: tuple | None, exclude: Iterable[str]) -> list[tuple[str, dict]]:
+    """(path, record) of every file ``name*.json`` in the folder ``where`` that is a record of this schema, of the
+    same machine (``machine_key``) when ``machine`` is given."""
+    out = []
+    for path in _candidate_paths(where, [f"{name}*.json"], exclude):
+        doc = _json_object(path)
+        if doc is None or doc.get("schema") != SCHEMA:
+            continue
+        if machine is not None and machine_key(doc) != tuple(machine):
+            continue
+        out.append((path, doc))
+    return out
+
+
 def find_previous(where: str, name: str, machine: tuple | None = None, exclude: Iterable[str] = ()) -> str | None:
     """The newest record (by its ``date``) named ``name*.json`` in the folder ``where`` (or ``where`` itself when it
     is a file), of the same machine (``machine_key``) when ``machine`` is given; files that are not records of
     this schema are passed over."""
     if os.path.isfile(where):
         return where
-    if not os.path.isdir(where):
+    found = _records_of(where, name, machine, exclude)
+    return max(found, key=lambda path_doc: str(path_doc[1].get("date", "")))[0] if found else None
+
+
+def find_records(where: str, name: str, machine: tuple, exclude: Iterable[str] = (),
+                 notes: list | None = None) -> list[dict]:
+    """Every record of ``machine`` in the folder ``where`` (or the file ``where``), each with its ``path``: the
+    valid records of this schema named ``name*.json`` and the collectives bench's virtual-rank records
+    (``COLLECTIVES_BENCH_PATTERN``, read by ``collectives_bench_record``). A record of this schema that does not
+    validate is passed over, and noted in ``notes``."""
+    out = []
+    for path, doc in _records_of(where, name, machine, exclude):
+        problems = validate(doc)
+        if problems:
+            if notes is not None:
+                notes.append(f"{path} is not used: " + "; ".join(problems[:3]))
+            continue
+        out.append({**doc, "path": path})
+    for path in _candidate_paths(where, [COLLECTIVES_BENCH_PATTERN], exclude):
+        doc = _json_object(path)
+        bench_record = collectives_bench_record(doc, path) if doc is not None else None
+        if bench_record is not None and machine_key(bench_record) == tuple(machine):
+            out.append(bench_record)
+    return out
+
+
+# --------------------------------------------------------------------------------- the collectives bench's records
+# bench/kernels/collectives.py times the kernels of N virtual ranks on one GPU as the kernel record's virtual:N
+# setting does (a CUDA graph of R calls per rank, replayed between CUDA events on rank 0's stream): its records named
+# collectives-N-virtual-ranks-COMMIT-DATE.json are read as cells of that setting.
+COLLECTIVES_BENCH_PATTERN = "collectives-*-virtual-ranks-*.json"
+_COLLECTIVES_BENCH_NAME = re.compile(r"^collectives-\d+-virtual-ranks-([0-9a-f]{7,40})-")
+_COLLECTIVES_BENCH_TIMING = ("CUDA graph", "events on rank 0")
+RECORD_SIZES = frozenset(parse_sizes(DEFAULT_SIZES))
+
+
+def collectives_bench_record(doc: Mapping, path: str) -> dict | None:
+    """A record of the collectives bench (``"benchmark": "collectives"``; ``setup``: nranks, ranks_per_gpu, dtype,
+    timing; ``machine``: gpu, gpu_count; ``rows`` of collective, algorithm, bytes, count, time_us, repeats,
+    launches) as a record of this schema's shape: name "collectives", its date, the commit its file name carries,
+    its machine, and a row of the virtual:N setting (N = nranks) for every row of a size of ``DEFAULT_SIZES``
+    (others, e.g. 32 MiB, are left out), with time source cuda_events and no samples' spread. None when ``doc``
+    is not such a record, or was timed another way.
+
+    Its ``bytes`` is the kernel record's ``size`` for every collective: the larger per-rank buffer (all_reduce the
+    vector, all_gather the output, reduce_scatter and all_to_all the input, the permutation the block), that is
+    count x itemsize x blocks per rank (n; 1 for all_reduce and the permutation), where count is
+    launch_collective's elements per block, the one bench/kernels/kernel_record.py's ``block_count`` gives for that
+    size."""
+    setup, machine = doc.get("setup"), doc.get("machine")
+    named = _COLLECTIVES_BENCH_NAME.match(os.path.basename(path))
+    if (doc.get("benchmark") != "collectives" or named is None or not isinstance(setup, Mapping)
+            or not isinstance(machine, Mapping) or not isinstance(doc.get("rows"), list)
+            or not all(part in str(setup.get("timing", "")) for part in _COLLECTIVES_BENCH_TIMING)):
         return None
-    excluded = {os.path.abspath(p) for p in exclude}
-    best = None
-    for path in glob.glob(os.path.join(where, f"{name}*.json")):
-        if os.path.abspath(path) in excluded:
+    setting = Setting("virtual", int(setup["nranks"]))
+    rows = []
+    for row in doc["rows"]:
+        if row.get("collective") not in OPS or int(row.get("bytes", 0)) not in RECORD_SIZES:
             continue
-        try:
-            with open(path) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-            continue
-        if machine is not None and machine_key(doc) != tuple(machine):
-            continue
-        stamp = str(doc.get("date", ""))
-        if best is None or stamp > best[0]:
-            best = (stamp, path)
-    return best[1] if best else None
+        cell = Cell(setting, row["collective"], row["algorithm"], int(row["bytes"]), str(setup["dtype"]))
+        rows.append(new_row(cell, time_source="cuda_events", time_us=row.get("time_us"), repeats=row.get("repeats"),
+                            launches=row.get("launches"), ranks_per_gpu=setup.get("ranks_per_gpu")))
+    return {
+        "name": "collectives",
+        "date": doc.get("date"),
+        "commit": named.group(1),
+        # The file names the GPU model and count, not the platform nor the device kind that machine_key also
+        # holds: the collectives bench runs on a GPU only, and a GPU record's device_kind is its model
+        # (machine_info), so its key matches a kernel record's on the GPU model and count alone.
+        "machine": {"platform": "gpu", "device_kind": machine.get("gpu"), "gpu_model": machine.get("gpu"),
+                    "gpu_count": machine.get("gpu_count")},
+        "rows": rows,
+        "path": path,
+    }
 
 
 # -------------------------------------------------------------------------------------------------- comparison
-def compare(new: Mapping, old: Mapping, threshold: float = DEFAULT_THRESHOLD) -> dict:
-    """Every cell measured (status ok) in both records with the same time source: new time / old time. A kernel
-    is *slower* when the ratio exceeds 1 + threshold, *faster* below 1 - threshold; ``beyond_spread`` says whether
-    the new smallest sample is above the old largest (slower) or the new largest below the old smallest (faster).
-    Also: cells measured before and not now (``missing``, with today's status), cells new to this record, cells
-    whose time source changed, and per setting the change of the memcpy reference (the machine's own drift)."""
-    old_rows = {row_key(r): r for r in old.get("rows", ()) if r.get("status") == "ok"}
+def fastest_rows(records: Sequence[Mapping]) -> dict:
+    """(row_key, time_source) -> (row, record): per cell and time source, the ok row of ``records`` with the
+    smallest ``time_us`` (the earlier record's on a tie)."""
+    out: dict = {}
+    for doc in records:
+        for row in doc.get("rows", ()):
+            if row.get("status") != "ok":
+                continue
+            ref = (row_key(row), row.get("time_source"))
+            if ref not in out or row["time_us"] < out[ref][0]["time_us"]:
+                out[ref] = (row, doc)
+    return out
+
+
+def _beyond_spread(new: Mapping, old: Mapping, slower: bool) -> bool | None:
+    """Whether the new samples all lie past the old ones (slower: new smallest above old largest; faster: new
+    largest below old smallest); None where either row has no spread."""
+    if slower:
+        a, b = new.get("time_min_us"), old.get("time_max_us")
+        return None if a is None or b is None else a > b
+    a, b = new.get("time_max_us"), old.get("time_min_us")
+    return None if a is None or b is None else a < b
+
+
+def _compare_with(new: Mapping, reference: Mapping, threshold: float, name_sources: bool) -> dict:
+    """The comparison of ``new``'s ok cells with ``reference`` (``fastest_rows``): per cell the reference row of the
+    same time source; with ``name_sources``, every entry names the record its reference row is from
+    (``best_path``, ``best_commit``, ``best_date``). See ``compare``."""
+    referenced = {key for key, _ in reference}
     new_rows = {row_key(r): r for r in new.get("rows", ())}
     compared, slower, faster, changed_source, added = [], [], [], [], []
     memcpy: dict = {}
     for key, r in new_rows.items():
         if r.get("status") != "ok":
             continue
-        o = old_rows.get(key)
-        if o is None:
-            added.append(list(key))
+        found = reference.get((key, r.get("time_source")))
+        if found is None:
+            if key in referenced:
+                old_sources = sorted(str(source) for k, source in reference if k == key)
+                changed_source.append({"key": list(key), "old": ", ".join(old_sources), "new": r.get("time_source")})
+            else:
+                added.append(list(key))
             continue
-        if o.get("time_source") != r.get("time_source"):
-            changed_source.append({"key": list(key), "old": o.get("time_source"), "new": r.get("time_source")})
-            continue
+        o, doc = found
         ratio = r["time_us"] / o["time_us"]
         entry = {"key": list(key), "old_us": o["time_us"], "new_us": r["time_us"], "ratio": ratio}
+        if name_sources:
+            entry.update(best_path=doc.get("path"), best_commit=doc.get("commit"), best_date=doc.get("date"))
         if ratio > 1 + threshold:
-            entry["beyond_spread"] = r["time_min_us"] > o["time_max_us"]
+            entry["beyond_spread"] = _beyond_spread(r, o, slower=True)
             slower.append(entry)
         elif ratio < 1 - threshold:
-            entry["beyond_spread"] = r["time_max_us"] < o["time_min_us"]
+            entry["beyond_spread"] = _beyond_spread(r, o, slower=False)
             faster.append(entry)
         compared.append(entry)
         if r.get("memcpy_us") and o.get("memcpy_us"):
             memcpy.setdefault(key[0], {})[key[3]] = r["memcpy_us"] / o["memcpy_us"]
     missing = [{"key": list(k), "status": new_rows[k]["status"] if k in new_rows else "not asked for"}
-               for k in old_rows if k not in new_rows or new_rows[k].get("status") != "ok"]
+               for k in dict.fromkeys(key for key, _ in reference)
+               if k not in new_rows or new_rows[k].get("status") != "ok"]
     by_kernel: dict = {}
     for entry in compared:
         setting, op, algorithm = entry["key"][:3]
         by_kernel.setdefault(f"{setting} {op}/{algorithm}", []).append(entry["ratio"])
     return {
-        "previous": old.get("path"),
-        "previous_date": old.get("date"),
-        "previous_commit": old.get("commit"),
         "threshold": threshold,
         "compared": len(compared),
         "slower": sorted(slower, key=lambda e: -e["ratio"]),
@@ -525,6 +640,26 @@ def compare(new: Mapping, old: Mapping, threshold: float = DEFAULT_THRESHOLD) ->
     }
 
 
+def compare(new: Mapping, old: Mapping, threshold: float = DEFAULT_THRESHOLD) -> dict:
+    """Every cell measured (status ok) in both records with the same time source: new time / old time. A kernel
+    is *slower* when the ratio exceeds 1 + threshold, *faster* below 1 - threshold; ``beyond_spread`` says whether
+    the new smallest sample is above the old largest (slower) or the new largest below the old smallest (faster),
+    null where a row has no samples' spread. Also: cells measured before and not now (``missing``, with today's
+    status), cells new to this record, cells whose time source changed, and per setting the change of the memcpy
+    reference (the machine's own drift)."""
+    return {"previous": old.get("path"), "previous_date": old.get("date"), "previous_commit": old.get("commit"),
+            **_compare_with(new, fastest_rows([old]), threshold, name_sources=False)}
+
+
+def compare_best(new: Mapping, records: Sequence[Mapping], threshold: float = DEFAULT_THRESHOLD) -> dict:
+    """``compare`` against the best of ``records``: for every cell, the fastest ok row of the same time source any
+    of them holds (``fastest_rows``; ``old_us`` is its time), every entry naming the record it is from
+    (``best_path``, ``best_commit``, ``best_date``); ``best_of`` lists the records (path, date, commit)."""
+    return {"best_of": [{"path": doc.get("path"), "date": doc.get("date"), "commit": doc.get("commit")}
+                        for doc in records],
+            **_compare_with(new, fastest_rows(records), threshold, name_sources=True)}
+
+
 def _geomean(values: Sequence[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
@@ -534,22 +669,33 @@ def _pct(ratio: float | None) -> str:
     return "-" if ratio is None else f"{(ratio - 1) * 100:+.0f} %"
 
 
+def _against(cmp: Mapping) -> str:
+    """What a comparison is against: the previous record, or (``compare_best``) the best of its records."""
+    if "best_of" in cmp:
+        return f"the best of {len(cmp['best_of'])} records of this machine"
+    return f"{cmp.get('previous')} ({cmp.get('previous_date')}, commit {str(cmp.get('previous_commit'))[:12]})"
+
+
 def format_comparison(cmp: Mapping, limit: int = 40) -> list[str]:
-    """The comparison as lines: a summary, then every slower kernel (most first, up to ``limit``)."""
+    """The comparison as lines: a summary (against the best, then the records the best is taken from), then every
+    slower kernel (most first, up to ``limit``; against the best, each with the commit and date of the record its
+    best is from)."""
     beyond = sum(1 for e in cmp["slower"] if e.get("beyond_spread"))
-    lines = [f"# against {cmp.get('previous')} ({cmp.get('previous_date')}, commit "
-             f"{str(cmp.get('previous_commit'))[:12]}): {cmp['compared']} cells compared, {len(cmp['slower'])} more "
-             f"than {cmp['threshold'] * 100:.0f} % slower ({beyond} beyond the samples' spread), "
-             f"{len(cmp['faster'])} faster, {len(cmp['missing'])} measured before but not now, {len(cmp['new'])} new"]
+    lines = [f"# against {_against(cmp)}: {cmp['compared']} cells compared, {len(cmp['slower'])} more than "
+             f"{cmp['threshold'] * 100:.0f} % slower ({beyond} beyond the samples' spread), {len(cmp['faster'])} "
+             f"faster, {len(cmp['missing'])} measured before but not now, {len(cmp['new'])} new"]
+    lines += [f"#   {r['path']} ({r['date']}, commit {str(r['commit'])[:12]})" for r in cmp.get("best_of", ())]
     for setting, ratio in sorted(cmp.get("memcpy_ratio", {}).items()):
         if ratio is not None and abs(ratio - 1) > cmp["threshold"]:
             lines.append(f"# note: {setting}: the memcpy reference itself changed by {_pct(ratio)}: the machine "
-                         "differs from the previous run's, read the kernels' changes against that")
+                         "differs from the reference run's, read the kernels' changes against that")
     for entry in cmp["slower"][:limit]:
         setting, op, algorithm, size, dtype = entry["key"]
-        spread = "" if entry.get("beyond_spread") else " (within the samples' spread)"
+        spread = " (within the samples' spread)" if entry.get("beyond_spread") is False else ""
+        best = (f" against the best, commit {str(entry['best_commit'])[:12]} of {str(entry['best_date'])[:10]}"
+                if "best_path" in entry else "")
         lines.append(f"SLOWER {setting} {op}/{algorithm} {format_size(size)} {dtype}: {entry['old_us']:.1f} -> "
-                     f"{entry['new_us']:.1f} us ({_pct(entry['ratio'])}){spread}")
+                     f"{entry['new_us']:.1f} us ({_pct(entry['ratio'])}){best}{spread}")
     if len(cmp["slower"]) > limit:
         lines.append(f"SLOWER ... and {len(cmp['slower']) - limit} more (the record's comparison lists them all)")
     if cmp["time_source_changed"]:
