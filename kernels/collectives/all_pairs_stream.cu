@@ -1,7 +1,8 @@
 // All-pairs collectives on the streaming HB protocol (stream.cuh): for large messages. One launch moves the
-// whole message through a bounded scratch. Each block runs two groups of threads: senders stream the block's
-// chunks into the peers' slots (waiting only for slot credits), receivers fold or copy every chunk as it arrives
-// and hand its slot back, so puts and local work overlap.
+// whole message through a bounded scratch. A block whose part is several chunks runs two groups of threads:
+// senders stream the block's chunks into the peers' slots (waiting only for slot credits), receivers fold or copy
+// every chunk as it arrives and hand its slot back, so puts and local work overlap. A block whose part is one
+// chunk puts it with all its threads, then folds or copies with all of them: one hop, nothing to overlap.
 //
 //   reduce kernel (typed):  rank r sends segment q of its input to peer q and folds segment r of every rank in
 //                           rank order 0..n-1 (its own input in place of its slot) into its output. all_reduce
@@ -32,6 +33,17 @@ __device__ inline bool overlaps(const char* a, uint64_t na, const char* b, uint6
 
 template <bool kReduce, class Work>
 __device__ inline void stream_block(const StreamBlock& sb, bool alias, Work work) {
+  if (sb.chunks <= 1) {
+    // At most one chunk: nothing to overlap, so every thread of the block puts it, then every thread waits for the
+    // peers' and works (the same signals as the two groups would give: one per chunk, no credit).
+    const Group g{0, kHBThreads, 1};
+    if (sb.chunks == 1) {
+      sb.send<kReduce>(g, 0);
+      sb.receive(g, 0);
+      work(g, 0);
+    }
+    return;
+  }
   __shared__ uint32_t sent;
   if (threadIdx.x == 0) sent = 0;
   __syncthreads();
