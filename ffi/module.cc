@@ -55,7 +55,7 @@ nb::dict code_row(const char* enumerator, int code, const char* name) {
 
 // Every table of kernels/include/jax_mscclpp/codes.def, for jax_mscclpp/_types.py: {table: [row dict, ...]}.
 nb::dict code_tables() {
-  nb::list collectives, reduce_ops, dtypes, algorithms, plan_ops, plan_buffers, plan_channels;
+  nb::list collectives, reduce_ops, dtypes, algorithms, placements, plan_ops, plan_buffers, plan_channels;
 #define JAX_MSCCLPP_COLLECTIVE(enumerator, code, name, input_blocks, output_blocks, reduces) \
   {                                                                                          \
     nb::dict row = code_row(#enumerator, code, name);                                        \
@@ -83,6 +83,7 @@ nb::dict code_tables() {
     row["needs"] = #needs;                                                    \
     algorithms.append(row);                                                   \
   }
+#define JAX_MSCCLPP_PLACEMENT(enumerator, code, name) placements.append(code_row(#enumerator, code, name));
 #define JAX_MSCCLPP_PLAN_OP(enumerator, code, name) plan_ops.append(code_row(#enumerator, code, name));
 #define JAX_MSCCLPP_PLAN_BUFFER(enumerator, code, name) plan_buffers.append(code_row(#enumerator, code, name));
 #define JAX_MSCCLPP_PLAN_CHANNEL(enumerator, code, name) plan_channels.append(code_row(#enumerator, code, name));
@@ -92,6 +93,7 @@ nb::dict code_tables() {
   tables["reduce_op"] = reduce_ops;
   tables["dtype"] = dtypes;
   tables["algorithm"] = algorithms;
+  tables["placement"] = placements;
   tables["plan_op"] = plan_ops;
   tables["plan_buffer"] = plan_buffers;
   tables["plan_channel"] = plan_channels;

@@ -66,23 +66,27 @@ void register_select_bindings(nb::module_& m) {
   s.def(
       "protocol_rules",
       [] {
-        std::map<std::string, std::tuple<uint64_t, std::string, std::string>> out;
-        for (const select::ProtocolRule& p : select::protocol_rules())
-          out[name_or_throw(p.algorithm)] = {p.ll_max_block_bytes, name_or_throw(p.ll), name_or_throw(p.hb)};
+        std::vector<std::tuple<std::string, int32_t, int32_t, int32_t, uint64_t, std::string, std::string>> out;
+        for (const collectives::ProtocolRow& p : select::protocol_rules())
+          out.emplace_back(name_or_throw(p.algorithm), p.collective, p.placement, p.world, p.ll_max_block_bytes,
+                           name_or_throw(p.ll), name_or_throw(p.hb));
         return out;
       },
-      "selection.def's protocol rows: {algorithm: (largest LL block in bytes, LL algorithm, HB algorithm)}.");
+      "selection.def's protocol rows, in file order: [(algorithm, collective code or -1 for every one, placement "
+      "code (codes.def), world or 0 for any, largest LL block in bytes, LL algorithm, HB algorithm)].");
   s.def(
       "protocol_of",
-      [](const std::string& algorithm, const std::string& platform,
-         uint64_t block_bytes) -> std::optional<std::string> {
-        const std::optional<int32_t> runs_as =
-            select::protocol_of(select::algorithm_code(algorithm), platform, block_bytes);
+      [](const std::string& algorithm, const std::string& platform, uint64_t block_bytes, int32_t collective,
+         int32_t world, int32_t placement) -> std::optional<std::string> {
+        const std::optional<int32_t> runs_as = select::protocol_of(select::algorithm_code(algorithm), platform,
+                                                                   {collective, block_bytes, world, placement});
         if (!runs_as) return std::nullopt;
         return std::string(name_or_throw(*runs_as));
       },
-      nb::arg("algorithm"), nb::arg("platform"), nb::arg("block_bytes"),
-      "The algorithm `algorithm` runs as on `platform` for blocks of `block_bytes`, or None where it is its own.");
+      nb::arg("algorithm"), nb::arg("platform"), nb::arg("block_bytes"), nb::arg("collective"), nb::arg("world"),
+      nb::arg("placement"),
+      "The algorithm `algorithm` runs as on `platform` for a call of `collective` with blocks of `block_bytes` on "
+      "`world` ranks placed as `placement` (codes.def), or None where it is its own.");
   s.def(
       "choose",
       [](nb::iterable tuned, int32_t collective, const std::string& platform, uint64_t nbytes,

@@ -32,6 +32,7 @@ _ROW_MACROS = {
     "JAX_MSCCLPP_REDUCE_OP": ("reduce_op", ()),
     "JAX_MSCCLPP_DTYPE": ("dtype", ("bytes", "host_type", "device_type", "nccl_type", "xla_type")),
     "JAX_MSCCLPP_ALGORITHM": ("algorithm", ("collectives", "host", "needs")),
+    "JAX_MSCCLPP_PLACEMENT": ("placement", ()),
     "JAX_MSCCLPP_PLAN_OP": ("plan_op", ()),
     "JAX_MSCCLPP_PLAN_BUFFER": ("plan_buffer", ()),
     "JAX_MSCCLPP_PLAN_CHANNEL": ("plan_channel", ()),

@@ -101,15 +101,19 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
                                 communicator=lambda: Communicator(mesh, axes, side_stream=started))
-    _explained(collective, op, axes, aval_in, decision.algorithm, decision.reason,
-               selection.protocol_of(decision.algorithm, platform, (count // blocks) * itemsize)
-               if decision.kind == "native" else None)
     if decision.kind == "composed":
+        _explained(collective, op, axes, aval_in, decision.algorithm, decision.reason)
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)
     if decision.kind == "lax":
+        _explained(collective, op, axes, aval_in, decision.algorithm, decision.reason)
         fallback = lax_equivalent or _lax_equivalent(collective, axes, op)
         return mlir.lower_fun(fallback, multiple_results=False)(ctx, x)
     comm = Communicator(mesh, axes, side_stream=started)
+    protocol = None
+    if decision.kind == "native":
+        protocol = selection.protocol_of(decision.algorithm, platform, (count // blocks) * itemsize,
+                                         collective=collective, world=world, shares_gpu=comm.shares_gpus)
+    _explained(collective, op, axes, aval_in, decision.algorithm, decision.reason, protocol)
     if decision.kind == "plan":
         comm.bind_plan(decision.plan.id, decision.plan_dict, decision.plan.name)
         code, plan_id = Algorithm.PLAN, decision.plan.id

@@ -88,10 +88,13 @@ def fuses(world: int, algorithm: str | None, dtype: str, communicator, kernel_ta
     return comm
 
 
-def protocol_of(algorithm: str, platform: str, block_bytes: int) -> str | None:
-    """The algorithm ``algorithm`` runs as on ``platform`` for blocks of ``block_bytes`` bytes (``allpairs`` ->
-    ``allpairs_ll`` or ``allpairs_hb`` on GPUs, by selection.def's protocol rules), or None where it is its own."""
-    return _select.protocol_of(algorithm, platform, block_bytes)
+def protocol_of(algorithm: str, platform: str, block_bytes: int, *, collective: Collective, world: int,
+                shares_gpu: bool) -> str | None:
+    """The algorithm ``algorithm`` runs as on ``platform`` for a call of ``collective`` with blocks of
+    ``block_bytes`` bytes on ``world`` ranks, which share a GPU or not (``allpairs`` -> ``allpairs_ll`` or
+    ``allpairs_hb`` on GPUs, by selection.def's protocol rows), or None where it is its own."""
+    placement = selection_table.PLACEMENT_CODES["shared_gpu" if shares_gpu else "own_gpu"]
+    return _select.protocol_of(algorithm, platform, block_bytes, int(collective), world, placement)
 
 
 def in_command_buffers(nbytes: int) -> bool:

@@ -4,14 +4,14 @@ views of its rows for what shows them (``selection.table()``, ``info()``). Match
 (``selection.choose``).
 
 ``Rule`` is a rule as it crosses to and from the matcher; ``DEFAULT_TABLE``, the built-in rules in file order;
-``PROTOCOL_RULES``, the protocol of each algorithm chosen by size on GPUs (name -> (largest LL block in bytes, LL
-algorithm, HB algorithm)), which the kernels' launchers apply (``kernels/collectives/protocol.h``)."""
+``PROTOCOL_RULES``, the protocol rows of the algorithms chosen by size on GPUs, in file order (``ProtocolRule``: the
+first row matching a call decides), which the kernels' launchers apply (``kernels/collectives/protocol.h``)."""
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._codes import Collective
+from ._codes import CODE_TABLES, Collective
 from ._jax_mscclpp import select as _select
 
 
@@ -32,5 +32,30 @@ def rule_of(row: tuple) -> Rule:
     return Rule(Collective(collective), platform, max_bytes, algorithm, world)
 
 
+class ProtocolRule(NamedTuple):
+    """One protocol row of selection.def: a call of ``collective`` (None: every one) on ``world`` ranks (None: any)
+    placed as ``placement`` (codes.def: "own_gpu", "shared_gpu", "any") runs ``algorithm``'s blocks of at most
+    ``ll_max_block_bytes`` as ``ll``, larger ones as ``hb``."""
+
+    algorithm: str
+    collective: Collective | None
+    placement: str
+    world: int | None
+    ll_max_block_bytes: int
+    ll: str
+    hb: str
+
+
+PLACEMENT_CODES = {row["name"]: row["code"] for row in CODE_TABLES["placement"]}
+
+
+def protocol_rule_of(row: tuple) -> ProtocolRule:
+    """A protocol row as the matcher gives it (codes for the collective, -1 for every one, and the placement)."""
+    algorithm, collective, placement, world, ll_max_block_bytes, ll, hb = row
+    names = {code: name for name, code in PLACEMENT_CODES.items()}
+    return ProtocolRule(algorithm, None if collective < 0 else Collective(collective), names[placement],
+                        world or None, ll_max_block_bytes, ll, hb)
+
+
 DEFAULT_TABLE = tuple(rule_of(row) for row in _select.builtin_rules())
-PROTOCOL_RULES = dict(_select.protocol_rules())
+PROTOCOL_RULES = tuple(protocol_rule_of(row) for row in _select.protocol_rules())

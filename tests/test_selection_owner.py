@@ -18,17 +18,55 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_the_protocol_rows():
-    assert selection_table.PROTOCOL_RULES == {"allpairs": (16384, "allpairs_ll", "allpairs_hb"),
-                                              "p2p": (16384, "p2p_ll", "p2p_hb")}
+    """Each size-chosen algorithm's rows end in one that matches every call, and every row's protocols are that
+    algorithm's LL and HB variants."""
+    rows = selection_table.PROTOCOL_RULES
+    variants = {"allpairs": ("allpairs_ll", "allpairs_hb"), "p2p": ("p2p_ll", "p2p_hb")}
+    assert {r.algorithm for r in rows} == set(variants)
+    for algorithm, (ll, hb) in variants.items():
+        mine = [r for r in rows if r.algorithm == algorithm]
+        assert all((r.ll, r.hb) == (ll, hb) for r in mine)
+        last = mine[-1]
+        assert (last.collective, last.placement, last.world) == (None, "any", None), last
+    assert {r.placement for r in rows} <= {"own_gpu", "shared_gpu", "any"}
 
 
-@pytest.mark.parametrize("algorithm,ll,hb", [("allpairs", "allpairs_ll", "allpairs_hb"), ("p2p", "p2p_ll", "p2p_hb")])
-def test_protocol_of(algorithm, ll, hb):
-    assert selection.protocol_of(algorithm, "gpu", 1) == ll
-    assert selection.protocol_of(algorithm, "gpu", 16384) == ll
-    assert selection.protocol_of(algorithm, "gpu", 16385) == hb
-    assert selection.protocol_of(algorithm, "cpu", 1) is None  # the host backend has one protocol
-    assert selection.protocol_of("1pa_ll", "gpu", 1) is None
+def first_row(algorithm, collective, world, placement):
+    """The row that decides, read from the Python view of the table (the matcher's own logic, restated)."""
+    for r in selection_table.PROTOCOL_RULES:
+        if (r.algorithm == algorithm and r.collective in (None, collective) and r.placement in ("any", placement)
+                and r.world in (None, world)):
+            return r
+    raise AssertionError("no row matches")
+
+
+CASES = [(a, c, w, s) for a, cs in (("allpairs", (Collective.ALL_GATHER, Collective.REDUCE_SCATTER,
+                                                  Collective.ALL_TO_ALL)), ("p2p", (Collective.PERMUTE,)))
+         for c in cs for w in (2, 3, 4, 8) for s in (False, True)]
+
+
+@pytest.mark.parametrize("algorithm,collective,world,shares_gpu", CASES)
+def test_protocol_of(algorithm, collective, world, shares_gpu):
+    """The matcher's protocol is the first matching row's: LL up to its bound, HB above, for every collective,
+    world and placement; one protocol on the host backend, none for an algorithm that is its own."""
+    row = first_row(algorithm, collective, world, "shared_gpu" if shares_gpu else "own_gpu")
+    call = dict(collective=collective, world=world, shares_gpu=shares_gpu)
+    assert selection.protocol_of(algorithm, "gpu", 1, **call) == row.ll
+    assert selection.protocol_of(algorithm, "gpu", row.ll_max_block_bytes, **call) == row.ll
+    assert selection.protocol_of(algorithm, "gpu", row.ll_max_block_bytes + 1, **call) == row.hb
+    assert selection.protocol_of(algorithm, "cpu", 1, **call) is None  # the host backend has one protocol
+    assert selection.protocol_of("1pa_ll", "gpu", 1, collective=Collective.ALL_REDUCE, world=world,
+                                 shares_gpu=shares_gpu) is None
+
+
+def test_the_rows_tell_placements_and_worlds_apart():
+    """What the one-GPU and the two-GPU records measured: ranks on one GPU switch to HB at smaller blocks than two
+    GPUs over NVLink, and at smaller blocks on 8 ranks than on 2."""
+    gather = Collective.ALL_GATHER
+    assert first_row("allpairs", gather, 2, "shared_gpu").ll_max_block_bytes < \
+        first_row("allpairs", gather, 2, "own_gpu").ll_max_block_bytes
+    assert first_row("allpairs", Collective.ALL_TO_ALL, 8, "shared_gpu").ll_max_block_bytes < \
+        first_row("allpairs", Collective.ALL_TO_ALL, 2, "shared_gpu").ll_max_block_bytes
 
 
 def test_the_launchers_read_the_protocol_rows():

@@ -28,6 +28,7 @@
 
 #include "collectives/collective.h"
 #include "collectives/collective_common.cuh"
+#include "collectives/protocol.h"
 #include "collectives/stream.cuh"
 
 namespace jax_mscclpp::collectives {
@@ -70,10 +71,10 @@ struct Launcher {
   cudaError_t (*launch)(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream);
 };
 
-// The launcher of algorithm `enumerator` (codes.def) for `collective` and blocks of `block_bytes`: null when the
-// algorithm does not implement that collective. kPlan has none (the plan executor runs it, kernels/executor/).
-#define JAX_MSCCLPP_LAUNCHER(enumerator) \
-  const Launcher* launcher_##enumerator(int32_t collective, uint64_t block_bytes)
+// The launcher of algorithm `enumerator` (codes.def) for a call (its collective, block bytes, world and placement:
+// what a size-chosen algorithm's protocol rows read, protocol.h): null when the algorithm does not implement that
+// collective. kPlan has none (the plan executor runs it, kernels/executor/).
+#define JAX_MSCCLPP_LAUNCHER(enumerator) const Launcher* launcher_##enumerator(const ProtocolCall& call)
 
 #define JAX_MSCCLPP_ALGORITHM(enumerator, ...) JAX_MSCCLPP_LAUNCHER(enumerator);
 #include "jax_mscclpp/codes.def"

@@ -157,11 +157,11 @@ constexpr Launcher kCopy{piece_cap_copy, nullptr, launch_copy};
 }  // namespace
 
 JAX_MSCCLPP_LAUNCHER(kTwoPhaseAllPairsLL) {
-  return collective == codes::kAllReduce ? &kReduce : nullptr;
+  return call.collective == codes::kAllReduce ? &kReduce : nullptr;
 }
 
 JAX_MSCCLPP_LAUNCHER(kAllPairsLL) {
-  switch (collective) {
+  switch (call.collective) {
     case codes::kReduceScatter: return &kReduce;
     case codes::kAllGather:
     case codes::kAllToAll: return &kCopy;
@@ -170,10 +170,9 @@ JAX_MSCCLPP_LAUNCHER(kAllPairsLL) {
 }
 
 JAX_MSCCLPP_LAUNCHER(kAllPairs) {
-  // The protocol by the block's size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE).
-  return protocol_algorithm(codes::kAllPairs, block_bytes) == codes::kAllPairsLL
-             ? launcher_kAllPairsLL(collective, block_bytes)
-             : launcher_kAllPairsHB(collective, block_bytes);
+  // The protocol by the call's block size, world and placement (selection.def, JAX_MSCCLPP_PROTOCOL_RULE).
+  return protocol_algorithm(codes::kAllPairs, call) == codes::kAllPairsLL ? launcher_kAllPairsLL(call)
+                                                                           : launcher_kAllPairsHB(call);
 }
 
 }  // namespace jax_mscclpp::collectives

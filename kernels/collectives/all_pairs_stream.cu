@@ -214,15 +214,15 @@ constexpr Launcher kTwoPhase{piece_cap<true>, ready, launch_two_phase};
 }  // namespace
 
 JAX_MSCCLPP_LAUNCHER(kOnePhaseAllPairsHB) {
-  return collective == codes::kAllReduce ? &kReduce : nullptr;
+  return call.collective == codes::kAllReduce ? &kReduce : nullptr;
 }
 
 JAX_MSCCLPP_LAUNCHER(kTwoPhaseAllPairsHB) {
-  return collective == codes::kAllReduce ? &kTwoPhase : nullptr;
+  return call.collective == codes::kAllReduce ? &kTwoPhase : nullptr;
 }
 
 JAX_MSCCLPP_LAUNCHER(kAllPairsHB) {
-  switch (collective) {
+  switch (call.collective) {
     case codes::kReduceScatter: return &kReduce;
     case codes::kAllGather:
     case codes::kAllToAll: return &kCopy;

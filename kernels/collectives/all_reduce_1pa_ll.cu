@@ -217,7 +217,7 @@ cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs&
 
 JAX_MSCCLPP_LAUNCHER(kOnePhaseAllPairsLL) {
   static constexpr Launcher kLauncher{piece_cap, nullptr, launch};
-  return collective == codes::kAllReduce ? &kLauncher : nullptr;
+  return call.collective == codes::kAllReduce ? &kLauncher : nullptr;
 }
 
 }  // namespace jax_mscclpp::collectives

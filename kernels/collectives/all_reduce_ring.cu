@@ -129,7 +129,7 @@ cudaError_t launch(const CollectiveContext& c, const Piece& p, const LaunchArgs&
 
 JAX_MSCCLPP_LAUNCHER(kTwoPhaseRing) {
   static constexpr Launcher kLauncher{piece_cap, ready, launch};
-  return collective == codes::kAllReduce ? &kLauncher : nullptr;
+  return call.collective == codes::kAllReduce ? &kLauncher : nullptr;
 }
 
 }  // namespace jax_mscclpp::collectives

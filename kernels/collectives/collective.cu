@@ -18,11 +18,11 @@ namespace {
 using namespace collectives;
 
 // The launcher of every algorithm row of codes.def, by code.
-const Launcher* launcher_of(int32_t collective, int32_t algorithm, uint64_t block_bytes) {
+const Launcher* launcher_of(int32_t algorithm, const ProtocolCall& call) {
   switch (algorithm) {
 #define JAX_MSCCLPP_ALGORITHM(enumerator, code, ...) \
   case code:                                         \
-    return launcher_##enumerator(collective, block_bytes);
+    return launcher_##enumerator(call);
 #include "jax_mscclpp/codes.def"
     default: return nullptr;
   }
@@ -35,16 +35,17 @@ bool valid_op(int32_t op) { return op == codes::kSum || op == codes::kMax || op 
 bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, int32_t op) {
   if (dtype_bytes(dtype) == 0 || !is_collective(collective)) return false;
   if (collective_reduces(collective) && !valid_op(op)) return false;
-  // Whether an algorithm implements a collective does not depend on the size (kAllPairs: either protocol).
-  return launcher_of(collective, algorithm, 0) != nullptr;
+  // Whether an algorithm implements a collective does not depend on the call's shape (kAllPairs: either protocol).
+  return launcher_of(algorithm, {collective, 0, 2, codes::kOwnGpu}) != nullptr;
 }
 
 uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype,
-                                 int32_t nranks, uint64_t scratch_bytes, const StreamTuning& tuning) {
+                                 int32_t nranks, int32_t placement, uint64_t scratch_bytes,
+                                 const StreamTuning& tuning) {
   const uint64_t esize = dtype_bytes(dtype);
   if (esize == 0 || nranks < 1 || block_count == 0 || nranks == 1) return 0;
   const uint64_t bytes = block_count * esize;
-  const Launcher* l = launcher_of(collective, algorithm, bytes);
+  const Launcher* l = launcher_of(algorithm, {collective, bytes, nranks, placement});
   if (l == nullptr) return 0;
   const uint64_t cap = l->piece_cap(collective, nranks, bytes, scratch_bytes, tuning);
   return cap == 0 ? 0 : ceil_div(bytes, cap);
@@ -67,7 +68,7 @@ cudaError_t launch_pieces(const CollectiveContext& ctx, int32_t collective, int3
     if (in == out) return cudaSuccess;
     return cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
   }
-  const Launcher* l = launcher_of(collective, algorithm, bytes);
+  const Launcher* l = launcher_of(algorithm, {collective, bytes, ctx.nranks, ctx.placement});
   if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.channels_per_peer < 1) return cudaErrorNotReady;
   if (l->ready != nullptr) {
     const cudaError_t e = l->ready(ctx, bytes);

@@ -40,6 +40,7 @@ struct StreamTuning {
 struct CollectiveContext {
   int32_t rank;
   int32_t nranks;
+  int32_t placement;                     // codes.def: kOwnGpu, or kSharedGpu where ranks share a GPU (the protocol rows)
   int32_t channels_per_peer;
   int32_t stream_blocks;                 // most thread blocks a streaming kernel may use (0: none)
   StreamTuning stream_tuning;
@@ -84,10 +85,12 @@ struct CollectiveContext {
 // all_gather and all_to_all.)
 bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, int32_t op);
 
-// Launches (epochs) one call takes for these sizes: a function of the sizes alone. 0 when the call launches
-// nothing (block_count 0, one rank) or cannot run (unsupported, or a scratch too small for even one piece).
+// Launches (epochs) one call takes on a communicator of `nranks` ranks placed as `placement` (codes.def; what
+// CollectiveContext::placement says): a function of the sizes alone. 0 when the call launches nothing (block_count
+// 0, one rank) or cannot run (unsupported, or a scratch too small for even one piece).
 uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype,
-                                 int32_t nranks, uint64_t scratch_bytes, const StreamTuning& tuning);
+                                 int32_t nranks, int32_t placement, uint64_t scratch_bytes,
+                                 const StreamTuning& tuning);
 
 // Launches one call on `stream`. cudaErrorInvalidValue for an unsupported combination or a scratch too small for
 // one piece; cudaErrorNotReady when the context lacks what the algorithm needs (e.g. port channels, an emulated

@@ -205,15 +205,14 @@ constexpr Launcher kHB{piece_cap_hb, ready_hb, launch_hb};
 
 }  // namespace
 
-JAX_MSCCLPP_LAUNCHER(kPointToPointLL) { return collective == codes::kPermute ? &kLL : nullptr; }
+JAX_MSCCLPP_LAUNCHER(kPointToPointLL) { return call.collective == codes::kPermute ? &kLL : nullptr; }
 
-JAX_MSCCLPP_LAUNCHER(kPointToPointHB) { return collective == codes::kPermute ? &kHB : nullptr; }
+JAX_MSCCLPP_LAUNCHER(kPointToPointHB) { return call.collective == codes::kPermute ? &kHB : nullptr; }
 
 JAX_MSCCLPP_LAUNCHER(kPointToPoint) {
-  // The protocol by the block's size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE).
-  return protocol_algorithm(codes::kPointToPoint, block_bytes) == codes::kPointToPointLL
-             ? launcher_kPointToPointLL(collective, block_bytes)
-             : launcher_kPointToPointHB(collective, block_bytes);
+  // The protocol by the call's block size, world and placement (selection.def, JAX_MSCCLPP_PROTOCOL_RULE).
+  return protocol_algorithm(codes::kPointToPoint, call) == codes::kPointToPointLL ? launcher_kPointToPointLL(call)
+                                                                                   : launcher_kPointToPointHB(call);
 }
 
 }  // namespace jax_mscclpp::collectives

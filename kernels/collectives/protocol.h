@@ -1,6 +1,6 @@
-// The protocol of an algorithm chosen by size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE): the algorithm that
-// runs a block of `block_bytes` bytes, LL packets up to the row's bound and streaming HB above; any other algorithm
-// is its own. The launchers of the size-chosen algorithms apply it; the selection matcher (runtime/select/rules.h,
+// The protocol of an algorithm chosen by size (selection.def, JAX_MSCCLPP_PROTOCOL_RULE): the algorithm that runs a
+// call's blocks, LL packets up to the first matching row's bound and streaming HB above; any other algorithm is its
+// own. The launchers of the size-chosen algorithms apply it; the selection matcher (runtime/select/rules.h,
 // protocol_of) asks it for what Python's selection reports.
 #pragma once
 
@@ -10,11 +10,41 @@
 
 namespace jax_mscclpp::collectives {
 
-constexpr int32_t protocol_algorithm(int32_t algorithm, uint64_t block_bytes) {
-#define JAX_MSCCLPP_PROTOCOL_RULE(size_chosen, ll_max_block_bytes, ll_algorithm, hb_algorithm) \
-  if (algorithm == codes::size_chosen)                                                         \
-    return block_bytes <= uint64_t(ll_max_block_bytes) ? int32_t(codes::ll_algorithm) : int32_t(codes::hb_algorithm);
+// What the protocol of a call depends on.
+struct ProtocolCall {
+  int32_t collective;    // codes.def
+  uint64_t block_bytes;  // bytes of one block (the collective's block layout)
+  int32_t nranks;
+  int32_t placement;     // codes.def: kOwnGpu or kSharedGpu
+};
+
+// One protocol row of selection.def.
+struct ProtocolRow {
+  int32_t algorithm;   // the algorithm chosen by size
+  int32_t collective;  // codes::kAnyCollective: every one
+  int32_t placement;   // codes::kAnyPlacement: both
+  int32_t world;       // 0: any
+  uint64_t ll_max_block_bytes;
+  int32_t ll, hb;
+
+  constexpr bool matches(int32_t size_chosen, const ProtocolCall& call) const {
+    return algorithm == size_chosen && (collective == codes::kAnyCollective || collective == call.collective) &&
+           (placement == codes::kAnyPlacement || placement == call.placement) &&
+           (world == 0 || world == call.nranks);
+  }
+};
+
+inline constexpr ProtocolRow kProtocolRows[] = {
+#define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, \
+                                  hb_algorithm)                                                              \
+  {codes::algorithm, codes::collective, codes::placement, world, uint64_t(ll_max_block_bytes),                \
+   codes::ll_algorithm, codes::hb_algorithm},
 #include "jax_mscclpp/selection.def"
+};
+
+constexpr int32_t protocol_algorithm(int32_t algorithm, const ProtocolCall& call) {
+  for (const ProtocolRow& row : kProtocolRows)
+    if (row.matches(algorithm, call)) return call.block_bytes <= row.ll_max_block_bytes ? row.ll : row.hb;
   return algorithm;
 }
 

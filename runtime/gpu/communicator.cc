@@ -16,9 +16,10 @@ constexpr double kStalledProxySeconds = 1.0;
 GpuRank::GpuRank(const RankOptions& options, bool port_channels)
     : ctx_(std::make_unique<RankContext>(options)), port_channels_(port_channels), order_(options.device) {}
 
-void GpuRank::finalize() {
+void GpuRank::finalize(int32_t placement) {
   tables_ = ChannelTables(*ctx_, collective_channel_layout(*ctx_, port_channels_));
   device_ = tables_.collective_context(*ctx_);
+  device_.placement = placement;
   ready_ = true;
 }
 

@@ -33,8 +33,9 @@ class GpuRank {
   std::string endpoint() const { return ctx_->endpoint(); }
   void connect(int peer, const std::string& endpoint) { ctx_->connect(peer, endpoint); }
   // Builds every channel to the peers (all connected) and uploads their device handles (channel_tables.h: a
-  // world of more than kMaxSwitchMembers ranks has no SwitchChannel).
-  void finalize();
+  // world of more than kMaxSwitchMembers ranks has no SwitchChannel). `placement` (codes.def: kOwnGpu, or
+  // kSharedGpu where the communicator's ranks share a GPU) selects the kernels' protocol rows.
+  void finalize(int32_t placement);
   bool ready() const { return ready_; }
   const CollectiveContext& context() const { return device_; }
   RankContext& rank_context() { return *ctx_; }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "byte_frame.h"
+#include "jax_mscclpp/codes.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -55,16 +56,16 @@ ConnectedRanks connect_all(const std::vector<LocalRank>& local, Exchange& exchan
   }
   // 3. What the ranks must agree on.
   if (check) check(agreements);
-  // 4. Channels.
-  for (const LocalRank& l : local) {
-    for (const int q : l.group)
-      if (q != l.index) l.rank->connect(q, endpoints[q]);
-    l.rank->finalize();
-  }
-  // 5. Shared GPUs.
+  // 4. Shared GPUs.
   std::vector<GpuIdentity> met;
   for (const auto& [q, identity] : connected.identities) met.push_back(identity);
   connected.shares_gpu = share_a_gpu(met);
+  // 5. Channels.
+  for (const LocalRank& l : local) {
+    for (const int q : l.group)
+      if (q != l.index) l.rank->connect(q, endpoints[q]);
+    l.rank->finalize(connected.shares_gpu ? codes::kSharedGpu : codes::kOwnGpu);
+  }
   return connected;
 }
 

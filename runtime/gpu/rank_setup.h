@@ -7,8 +7,9 @@
 //      the rank that did not publish);
 //   3. the frontend's check sees every rank's agreement bytes and throws to fail the setup (the NCCL library's
 //      ranks compare their tuning rules there; agreement.h);
-//   4. it maps every peer's endpoint (GpuRank::connect) and builds the channels (GpuRank::finalize);
-//   5. it says whether two ranks drive one physical GPU (gpu_identity.h, share_a_gpu over the identities).
+//   4. it says whether two ranks drive one physical GPU (gpu_identity.h, share_a_gpu over the identities);
+//   5. it maps every peer's endpoint (GpuRank::connect) and builds the channels (GpuRank::finalize), placed as 4
+//      says (codes.def: kSharedGpu or kOwnGpu, which the kernels' protocol rows read).
 // Every local rank publishes before any fetches, so a process holding several ranks of one group never waits for
 // itself.
 #pragma once

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstring>
+#include <iterator>
 
 #include "collectives/protocol.h"
 #include "jax_mscclpp/codes.h"
@@ -27,7 +28,7 @@ constexpr Row kRows[] = {
 #define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world) \
   {collective, platform, max_bytes, algorithm, world},
 #define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, algorithm)
-#define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, ll_max_block_bytes, ll_algorithm, hb_algorithm)
+#define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, hb_algorithm)
 #include "jax_mscclpp/selection.def"
 };
 
@@ -39,7 +40,7 @@ struct AnySize {
 constexpr AnySize kAnySize[] = {
 #define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world)
 #define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, algorithm) {collective, algorithm},
-#define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, ll_max_block_bytes, ll_algorithm, hb_algorithm)
+#define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, hb_algorithm)
 #include "jax_mscclpp/selection.def"
 };
 
@@ -146,20 +147,15 @@ const std::vector<Rule>& builtin_rules() {
   return rules;
 }
 
-const std::vector<ProtocolRule>& protocol_rules() {
-  static const std::vector<ProtocolRule> rules = {
-#define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world)
-#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, algorithm)
-#define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, ll_max_block_bytes, ll_algorithm, hb_algorithm) \
-  {algorithm, uint64_t(ll_max_block_bytes), ll_algorithm, hb_algorithm},
-#include "jax_mscclpp/selection.def"
-  };
+const std::vector<collectives::ProtocolRow>& protocol_rules() {
+  static const std::vector<collectives::ProtocolRow> rules(std::begin(collectives::kProtocolRows),
+                                                            std::end(collectives::kProtocolRows));
   return rules;
 }
 
-std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, uint64_t block_bytes) {
+std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, const collectives::ProtocolCall& call) {
   if (platform != "gpu" || algorithm < 0) return std::nullopt;
-  const int32_t runs_as = collectives::protocol_algorithm(algorithm, block_bytes);
+  const int32_t runs_as = collectives::protocol_algorithm(algorithm, call);
   if (runs_as == algorithm) return std::nullopt;
   return runs_as;
 }

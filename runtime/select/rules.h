@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/protocol.h"
+
 namespace jax_mscclpp::select {
 
 constexpr int32_t kLax = -1;        // the code of "lax"
@@ -62,17 +64,12 @@ const char* missing_need(int32_t algorithm, const Channels& has);
 
 // selection.def's rules, in file order.
 const std::vector<Rule>& builtin_rules();
-// selection.def's protocol rows: an algorithm chosen by size on GPUs runs blocks of at most `ll_max_block_bytes`
-// as `ll`, larger ones as `hb` (codes).
-struct ProtocolRule {
-  int32_t algorithm;
-  uint64_t ll_max_block_bytes;
-  int32_t ll, hb;
-};
-const std::vector<ProtocolRule>& protocol_rules();
-// The algorithm `algorithm` runs as on `platform` for blocks of `block_bytes` (kernels/collectives/protocol.h, as
-// the launchers apply it), or nullopt where it is its own.
-std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, uint64_t block_bytes);
+// selection.def's protocol rows, in file order (kernels/collectives/protocol.h: an algorithm chosen by size on GPUs
+// runs a call's blocks as the first matching row says).
+const std::vector<collectives::ProtocolRow>& protocol_rules();
+// The algorithm `algorithm` runs as on `platform` for `call` (kernels/collectives/protocol.h, as the launchers
+// apply it), or nullopt where it is its own.
+std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, const collectives::ProtocolCall& call);
 
 // The algorithm of a call: the first rule of `tuned`, then of the built-in table, that matches the call decides;
 // one that says "lax" decides nothing where `lax_runs` is false (processes that share a GPU). Without a deciding

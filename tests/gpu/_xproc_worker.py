@@ -43,7 +43,7 @@ def main():
         hr = cuda.HarnessRank(rank, 2, device=0, input_bytes=2 * slot, output_bytes=2 * slot, scratch_bytes=2 * slot,
                               channels_per_peer=2, timeout_s=60.0, port_channels=True)
         hr.connect(peer, exchange(tmp, f"ep{c}", rank, hr.endpoint()))
-        hr.build()
+        hr.build(shares_gpu=True)  # both processes on device 0
         res["ipc_mappings_open"] = cuda.live_ipc_mappings()
         hr.upload(INPUT, 0, data_of(rank, c, nbytes).tobytes())
         exchange(tmp, f"ready{c}", rank, b"1")

@@ -58,14 +58,16 @@ def numpy_dtype(name: str) -> np.dtype:
 
 
 def connect_all(ranks: Sequence) -> None:
-    """Exchanges endpoints between every pair of ``ranks`` (native virtual ranks) and builds them."""
+    """Exchanges endpoints between every pair of ``ranks`` (native virtual ranks) and builds them, placed as
+    sharing a GPU where two of them are on one device (the kernels' protocol rows read it)."""
     endpoints = [r.endpoint() for r in ranks]
     for r in ranks:
         for p, ep in enumerate(endpoints):
             if p != r.rank:
                 r.connect(p, ep)
+    shares_gpu = len({r.device for r in ranks}) < len(ranks)
     for r in ranks:
-        r.build()
+        r.build(shares_gpu)
 
 
 def make_rank(cls, rank: int, nranks: int, *, timeout_s: float | None = None, **kw):

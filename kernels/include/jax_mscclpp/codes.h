@@ -27,6 +27,14 @@ enum AlgorithmCode : int32_t {
 #include "jax_mscclpp/codes.def"
 };
 
+enum PlacementCode : int32_t {
+#define JAX_MSCCLPP_PLACEMENT(enumerator, code, ...) enumerator = code,
+#include "jax_mscclpp/codes.def"
+};
+
+// A protocol row of selection.def for calls of every collective (its collective column).
+constexpr int32_t kAnyCollective = -1;
+
 }  // namespace codes
 
 // __host__ __device__ under nvcc: host-device code asks it too (call_inbox.cuh, call_words).

@@ -21,7 +21,7 @@ NB_MODULE(_jax_mscclpp_testing, m) {
       .def_prop_ro("scratch_bytes", &VirtualRank::scratch_bytes)
       .def("endpoint", [](const VirtualRank& r) { return to_bytes(r.endpoint()); })
       .def("connect", [](VirtualRank& r, int peer, nb::bytes ep) { r.connect(peer, from_bytes(ep)); })
-      .def("build", &VirtualRank::build)
+      .def("build", &VirtualRank::build, nb::arg("shares_gpu"))
       .def(
           "upload", [](VirtualRank& r, int which, size_t offset, nb::bytes data) { r.upload(which, offset, from_bytes(data)); },
           nb::arg("which"), nb::arg("offset"), nb::arg("data"))

@@ -158,14 +158,15 @@ void register_runtime_queries(nb::module_& m) {
   m.def(
       "collective_launch_count",
       [](int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype, int32_t nranks,
-         uint64_t scratch_bytes) {
-        return collective_launch_count(collective, algorithm, block_count, dtype, nranks, scratch_bytes,
+         uint64_t scratch_bytes, bool shares_gpu) {
+        return collective_launch_count(collective, algorithm, block_count, dtype, nranks,
+                                       shares_gpu ? codes::kSharedGpu : codes::kOwnGpu, scratch_bytes,
                                        stream_tuning_setting());
       },
       nb::arg("collective"), nb::arg("algorithm"), nb::arg("block_count"), nb::arg("dtype"), nb::arg("nranks"),
-      nb::arg("scratch_bytes"),
-      "Launches (epochs) one call takes with the process's stream settings; 0 when it launches nothing or cannot "
-      "run.");
+      nb::arg("scratch_bytes"), nb::arg("shares_gpu") = true,
+      "Launches (epochs) one call takes with the process's stream settings, on ranks sharing a GPU (virtual "
+      "ranks) unless `shares_gpu` is false; 0 when it launches nothing or cannot run.");
   m.def(
       "stream_settings",
       [] {

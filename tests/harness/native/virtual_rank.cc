@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "check.h"
+#include "jax_mscclpp/codes.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -24,9 +25,9 @@ GpuRank& VirtualRank::gpu() const {
   return *gpu_;
 }
 
-void VirtualRank::build() {
+void VirtualRank::build(bool shares_gpu) {
   DeviceGuard g(opts_.device);
-  gpu().finalize();
+  gpu().finalize(shares_gpu ? codes::kSharedGpu : codes::kOwnGpu);
   built_ = true;
   built();
 }

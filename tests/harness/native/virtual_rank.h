@@ -35,8 +35,9 @@ class VirtualRank {
   uint64_t scratch_bytes() const { return gpu().rank_context().scratch_bytes(); }
   std::string endpoint() const { return gpu().endpoint(); }
   void connect(int peer, const std::string& endpoint) { gpu().connect(peer, endpoint); }
-  // After every peer is connected: the GpuRank's tables (GpuRank::finalize), then what the derived class adds.
-  void build();
+  // After every peer is connected: the GpuRank's tables (GpuRank::finalize, placed kSharedGpu where `shares_gpu`:
+  // two of the communicator's ranks are on one device), then what the derived class adds.
+  void build(bool shares_gpu);
 
   void upload(int which, size_t offset, const std::string& data);
   std::string download(int which, size_t offset, size_t n);
