@@ -92,7 +92,8 @@ cudaError_t launch_harness_typed(const RankArgs& a, const HarnessParams& p, cuda
     const uint64_t bytes = p.count * dtype_bytes(p.dtype);
     collectives::Piece piece{a.input, a.output, 0, 0, 0, bytes};
     const collectives::LaunchArgs args{codes::kAllReduce, p.dtype, p.reduce_op, 0};
-    return collectives::launcher_kOnePhaseAllPairsLL(codes::kAllReduce, bytes)->launch(c, piece, args, stream);
+    const collectives::ProtocolCall call{codes::kAllReduce, bytes, c.nranks, c.placement};
+    return collectives::launcher_kOnePhaseAllPairsLL(call)->launch(c, piece, args, stream);
   }
   if (op == HarnessOp::kAllReduceEpilogue) {
     const uint64_t es = dtype_bytes(p.dtype);
