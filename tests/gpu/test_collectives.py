@@ -107,11 +107,16 @@ def test_every_dtype_and_op(ranks, rng, combo):
     rk.check_epochs()
 
 
-def streams(collective, algorithm, count, dtype):
-    """Whether the call runs on the streaming HB protocol (one launch whatever the size)."""
-    if collective == "all_reduce":
-        return algorithm in ("1pa_hb", "2pa_hb")
-    return algorithm == "allpairs_hb" or (algorithm == "allpairs" and count * numpy_dtype(dtype).itemsize > 16 << 10)
+def streams(collective, algorithm, count, dtype, nranks):
+    """Whether the call runs on the streaming HB protocol (one launch whatever the size) on ``nranks`` virtual
+    ranks: ``allpairs`` as selection.def's protocol rows say for ranks sharing a GPU."""
+    if algorithm == "allpairs":
+        from jax_mscclpp import selection
+        from jax_mscclpp._types import Collective
+
+        algorithm = selection.protocol_of("allpairs", "gpu", count * numpy_dtype(dtype).itemsize,
+                                          collective=Collective[collective.upper()], world=nranks, shares_gpu=True)
+    return algorithm in ("1pa_hb", "2pa_hb", "allpairs_hb")
 
 
 @pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
@@ -124,7 +129,7 @@ def test_pipelined_through_small_scratch(cuda, rng, nranks, combo):
     rk = Ranks(cuda, nranks, scratch=64 << 10, buffer=BUFFER, port_channels=True)
     try:
         launches = rk.launches(collective, algorithm, count, dtype)
-        if streams(collective, algorithm, count, dtype):
+        if streams(collective, algorithm, count, dtype, nranks):
             assert launches == 1, launches
         else:
             assert launches >= 3, launches
@@ -168,7 +173,7 @@ def test_many_calls_in_flight(ranks, rng, nranks, combo):
         check_outputs(collective, algorithm, data[k], outs, count, dtype, op, what=f"call {k}")
 
 
-STREAMING = [c for c in COMBOS if streams(c[0], c[1], 1 << 20, "float32")]
+STREAMING = [c for c in COMBOS if streams(c[0], c[1], 1 << 20, "float32", 2)]
 
 
 @pytest.mark.parametrize("slots,chunk", [(1, 16), (3, 48), (8, 1 << 20)])
@@ -233,7 +238,7 @@ def test_graph_replay(cuda, rng, combo):
     try:
         vr = rk.vr
         launches = rk.launches(collective, algorithm, count, dtype)
-        assert launches >= (1 if streams(collective, algorithm, count, dtype) else 2)
+        assert launches >= (1 if streams(collective, algorithm, count, dtype, n) else 2)
         data = [random_array(rng, dtype, in_blocks(collective, n) * count) for _ in range(n)]
         upload_inputs(vr, data)
         for r in range(n):

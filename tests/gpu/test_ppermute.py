@@ -10,6 +10,9 @@ Run on one GPU: ``python3 -m pytest -q tests/gpu/test_ppermute.py``.
 import numpy as np
 import pytest
 
+from jax_mscclpp import selection
+from jax_mscclpp._types import Collective
+
 from .collective_helpers import BUFFER, POISON, Ranks, random_array, ranks_by_size
 from .gpu_helpers import INPUT, OUTPUT, VirtualRanks, numpy_dtype
 
@@ -124,7 +127,11 @@ def test_pipelined_through_small_scratch(cuda, rng, nranks, algorithm):
     rk = Ranks(cuda, nranks, scratch=64 << 10, buffer=BUFFER)
     try:
         launches = rk.launches("permute", algorithm, count, "float32")
-        if algorithm == "p2p_ll":
+        runs_as = algorithm
+        if algorithm == "p2p":  # by selection.def's protocol rows for ranks sharing a GPU
+            runs_as = selection.protocol_of("p2p", "gpu", count * 4, collective=Collective.PERMUTE, world=nranks,
+                                            shares_gpu=True)
+        if runs_as == "p2p_ll":
             assert launches >= 3, launches
         else:
             assert launches == 1, launches
