@@ -29,6 +29,7 @@ def _gpu_may_be_visible() -> bool:
         return False
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: plain pytest, without xdist, runs the suite too
 def pytest_xdist_auto_num_workers(config):
     """``-n auto`` (README's test command): the tests in one process where a GPU may be visible (the GPU tests share
     it and time its kernels), else one worker per core, at most _MOST_WORKERS."""
