@@ -298,6 +298,27 @@ def test_supported_table_and_launch_counts(cuda_build):
     assert one >= 2 and count(C["all_reduce"], A["2pr"], 2 << 20, D["float32"], 8, 1 << 20) in (2 * one - 1, 2 * one)
 
 
+def test_the_placement_chooses_the_protocol(cuda_build):
+    """The size-chosen all-pairs call of 512 KiB blocks on 2 ranks streams (one launch) where the ranks share a GPU
+    and runs LL pieces through a 1 MiB scratch (several launches) where each has its own, as the protocol rows say;
+    the forced protocols do not depend on the placement."""
+    from jax_mscclpp import selection
+    from jax_mscclpp._types import Collective
+    from tests.harness.virtual_ranks import ALGORITHM_CODES as A, COLLECTIVE_CODES as C, DTYPE_CODES as D
+
+    count, block = 1 << 17, 1 << 19  # float32 elements, bytes of one block
+    for shares_gpu, launches in ((True, lambda n: n == 1), (False, lambda n: n >= 2)):
+        assert selection.protocol_of("allpairs", "gpu", block, collective=Collective.ALL_GATHER, world=2,
+                                     shares_gpu=shares_gpu) == ("allpairs_hb" if shares_gpu else "allpairs_ll")
+        got = cuda_build.collective_launch_count(C["all_gather"], A["allpairs"], count, D["float32"], 2, 1 << 20,
+                                                 shares_gpu=shares_gpu)
+        assert launches(got), (shares_gpu, got)
+        for forced in ("allpairs_ll", "allpairs_hb"):
+            assert cuda_build.collective_launch_count(C["all_gather"], A[forced], count, D["float32"], 2, 1 << 20,
+                                                      shares_gpu=shares_gpu) == \
+                cuda_build.collective_launch_count(C["all_gather"], A[forced], count, D["float32"], 2, 1 << 20)
+
+
 def test_missing_context_parts_are_reported(cuda, rng):
     with VirtualRanks(2, buffer_bytes=1 << 16, scratch_bytes=1 << 16, channels_per_peer=2) as vr:
         with pytest.raises(ValueError, match="lacks"):  # no port channels for the ring
