@@ -28,7 +28,7 @@ def stand_in(tmp_path_factory) -> str:
     if compiler is None:
         pytest.skip("needs a C compiler for the stand-in NCCL")
     out = tmp_path_factory.mktemp("stand_in") / "libnccl.so.2"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-Wl,-soname,libnccl.so.2", "-o", str(out),
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-pthread", "-Wl,-soname,libnccl.so.2", "-o", str(out),
                     str(HERE / "stand_in_nccl.c")], check=True)
     return str(out)
 

@@ -2,6 +2,7 @@
    record what they were called with, so that the tests can see what was forwarded. Compiled by the tests with the
    system C compiler; it defines only the types it needs, with the NCCL ABI. Functions it does not define are
    the tests' "missing in the real library" cases. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +37,16 @@ static unsigned char last_id[128];
 static int next_result;
 static int unique_ids_made;
 
+/* Calls can come from several threads at once (the inits of a group, made concurrently at its end). */
+static pthread_mutex_t calls_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void record(const char* call) {
+  pthread_mutex_lock(&calls_lock);
   if (strlen(calls) + strlen(call) + 2 < sizeof(calls)) {
     strcat(calls, call);
     strcat(calls, ";");
   }
+  pthread_mutex_unlock(&calls_lock);
 }
 
 const char* stand_in_calls(void) { return calls; }
