@@ -47,13 +47,13 @@ class ProtocolRule(NamedTuple):
 
 
 PLACEMENT_CODES = {row["name"]: row["code"] for row in CODE_TABLES["placement"]}
+_PLACEMENT_NAMES = {code: name for name, code in PLACEMENT_CODES.items()}
 
 
 def protocol_rule_of(row: tuple) -> ProtocolRule:
     """A protocol row as the matcher gives it (codes for the collective, -1 for every one, and the placement)."""
     algorithm, collective, placement, world, ll_max_block_bytes, ll, hb = row
-    names = {code: name for name, code in PLACEMENT_CODES.items()}
-    return ProtocolRule(algorithm, None if collective < 0 else Collective(collective), names[placement],
+    return ProtocolRule(algorithm, None if collective < 0 else Collective(collective), _PLACEMENT_NAMES[placement],
                         world or None, ll_max_block_bytes, ll, hb)
 
 

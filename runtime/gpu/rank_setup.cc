@@ -64,7 +64,7 @@ ConnectedRanks connect_all(const std::vector<LocalRank>& local, Exchange& exchan
   for (const LocalRank& l : local) {
     for (const int q : l.group)
       if (q != l.index) l.rank->connect(q, endpoints[q]);
-    l.rank->finalize(connected.shares_gpu ? codes::kSharedGpu : codes::kOwnGpu);
+    l.rank->finalize(codes::placement_of(connected.shares_gpu));
   }
   return connected;
 }

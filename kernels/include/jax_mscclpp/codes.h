@@ -35,6 +35,9 @@ enum PlacementCode : int32_t {
 // A protocol row of selection.def for calls of every collective (its collective column).
 constexpr int32_t kAnyCollective = -1;
 
+// The placement of a communicator whose ranks share a GPU (share_a_gpu) or not.
+constexpr PlacementCode placement_of(bool shares_gpu) { return shares_gpu ? kSharedGpu : kOwnGpu; }
+
 }  // namespace codes
 
 // __host__ __device__ under nvcc: host-device code asks it too (call_inbox.cuh, call_words).

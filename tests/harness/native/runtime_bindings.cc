@@ -160,8 +160,7 @@ void register_runtime_queries(nb::module_& m) {
       [](int32_t collective, int32_t algorithm, uint64_t block_count, int32_t dtype, int32_t nranks,
          uint64_t scratch_bytes, bool shares_gpu) {
         return collective_launch_count(collective, algorithm, block_count, dtype, nranks,
-                                       shares_gpu ? codes::kSharedGpu : codes::kOwnGpu, scratch_bytes,
-                                       stream_tuning_setting());
+                                       codes::placement_of(shares_gpu), scratch_bytes, stream_tuning_setting());
       },
       nb::arg("collective"), nb::arg("algorithm"), nb::arg("block_count"), nb::arg("dtype"), nb::arg("nranks"),
       nb::arg("scratch_bytes"), nb::arg("shares_gpu") = true,

@@ -27,7 +27,7 @@ GpuRank& VirtualRank::gpu() const {
 
 void VirtualRank::build(bool shares_gpu) {
   DeviceGuard g(opts_.device);
-  gpu().finalize(shares_gpu ? codes::kSharedGpu : codes::kOwnGpu);
+  gpu().finalize(codes::placement_of(shares_gpu));
   built_ = true;
   built();
 }
