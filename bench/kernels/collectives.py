@@ -46,8 +46,11 @@ from tests.harness.virtual_ranks import (  # noqa: E402
 )
 
 KiB, MiB = 1 << 10, 1 << 20
-COMBOS = [("all_reduce", a) for a in ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls")] + [
-    (c, a) for c in ("all_gather", "reduce_scatter", "all_to_all") for a in ("allpairs_ll", "allpairs_hb", "allpairs")
+# "in_place": the kernel over the buffers the ranks post, which the call entry runs in place of the streaming ones
+# between ranks of one process (virtual ranks are: collective.h, direct_algorithm).
+COMBOS = [("all_reduce", a) for a in ("1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls", "in_place")] + [
+    (c, a) for c in ("all_gather", "reduce_scatter", "all_to_all")
+    for a in ("allpairs_ll", "allpairs_hb", "allpairs", "in_place")
 ]
 
 

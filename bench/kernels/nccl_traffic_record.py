@@ -11,8 +11,10 @@ all-gather: its output, the input S / N; reduce-scatter: its input, the output S
 - ``registered``: N ranks of our libnccl.so.2 in this process (tests/gpu/_nccl_ranks.py: one group of inits, a stream
   per rank, a call of every rank in one group), every rank's input and output in one window of it;
 - ``unregistered``: the same ranks and calls on buffers of no window;
-- ``jax``: the kernel the JAX path launches for the call (XLA's buffers are never registered): launch_collective
-  with the algorithm the unregistered call ran, on N virtual ranks of tests/harness.
+- ``jax``: the kernel the JAX path launches for the call: the algorithm the unregistered call ran, as the JAX
+  path's call entry runs it (``direct_algorithm``: in place on the buffers the ranks post, between ranks of one
+  process, where that algorithm streams through scratch), on N virtual ranks of tests/harness with the grid
+  production gives N ranks sharing a GPU.
 
 Per path: ``algorithm`` (what ran: ``in_place`` or the selection's), ``us`` (device time per call, CUDA events around
 R calls issued back to back, R filling about 10 ms: the NCCL paths include the host's enqueueing of N calls a call),
@@ -210,11 +212,14 @@ def run_cells(args, profile_only: bool) -> list[dict]:
     # The JAX path's kernels after every NCCL cell: the library's ranks and the harness's never live at once.
     for n in args.ranks:
         largest = max(args.sizes)
+        from tests.harness import native_module
+
         with VirtualRanks(n, buffer_bytes=largest + 4096, scratch_bytes=SCRATCH, channels_per_peer=8,
-                          timeout_s=30.0) as vr:
+                          timeout_s=30.0, stream_blocks=native_module().production_stream_blocks(n)) as vr:
             for collective in args.collectives:
                 for size in args.sizes:
                     params = jax_params(collective, size, n, algorithms[(n, collective, size)])
+                    params["algorithm"] = vr.call_algorithm(**params)
                     vr.launch("collective", **params)
                     vr.synchronize()
                     if profile_only:

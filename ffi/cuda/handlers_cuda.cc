@@ -78,8 +78,9 @@ ffi::Error collective_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x
                       &block))
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                       std::string("jax_mscclpp: ") + collective_name(kCollective) + " got mismatched shapes");
+  // XLA's buffers: the ranks of this process may reach them in place (CollectiveCall::peers_reach_buffers).
   const cuda::CollectiveCall call{int32_t(kCollective), algorithm, x.untyped_data(), y->untyped_data(), block,
-                                  int32_t(dtype), op, max_blocks, plan_id};
+                                  int32_t(dtype), op, max_blocks, plan_id, true};
   return status_of(rank->run(call, stream), comm_id, device);
 }
 

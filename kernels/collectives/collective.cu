@@ -35,6 +35,7 @@ bool valid_op(int32_t op) { return op == codes::kSum || op == codes::kMax || op 
 bool collective_supported(int32_t collective, int32_t algorithm, int32_t dtype, int32_t op) {
   if (dtype_bytes(dtype) == 0 || !is_collective(collective)) return false;
   if (collective_reduces(collective) && !valid_op(op)) return false;
+  if (algorithm == codes::kInPlace) return in_place_supported(collective, dtype, op);
   // Whether an algorithm implements a collective does not depend on the call's shape (kAllPairs: either protocol).
   return launcher_of(algorithm, {collective, 0, 2, codes::kOwnGpu}) != nullptr;
 }
@@ -45,6 +46,7 @@ uint64_t collective_launch_count(int32_t collective, int32_t algorithm, uint64_t
   const uint64_t esize = dtype_bytes(dtype);
   if (esize == 0 || nranks < 1 || block_count == 0 || nranks == 1) return 0;
   const uint64_t bytes = block_count * esize;
+  if (algorithm == codes::kInPlace) return nranks <= kDirectPeers && in_place_supported(collective, dtype, codes::kSum);
   const Launcher* l = launcher_of(algorithm, {collective, bytes, nranks, placement});
   if (l == nullptr) return 0;
   const uint64_t cap = l->piece_cap(collective, nranks, bytes, scratch_bytes, tuning);
@@ -68,6 +70,8 @@ cudaError_t launch_pieces(const CollectiveContext& ctx, int32_t collective, int3
     if (in == out) return cudaSuccess;
     return cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
   }
+  if (algorithm == codes::kInPlace)
+    return launch_in_place_posted(ctx, collective, in, out, block_count, dtype, op, stream, max_blocks);
   const Launcher* l = launcher_of(algorithm, {collective, bytes, ctx.nranks, ctx.placement});
   if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.channels_per_peer < 1) return cudaErrorNotReady;
   if (l->ready != nullptr) {

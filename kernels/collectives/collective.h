@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "collectives/p2p_layout.h"
+#include "collectives/protocol.h"
 #include "jax_mscclpp/call_check.cuh"
 #include "jax_mscclpp/memory_channel.cuh"
 #include "jax_mscclpp/port_channel.cuh"
@@ -63,6 +64,10 @@ struct CollectiveContext {
   const P2PPeerHandle* p2p;
   P2PLayout p2p_layout;
   int32_t p2p_blocks;
+  // 1: every peer is a rank of this process and the direct exchange is on (RankOptions::direct_exchange): the
+  // peers' device addresses are valid here, so the ranks may post their buffers to each other (kInPlace through
+  // launch_collective, direct_algorithm; the ragged all-to-all's direct exchange decides per peer, P2PPeerHandle).
+  int32_t direct;
 };
 
 // Collective, algorithm, dtype and op codes: jax_mscclpp/codes.def (as int32_t: jax_mscclpp/codes.h).
@@ -80,6 +85,12 @@ struct CollectiveContext {
 //     peers run another call traps with a record naming both (call_check.cuh).
 // in == out is allowed for all_reduce and all_to_all. block_count == 0 launches nothing. With nranks == 1 a call
 // is a device copy (no kernel, no epoch).
+//
+// kInPlace (ctx.direct only): every rank posts its own input and output addresses on the device and the kernel reads
+// its peers' inputs and writes their outputs where they are (launch_in_place's protocol, collectives/in_place.cu),
+// with no scratch: one launch whatever the size. all_reduce and reduce_scatter (sum, max, min), all_gather and
+// all_to_all; an all_to_all whose input and output overlap cannot run so (direct_algorithm keeps the scratch
+// kernel for it). cudaErrorNotReady without ctx.direct.
 
 // True when `algorithm` implements `collective` for this dtype/op on this build. (The op is ignored by
 // all_gather and all_to_all.)
@@ -197,6 +208,22 @@ bool in_place_supported(int32_t collective, int32_t dtype, int32_t op);
 cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
                             uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
                             int32_t max_blocks = 0);
+
+// launch_collective's kInPlace (above): launch_in_place over the buffers the ranks post, this rank's `in` and `out`.
+cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collective, const void* in, void* out,
+                                   uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                                   int32_t max_blocks = 0);
+
+// The algorithm the call entry runs for a call that asked for `algorithm`, where the peers may reach the call's
+// buffers (runtime/gpu/call.h, CollectiveCall::peers_reach_buffers: the JAX path's XLA buffers): kInPlace where the
+// ranks post their buffers to each other (ctx.direct), launch_in_place runs the collective, dtype and op, and
+// `algorithm` would stream the call's blocks as HB through scratch (itself or by its protocol rows): there a copy
+// through scratch costs most, and the kernel in place moves each input byte once and each output byte once
+// (docs/architecture.md, "In place between ranks of one process"). An all_to_all whose input and output overlap
+// keeps `algorithm`. Every other call keeps it: LL packets win at the latency-bound sizes. A function of the call
+// and the communicator's shape alone, so every rank decides alike (a rank deciding otherwise fails the call check).
+int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
+                         const void* out, uint64_t block_count, int32_t dtype, int32_t op);
 
 // For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
 // kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set

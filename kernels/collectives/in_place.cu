@@ -18,6 +18,15 @@
 //     the rank whose output they are.
 // Every block of every rank's launch must be resident at once: the grid is a function of the sizes and the
 // caller's cap alone (the same on every rank), and the caller caps it so that the ranks sharing a GPU fit on it.
+//
+// Where the buffers come from:
+//   - given (launch_in_place): every rank's, as mapped in this process (the NCCL library's windows);
+//   - posted (launch_collective's kInPlace, ranks of one process: CollectiveContext::direct): each rank knows only
+//     its own. Thread 0 of block b stores {input, output} into its own scratch, slot b of the HB half of this
+//     launch's epoch (the kernel uses no scratch otherwise), before the first meet, whose signal releases it; after
+//     the meet, block b reads slot b of every peer's scratch. A fast rank cannot overwrite a slot a slow peer has
+//     not read: its next launch to use that half is two epochs on (collective_common.cuh's argument), and this
+//     launch already ends only after every peer's block b has passed its reads (the second meet).
 #include "collectives/algorithms.h"
 
 namespace jax_mscclpp::collectives {
@@ -25,6 +34,12 @@ namespace {
 
 constexpr int kInPlaceThreads = 512;
 constexpr uint64_t kInPlaceBytesPerBlock = 256 << 10;
+constexpr uint64_t kPostBytes = 16;  // a block's post: {input, output}
+
+// Block b's post of launch e in scratch `scratch` (this rank's, or a peer's as mapped here).
+__device__ inline uint64_t* post_slot(const CollectiveContext& c, char* scratch, uint64_t e, int b) {
+  return reinterpret_cast<uint64_t*>(scratch + ScratchLayout::of(c.scratch_bytes).hb(e) + b * kPostBytes);
+}
 
 // Block-wide: every rank's block b meets block b of every peer; what each wrote before is visible to the others
 // after (a block barrier, one signal per peer from thread k - 1, one waiter per peer, a block barrier).
@@ -42,12 +57,31 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t slice_bytes(int32_t collective, uint64_t
   return collective == codes::kAllReduce ? round_up(ceil_div(block_bytes, nranks), 16) : block_bytes;
 }
 
+// `given`: every rank's buffers are in `b`; else only this rank's, and the peers' are posted (above).
 template <class T, class Op>
-__global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveContext c, InPlaceBuffers b,
-                                                                   int32_t collective, uint64_t block_bytes) {
+__global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveContext c, InPlaceBuffers given,
+                                                                   bool posted, int32_t collective,
+                                                                   uint64_t block_bytes) {
   const int r = c.rank, n = c.nranks;
   const uint64_t e = begin_launch(c);
+  if (posted && threadIdx.x == 0) {
+    uint64_t* mine = post_slot(c, c.scratch, e, blockIdx.x);
+    mine[0] = reinterpret_cast<uint64_t>(given.in[r]);
+    mine[1] = reinterpret_cast<uint64_t>(given.out[r]);
+  }
   meet_peers(c, blockIdx.x);
+  __shared__ InPlaceBuffers b;
+  for (int q = threadIdx.x; q < n; q += blockDim.x) {
+    if (posted && q != r) {
+      const uint64_t* theirs = post_slot(c, remote_scratch(c, q), e, blockIdx.x);
+      b.in[q] = reinterpret_cast<const char*>(load_relaxed_sys(theirs));
+      b.out[q] = reinterpret_cast<char*>(load_relaxed_sys(theirs + 1));
+    } else {
+      b.in[q] = given.in[q];
+      b.out[q] = given.out[q];
+    }
+  }
+  __syncthreads();
 
   const uint64_t slice = slice_bytes(collective, block_bytes, n);
   if (collective == codes::kAllReduce) {
@@ -82,7 +116,7 @@ __global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveCon
 
 }  // namespace
 
-// Not a launcher of launch_collective: its buffers are the peers' (launch_in_place).
+// Not a launcher of the scratch pieces: launch_collective runs kInPlace through launch_in_place_posted.
 JAX_MSCCLPP_LAUNCHER(kInPlace) { return nullptr; }
 
 }  // namespace jax_mscclpp::collectives
@@ -96,17 +130,23 @@ bool in_place_supported(int32_t collective, int32_t dtype, int32_t op) {
   return op == codes::kSum || op == codes::kMax || op == codes::kMin;
 }
 
-cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
-                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream, int32_t max_blocks) {
+namespace {
+
+cudaError_t launch_in_place_kernel(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
+                                   bool posted, uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                                   int32_t max_blocks) {
   using namespace collectives;
   if (!in_place_supported(collective, dtype, op)) return cudaErrorInvalidValue;
   if (ctx.nranks < 2 || ctx.nranks > kDirectPeers || ctx.rank < 0 || ctx.rank >= ctx.nranks)
     return cudaErrorInvalidValue;
   for (int q = 0; q < ctx.nranks; ++q)
-    if (buffers.in[q] == nullptr || buffers.out[q] == nullptr) return cudaErrorInvalidValue;
+    if ((!posted || q == ctx.rank) && (buffers.in[q] == nullptr || buffers.out[q] == nullptr))
+      return cudaErrorInvalidValue;
   const uint64_t block_bytes = block_count * dtype_bytes(dtype);
   if (block_bytes == 0) return cudaSuccess;
   if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.stream == nullptr || ctx.stream_blocks < 1)
+    return cudaErrorNotReady;
+  if (posted && (ctx.direct == 0 || ScratchLayout::of(ctx.scratch_bytes).hb_half < ctx.stream_blocks * kPostBytes))
     return cudaErrorNotReady;
   const bool reduces = collective_reduces(collective);
   const int cap = max_blocks > 0 && max_blocks < ctx.stream_blocks ? max_blocks : ctx.stream_blocks;
@@ -115,10 +155,48 @@ cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, co
   c.call = call_words(collective, op, codes::kInPlace, dtype, block_count);
   // The moves go as bytes; the reductions in their type (signed sums as unsigned: the same bits).
   return launch_reduction(reduces ? dtype : codes::kU8, reduces ? op : codes::kSum, [&](auto t, auto o) {
-    in_place_kernel<decltype(t), decltype(o)><<<blocks, kInPlaceThreads, 0, stream>>>(c, buffers, collective,
+    in_place_kernel<decltype(t), decltype(o)><<<blocks, kInPlaceThreads, 0, stream>>>(c, buffers, posted, collective,
                                                                                        block_bytes);
     return cudaSuccess;
   });
+}
+
+// Whether `algorithm` runs a call's blocks as streaming HB (itself, or by its protocol rows).
+bool runs_streaming_hb(int32_t algorithm, const collectives::ProtocolCall& call) {
+  const int32_t runs = collectives::protocol_algorithm(algorithm, call);
+  return runs == codes::kOnePhaseAllPairsHB || runs == codes::kTwoPhaseAllPairsHB || runs == codes::kAllPairsHB;
+}
+
+}  // namespace
+
+cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& buffers,
+                            uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream, int32_t max_blocks) {
+  return launch_in_place_kernel(ctx, collective, buffers, false, block_count, dtype, op, stream, max_blocks);
+}
+
+cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collective, const void* in, void* out,
+                                   uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                                   int32_t max_blocks) {
+  if (ctx.rank < 0 || ctx.rank >= kDirectPeers) return cudaErrorInvalidValue;
+  InPlaceBuffers own{};
+  own.in[ctx.rank] = static_cast<const char*>(in);
+  own.out[ctx.rank] = static_cast<char*>(out);
+  return launch_in_place_kernel(ctx, collective, own, true, block_count, dtype, op, stream, max_blocks);
+}
+
+int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
+                         const void* out, uint64_t block_count, int32_t dtype, int32_t op) {
+  if (ctx.direct == 0 || ctx.nranks < 2 || ctx.nranks > kDirectPeers || !in_place_supported(collective, dtype, op))
+    return algorithm;
+  const uint64_t block_bytes = block_count * dtype_bytes(dtype);
+  if (!runs_streaming_hb(algorithm, {collective, block_bytes, ctx.nranks, ctx.placement})) return algorithm;
+  if (collective == codes::kAllToAll) {  // a peer would read blocks this rank overwrites
+    const uint64_t bytes = block_bytes * uint64_t(ctx.nranks);
+    const char* i = static_cast<const char*>(in);
+    const char* o = static_cast<const char*>(out);
+    if (i < o + bytes && o < i + bytes) return algorithm;
+  }
+  return codes::kInPlace;
 }
 
 }  // namespace jax_mscclpp

@@ -96,10 +96,16 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
             return launch_result(poison_outputs_if_failed(c.out, c.block_count * dp.output_blocks * element, stream),
                                  "the failed-output check");
           }
+          // Between ranks of one process the bandwidth-bound calls run in place on the posted buffers.
+          const int32_t algorithm =
+              c.peers_reach_buffers
+                  ? direct_algorithm(device_, c.collective, c.algorithm, c.in, c.out, c.block_count, c.dtype, c.op)
+                  : c.algorithm;
           CallResult launched =
-              launch_result(launch_collective(device_, c.collective, c.algorithm, c.in, c.out, c.block_count,
-                                              c.dtype, c.op, stream, c.max_blocks),
-                            collective_name(static_cast<Collective>(c.collective)));
+              launch_result(launch_collective(device_, c.collective, algorithm, c.in, c.out, c.block_count, c.dtype,
+                                              c.op, stream, c.max_blocks),
+                            std::string(collective_name(static_cast<Collective>(c.collective))) +
+                                (algorithm == codes::kInPlace ? " in place" : ""));
           if (!launched.launched()) return launched;
           const uint64_t out_bytes = output_blocks(c.collective, size_t(device_.nranks)) * c.block_count * element;
           return launch_result(poison_outputs_if_failed(c.out, out_bytes, stream), "the failed-output check");

@@ -9,7 +9,10 @@
 //     kind says why: out of step (mismatched calls, or a peer that failed the communicator) or a wait that timed
 //     out; the frontends code it as theirs (XLA: ABORTED / DEADLINE_EXCEEDED; NCCL: ncclRemoteError).
 //   - Then the launch on `stream` (collectives/collective.h, executor/executor.h, collectives/epilogue.h): the
-//     launch's cudaError_t is kept in CallResult::error with a message that says what the code means there.
+//     launch's cudaError_t is kept in CallResult::error with a message that says what the code means there. A
+//     CollectiveCall whose buffers the peers may reach runs the algorithm direct_algorithm gives (collective.h): in
+//     place on the buffers the ranks post, where they are all of one process and the asked algorithm would stream
+//     through scratch.
 //   - Then, where the rank's failing kernels stop rather than trap, the poisoning of every output the call writes
 //     (collective.h, poison_outputs_if_failed), so that a failed call's outputs cannot pass for results.
 //   - In issue order across streams: a call on a stream other than the rank's previous call's waits for it on the
@@ -42,6 +45,10 @@ struct CollectiveCall {
   int32_t op;     // codes.def ReduceOp (ignored by the moves)
   int32_t max_blocks = 0;
   int64_t plan_id = 0;
+  // The peers may read `in` and write `out` where they are, given their addresses (direct_algorithm): XLA's buffers
+  // (the runtime enables peer access between the GPUs of its ranks, which covers XLA's allocations). A caller that
+  // cannot promise it (the NCCL library: NCCL reaches only registered buffers) leaves it false.
+  bool peers_reach_buffers = false;
 };
 
 // The permutation (launch_permute): this rank's block to send_to, the block of recv_from into out.

@@ -83,6 +83,7 @@ CollectiveContext ChannelTables::collective_context(const RankContext& ctx) cons
   c.p2p = has_p2p_ ? p2p_.get<P2PPeerHandle>() : nullptr;
   c.p2p_layout = ctx.p2p_layout();
   c.p2p_blocks = has_p2p_ ? p2p_blocks_ : 0;
+  c.direct = ctx.direct_to_every_peer() ? 1 : 0;
   return c;
 }
 

@@ -175,8 +175,18 @@ P2PPeerHandle RankContext::p2p_peer(int peer) const {
   h.local_rings = scratch_.get() + region + p2p_layout_.rings_offset(peer, opts_.rank);
   h.remote_rings = peer_scratch_[peer].get() + region + p2p_layout_.rings_offset(opts_.rank, peer);
   h.site = site(peer);
-  h.direct = opts_.direct_exchange && peer_pool_[peer].in_this_process() ? 1 : 0;
+  h.direct = direct_to(peer) ? 1 : 0;
   return h;
+}
+
+bool RankContext::direct_to(int peer) const {
+  return opts_.direct_exchange && peer != opts_.rank && connected(peer) && peer_pool_[peer].in_this_process();
+}
+
+bool RankContext::direct_to_every_peer() const {
+  for (int q = 0; q < opts_.nranks; ++q)
+    if (q != opts_.rank && !direct_to(q)) return false;
+  return opts_.nranks > 1;
 }
 
 PortChannelDeviceHandle RankContext::port_channel(int peer, int index, const char* local, size_t local_bytes) {

@@ -59,8 +59,10 @@ struct RankOptions {
   // scratch allocation: < 0 p2p_default_bytes(scratch_bytes), 0 none (launch_p2p_group refuses). The same on
   // every rank of a communicator (connect checks).
   int64_t p2p_bytes = -1;
-  // The ragged all-to-all writes its rows straight into the outputs of peers in this process (P2PPeerHandle::direct)
-  // rather than through the rings. The same on every rank of a communicator (connect checks).
+  // Ranks of this process reach each other's buffers: the ragged all-to-all writes its rows straight into their
+  // outputs (P2PPeerHandle::direct) rather than through the rings, and where every peer is of this process the
+  // streaming HB calls run in place on the posted buffers (CollectiveContext::direct, direct_algorithm). The same
+  // on every rank of a communicator (connect checks).
   bool direct_exchange = direct_exchange_setting();
 };
 
@@ -106,6 +108,10 @@ class RankContext {
   bool connected(int peer) const;
   // The peer's scratch mapped here (the rank's own scratch for peer == rank).
   char* peer_scratch(int peer) const;
+  // The direct exchange with `peer` (RankOptions::direct_exchange): on, and the peer connected from this process,
+  // so that the device addresses it posts are valid here. direct_to_every_peer: so with every peer (and one at least).
+  bool direct_to(int peer) const;
+  bool direct_to_every_peer() const;
 
   // Channel `index` to `peer`. `local` is this rank's buffer that offset-based puts read from.
   MemoryChannelDeviceHandle memory_channel(int peer, int index, char* local) const;

@@ -54,9 +54,11 @@ def ranks_by_size(cuda, **options):
 
 ALL_REDUCE_ALGORITHMS = ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls"]
 ALL_PAIRS_ALGORITHMS = ["allpairs", "allpairs_ll", "allpairs_hb"]
+# The kernel in place over the buffers the ranks post (virtual ranks of one process reach each other's buffers).
+IN_PLACE_COMBOS = [(c, "in_place") for c in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")]
 COMBOS = [("all_reduce", a) for a in ALL_REDUCE_ALGORITHMS] + [
     (c, a) for c in ("all_gather", "reduce_scatter", "all_to_all") for a in ALL_PAIRS_ALGORITHMS
-]
+] + IN_PLACE_COMBOS
 REDUCING = ("all_reduce", "reduce_scatter")
 
 

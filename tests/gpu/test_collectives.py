@@ -1,7 +1,8 @@
 """launch_collective (kernels/collectives) on virtual ranks: every (collective, algorithm), N = 2..8 ranks on one
 GPU, against numpy. The streaming HB kernels (1PA-HB, 2PA-HB, all-pairs HB) run with 4 blocks per rank here (every
 block of every virtual rank must be resident), so a small scratch cuts each block's part into many chunks; one test
-runs them on the grid production gives ranks sharing a GPU.
+runs them on the grid production gives ranks sharing a GPU. ``in_place`` is the kernel over the buffers the ranks
+post (virtual ranks reach each other's buffers), which the call entry runs in place of the streaming ones.
 
 Outputs are poisoned before every call and the bytes around them checked; results must equal the rank-order
 fold bit for bit (all algorithms but 2PR, whose float sums are checked against a rounding bound) and agree across
@@ -116,7 +117,7 @@ def streams(collective, algorithm, count, dtype, nranks):
 
         algorithm = selection.protocol_of("allpairs", "gpu", count * numpy_dtype(dtype).itemsize,
                                           collective=Collective[collective.upper()], world=nranks, shares_gpu=True)
-    return algorithm in ("1pa_hb", "2pa_hb", "allpairs_hb")
+    return algorithm in ("1pa_hb", "2pa_hb", "allpairs_hb", "in_place")
 
 
 @pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
@@ -319,6 +320,45 @@ def test_the_placement_chooses_the_protocol(cuda_build):
                 cuda_build.collective_launch_count(C["all_gather"], A[forced], count, D["float32"], 2, 1 << 20)
 
 
+@pytest.mark.parametrize("nranks", [2, 5, 8])
+def test_the_call_entry_runs_streaming_calls_in_place(cuda, rng, nranks):
+    """Between ranks of one process the call entry (GpuRank::run, both frontends) runs in place every call whose
+    algorithm would stream through scratch, keeps the LL sizes, and runs every call as asked where the ranks do not reach each other's buffers; in place and through scratch
+    agree bit for bit (both fold in rank order)."""
+    from jax_mscclpp import selection
+    from jax_mscclpp._types import Collective
+
+    big, small = 300_001, 5  # float32 elements per block: streaming HB sizes, LL sizes
+    direct = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8)
+    scratch = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8, direct_exchange=False)
+    try:
+        for collective, asked in [("all_reduce", "1pa_hb"), ("all_reduce", "2pa_hb"), ("all_reduce", "1pa_ll"),
+                                  ("all_gather", "allpairs"), ("reduce_scatter", "allpairs"),
+                                  ("all_to_all", "allpairs"), ("all_to_all", "allpairs_hb")]:
+            for count in (big, small):
+                if collective != "all_reduce" and count * nranks * 4 > BUFFER * 2:
+                    continue
+                runs = asked if asked != "allpairs" else selection.protocol_of(
+                    "allpairs", "gpu", count * 4, collective=Collective[collective.upper()], world=nranks,
+                    shares_gpu=True)
+                want = "in_place" if runs in ("1pa_hb", "2pa_hb", "allpairs_hb") else asked
+                assert direct.vr.call_algorithm(collective, asked, dtype="float32", count=count) == want
+                assert scratch.vr.call_algorithm(collective, asked, dtype="float32", count=count) == asked
+                data = [random_array(rng, "float32", in_blocks(collective, nranks) * count) for _ in range(nranks)]
+                outs = []
+                for rk, algorithm in ((direct, want), (scratch, asked)):
+                    upload_inputs(rk.vr, data, 0)
+                    for r in range(nranks):
+                        rk.vr.fill(r, OUTPUT, POISON)
+                    rk.vr.collective(collective, algorithm, dtype="float32", reduce_op="sum", count=count)
+                    outs.append(download_outputs(rk.vr, out_blocks(collective, nranks) * count * 4, "float32"))
+                check_outputs(collective, want, data, outs[0], count, "float32", "sum", what=f"{collective} {want}")
+                assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), (collective, asked, count)
+    finally:
+        direct.vr.close()
+        scratch.vr.close()
+
+
 def test_missing_context_parts_are_reported(cuda, rng):
     with VirtualRanks(2, buffer_bytes=1 << 16, scratch_bytes=1 << 16, channels_per_peer=2) as vr:
         with pytest.raises(ValueError, match="lacks"):  # no port channels for the ring
@@ -386,8 +426,9 @@ def test_a_stopping_kernel_leaves_the_context_usable(cuda, algorithm):
 
 @pytest.mark.parametrize("combo,what", [(("all_reduce", "2pa_ll"), "LL packet read"),
                                         (("all_reduce", "2pa_hb"), "semaphore wait"),
-                                        (("all_reduce", "2pr"), "proxy semaphore wait")],
-                         ids=["2pa_ll", "2pa_hb", "2pr"])
+                                        (("all_reduce", "2pr"), "proxy semaphore wait"),
+                                        (("all_reduce", "in_place"), "semaphore wait")],
+                         ids=["2pa_ll", "2pa_hb", "2pr", "in_place"])
 def test_absent_peers_time_out_with_a_record(cuda, combo, what):
     """Ranks 1 and 2 never launch: rank 0's kernel gives up after the timeout and names rank, peer, op, epoch."""
     proc = subprocess.run([sys.executable, "-c", TIMEOUT_SCRIPT, *combo], env=child_env(), capture_output=True,

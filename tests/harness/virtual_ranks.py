@@ -137,8 +137,10 @@ class VirtualRanks(RankData):
         streaming kernels' slots and largest chunk in place of the process's settings. ``stop_on_failure``: a
         failing kernel stops rather than traps (the process's CUDA context stays usable). ``p2p_bytes``: the
         point-to-point engine's slots per rank (-1: a quarter of the scratch, at most 16 MiB; 0: none).
-        ``direct_exchange``: the ragged all-to-all writes straight into the peers' outputs (False: through the
-        point-to-point rings, as between processes)."""
+        ``direct_exchange``: the ranks reach each other's buffers: the ragged all-to-all writes straight into the
+        peers' outputs, and ``"in_place"`` runs over the buffers the ranks post (False: through the point-to-point
+        rings and scratch, as between processes). A collective forced by name runs that algorithm either way;
+        ``call_algorithm`` says what the frontends' call entry runs."""
         cuda = native_cuda()
         if cuda is None:
             from . import MISSING
@@ -217,6 +219,14 @@ class VirtualRanks(RankData):
         """One launch_collective call on every rank (``count`` elements per block, ``dtype``, ``reduce_op``,
         ``src_off`` / ``dst_off`` into the input / output buffers, ``iters`` calls in a row), synchronized."""
         self.run("collective", ranks, collective=collective, algorithm=algorithm, **params)
+
+    def call_algorithm(self, collective: str, algorithm: str, rank: int = 0, **params) -> str:
+        """The algorithm the JAX path's call entry (GpuRank::run on XLA's buffers) runs for this collective call on
+        ``rank`` (``direct_algorithm``: ``"in_place"`` where the ranks reach each other's buffers and ``algorithm``
+        would stream through scratch); ``algorithm`` otherwise."""
+        p = make_params(self.cuda, "collective", collective=collective, algorithm=algorithm, **params)
+        code = self.ranks[rank].call_algorithm(p)
+        return next(name for name, c in ALGORITHM_CODES.items() if c == code)
 
     def timed_graph(self, op: str, repeats: int, replays: int = 3, **params) -> float:
         """Milliseconds per call of ``op``: the median of ``graph_replay_times``."""

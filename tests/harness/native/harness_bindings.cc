@@ -66,6 +66,9 @@ void register_harness(nb::module_& m) {
   def_rank_init(harness_rank);
   harness_rank
       .def("launch", &HarnessRank::launch, nb::call_guard<nb::gil_scoped_release>())
+      .def("call_algorithm", &HarnessRank::call_algorithm, nb::arg("params"),
+           "the algorithm code GpuRank::run runs for this collective call (direct_algorithm: in_place where the "
+           "ranks reach each other's buffers)")
       .def("counters", &HarnessRank::counters)
       .def("capture", &HarnessRank::capture, nb::call_guard<nb::gil_scoped_release>())
       .def("replay", &HarnessRank::replay, nb::call_guard<nb::gil_scoped_release>())

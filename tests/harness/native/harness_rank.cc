@@ -103,6 +103,12 @@ void HarnessRank::launch(const HarnessParams& p) {
   raise_launch_error(launch_harness(args(), p, stream()));
 }
 
+int32_t HarnessRank::call_algorithm(const HarnessParams& p) const {
+  check_collective(p);
+  return direct_algorithm(gpu().context(), p.collective, p.algorithm, input() + p.src_off, output() + p.dst_off,
+                          p.count, p.dtype, p.reduce_op);
+}
+
 void HarnessRank::check_collective(const HarnessParams& p) const {
   const size_t esize = dtype_size(static_cast<DType>(p.dtype));
   if (esize == 0) throw std::invalid_argument("jax_mscclpp: unknown dtype code");

@@ -25,6 +25,9 @@ class HarnessRank : public VirtualRank {
 
   // Zeroes the counters and launches `p` on this rank's stream (asynchronous).
   void launch(const HarnessParams& p);
+  // The algorithm the call entry (GpuRank::run) runs for the collective call `p` over this rank's buffers
+  // (collectives/collective.h, direct_algorithm): kInPlace where the ranks reach each other's buffers.
+  int32_t call_algorithm(const HarnessParams& p) const;
   std::vector<uint64_t> counters();
 
   // Captures `p` (with p.iters calls inside, as launch() runs it) into a CUDA graph on this rank's stream, and
