@@ -33,7 +33,6 @@ namespace jax_mscclpp::collectives {
 namespace {
 
 constexpr int kInPlaceThreads = 512;
-constexpr uint64_t kInPlaceBytesPerBlock = 256 << 10;
 constexpr uint64_t kPostBytes = 16;  // a block's post: {input, output}
 
 // Block b's post of launch e in scratch `scratch` (this rank's, or a peer's as mapped here).
@@ -150,7 +149,9 @@ cudaError_t launch_in_place_kernel(const CollectiveContext& ctx, int32_t collect
     return cudaErrorNotReady;
   const bool reduces = collective_reduces(collective);
   const int cap = max_blocks > 0 && max_blocks < ctx.stream_blocks ? max_blocks : ctx.stream_blocks;
-  const int blocks = blocks_for(slice_bytes(collective, block_bytes, ctx.nranks), kInPlaceBytesPerBlock, cap);
+  // A block per the streaming kernels' block bytes of a slice (StreamTuning::block_bytes), as they split a segment.
+  const uint64_t per_block = ctx.stream_tuning.block_bytes > 0 ? ctx.stream_tuning.block_bytes : 1;
+  const int blocks = blocks_for(slice_bytes(collective, block_bytes, ctx.nranks), per_block, cap);
   CollectiveContext c = ctx;
   c.call = call_words(collective, op, codes::kInPlace, dtype, block_count);
   // The moves go as bytes; the reductions in their type (signed sums as unsigned: the same bits).
