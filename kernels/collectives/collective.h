@@ -219,8 +219,9 @@ cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collect
 // ranks post their buffers to each other (ctx.direct), launch_in_place runs the collective, dtype and op, and
 // `algorithm` would stream the call's blocks as HB through scratch (itself or by its protocol rows): there a copy
 // through scratch costs most, and the kernel in place moves each input byte once and each output byte once
-// (docs/architecture.md, "In place between ranks of one process"). An all_to_all whose input and output overlap
-// keeps `algorithm`. Every other call keeps it: LL packets win at the latency-bound sizes. A function of the call
+// (docs/architecture.md, "In place between ranks of one process"), on 2 ranks from 4 MiB a rank (below, HB's one
+// hop beats its two meets; in_place.cu has the figures). An all_to_all whose input and output overlap keeps
+// `algorithm`. Every other call keeps it: LL packets win at the latency-bound sizes. A function of the call
 // and the communicator's shape alone, so every rank decides alike (a rank deciding otherwise fails the call check).
 int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
                          const void* out, uint64_t block_count, int32_t dtype, int32_t op);

@@ -322,26 +322,30 @@ def test_the_placement_chooses_the_protocol(cuda_build):
 
 @pytest.mark.parametrize("nranks", [2, 5, 8])
 def test_the_call_entry_runs_streaming_calls_in_place(cuda, rng, nranks):
-    """Between ranks of one process the call entry (GpuRank::run, both frontends) runs in place every call whose
-    algorithm would stream through scratch, keeps the LL sizes, and runs every call as asked where the ranks do not reach each other's buffers; in place and through scratch
-    agree bit for bit (both fold in rank order)."""
+    """Between ranks of one process the JAX path's call entry (GpuRank::run on XLA's buffers) runs in place every
+    call whose algorithm would stream through scratch (on 2 ranks from 4 MiB a rank), keeps the LL sizes, and runs
+    every call as asked where the ranks do not reach each other's buffers; in place and through scratch agree bit
+    for bit (both fold in rank order)."""
     from jax_mscclpp import selection
     from jax_mscclpp._types import Collective
 
     big, small = 300_001, 5  # float32 elements per block: streaming HB sizes, LL sizes
+    two_rank_min = 4 << 20  # in place from 4 MiB a rank on 2 ranks (in_place.cu)
     direct = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8)
     scratch = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8, direct_exchange=False)
     try:
         for collective, asked in [("all_reduce", "1pa_hb"), ("all_reduce", "2pa_hb"), ("all_reduce", "1pa_ll"),
                                   ("all_gather", "allpairs"), ("reduce_scatter", "allpairs"),
                                   ("all_to_all", "allpairs"), ("all_to_all", "allpairs_hb")]:
-            for count in (big, small):
-                if collective != "all_reduce" and count * nranks * 4 > BUFFER * 2:
+            for count in (big, small, two_rank_min // 4 + 3):
+                rank_bytes = count * 4 * (1 if collective == "all_reduce" else nranks)
+                if rank_bytes > BUFFER * 2:
                     continue
                 runs = asked if asked != "allpairs" else selection.protocol_of(
                     "allpairs", "gpu", count * 4, collective=Collective[collective.upper()], world=nranks,
                     shares_gpu=True)
-                want = "in_place" if runs in ("1pa_hb", "2pa_hb", "allpairs_hb") else asked
+                streams = runs in ("1pa_hb", "2pa_hb", "allpairs_hb")
+                want = "in_place" if streams and (nranks > 2 or rank_bytes >= two_rank_min) else asked
                 assert direct.vr.call_algorithm(collective, asked, dtype="float32", count=count) == want
                 assert scratch.vr.call_algorithm(collective, asked, dtype="float32", count=count) == asked
                 data = [random_array(rng, "float32", in_blocks(collective, nranks) * count) for _ in range(nranks)]
