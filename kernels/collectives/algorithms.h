@@ -19,7 +19,8 @@
 //   all_reduce_switch.cu  kTwoPhaseNvls: all_reduce                  SwitchChannel reduce/broadcast + barriers
 //   permute.cu            kPointToPoint(LL, HB): permute             LL16 packets, or streaming HB to one peer
 //   in_place.cu           kInPlace: all_reduce, reduce_scatter,      peers' buffers read and written in place,
-//                         all_gather, all_to_all (launch_in_place)   a barrier before and after
+//                         all_gather, all_to_all (launch_in_place,   a barrier before and after; posted buffers:
+//                         and launch_collective's posted buffers)    each rank's addresses in its scratch
 #pragma once
 
 #include <cuda_runtime.h>
