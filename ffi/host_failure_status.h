@@ -1,12 +1,12 @@
 // The status of a failed host-backend call as XLA reports it: a status code that says what kind of failure it was,
 // and the message with what to do next.
 //
-// Codes, by the failure's kind (runtime/reference/host_failure.h: the kind at the root, so a rank whose call was
-// refused or ended because of another rank's failure carries that failure's kind): ABORTED for ranks in different
-// calls (a mismatch, or two calls of one rank at once: the ranks are out of step), DEADLINE_EXCEEDED for a wait that
-// timed out (a lost or stopped peer), INVALID_ARGUMENT for a call the backend does not run and for a rank stopped by
-// an injected fault (ABORTED for either where the group is left unusable anyway). A failure that leaves the
-// communicator's group unusable ends its message with kRecoveryAdvice.
+// Codes, by the failure's kind (runtime/common/failure_kind.h: the kind at the root, so a rank whose call was refused
+// or ended because of another rank's failure carries that failure's kind; the GPU runtime's refused calls are coded
+// alike): ABORTED for ranks in different calls (a mismatch, or two calls of one rank at once: the ranks are out of
+// step), DEADLINE_EXCEEDED for a wait that timed out (a lost or stopped peer), INVALID_ARGUMENT for a call the backend
+// does not run and for a rank stopped by an injected fault (ABORTED for either where the group is left unusable
+// anyway). A failure that leaves the communicator's group unusable ends its message with kRecoveryAdvice.
 #pragma once
 
 #include <string>
@@ -24,21 +24,21 @@ inline constexpr const char* kRecoveryAdvice =
     "this failure are lowered again]";
 
 // `broken`: whether the failure left the group unusable.
-inline xla::ffi::ErrorCode host_failure_code(host::FailureKind kind, bool broken) {
+inline xla::ffi::ErrorCode failure_code(FailureKind kind, bool broken) {
   using xla::ffi::ErrorCode;
   switch (kind) {
-    case host::FailureKind::kOutOfStep: return ErrorCode::kAborted;
-    case host::FailureKind::kTimedOut: return ErrorCode::kDeadlineExceeded;
-    case host::FailureKind::kNone:
-    case host::FailureKind::kRefused:
-    case host::FailureKind::kInjected: break;
+    case FailureKind::kOutOfStep: return ErrorCode::kAborted;
+    case FailureKind::kTimedOut: return ErrorCode::kDeadlineExceeded;
+    case FailureKind::kNone:
+    case FailureKind::kRefused:
+    case FailureKind::kInjected: break;
   }
   return broken ? ErrorCode::kAborted : ErrorCode::kInvalidArgument;
 }
 
 // The error XLA reports for `failure`; the recovery advice when the group is left unusable.
 inline xla::ffi::Error host_failure_error(const host::HostFailure& failure, bool broken) {
-  return xla::ffi::Error(host_failure_code(failure.kind, broken),
+  return xla::ffi::Error(failure_code(failure.kind, broken),
                          broken ? failure.message + kRecoveryAdvice : failure.message);
 }
 

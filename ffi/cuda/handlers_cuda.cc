@@ -39,7 +39,7 @@ ffi::Error no_rank(int64_t comm_id, int32_t device) {
 }
 
 // XLA's status for what GpuRank::run returned (runtime/gpu/call.h). A refused call (an earlier kernel of the rank
-// failed and stopped; its record: docs/reliability.md, "On GPUs") is coded as the host backend codes it: ABORTED
+// failed and stopped; its record: docs/reliability.md, "On GPUs") is coded as the host backend codes it (failure_code): ABORTED
 // for ranks out of step (mismatched calls, or a peer that failed the communicator), DEADLINE_EXCEEDED for a wait
 // that timed out, with the recovery advice; an unbound plan is FAILED_PRECONDITION, a plan whose blocks do not fit
 // the call INVALID_ARGUMENT, a failed launch INTERNAL.
@@ -49,8 +49,8 @@ ffi::Error status_of(const cuda::CallResult& result, int64_t comm_id, int32_t de
     case CallStatus::kLaunched:
       return ffi::Error::Success();
     case CallStatus::kRefused:
-      return ffi::Error(result.failure == cuda::FailureKind::kOutOfStep ? ffi::ErrorCode::kAborted
-                                                                        : ffi::ErrorCode::kDeadlineExceeded,
+      // The communicator stays unusable: a refused rank refuses every later call.
+      return ffi::Error(failure_code(result.failure, /*broken=*/true),
                         "jax_mscclpp: communicator " + std::to_string(comm_id) + " " + result.message +
                             kRecoveryAdvice);
     default:

@@ -29,6 +29,7 @@
 
 #include "collectives/collective.h"
 #include "collectives/epilogue.h"
+#include "failure_kind.h"
 
 namespace jax_mscclpp::cuda {
 
@@ -103,16 +104,11 @@ enum class CallStatus {
   kLaunchFailed,    // the launch returned CallResult::error
 };
 
-// Why a refused rank failed (the record of its first failed kernel, error_record.cuh).
-enum class FailureKind {
-  kOutOfStep,  // mismatched calls, a peer that failed the communicator, or ragged sizes the device refused
-  kTimedOut,   // a wait gave up after the timeout
-};
-
 struct CallResult {
   CallStatus status = CallStatus::kLaunched;
   cudaError_t error = cudaSuccess;  // kLaunchFailed: the launch's error
-  FailureKind failure = FailureKind::kOutOfStep;  // kRefused: the failure's kind
+  // kRefused: why the rank failed (the record of its first failed kernel, error_record.cuh): kOutOfStep or kTimedOut
+  FailureKind failure = FailureKind::kOutOfStep;
   std::string message;              // what happened, for the frontend's error (empty when launched)
   bool launched() const { return status == CallStatus::kLaunched; }
 };

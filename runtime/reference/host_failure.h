@@ -5,18 +5,11 @@
 // the group (HostGroup::mark_broken) carries that failure's kind, with that failure's message after its own words.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
-namespace jax_mscclpp::host {
+#include "failure_kind.h"
 
-enum class FailureKind : int32_t {
-  kNone,       // the call ran
-  kOutOfStep,  // ranks in different calls (a mismatch), or two calls of one rank at once: the ranks are out of step
-  kTimedOut,   // a wait outlived the time limit (a lost or stopped peer)
-  kRefused,    // a call this backend does not run (its partition, algorithm, operands or plan), refused before it ran
-  kInjected,   // the rank stopped on a fault a test injected (the testing build's hooks, host_communicator.h)
-};
+namespace jax_mscclpp::host {
 
 struct HostFailure {
   FailureKind kind = FailureKind::kNone;
