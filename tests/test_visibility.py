@@ -211,6 +211,20 @@ def test_auto_emits_no_lax_where_processes_share_a_gpu(monkeypatch, nbytes):
     assert decide(selection.GRADIENT_TREE_LAX, shares=True).kind == "lax"
 
 
+@pytest.mark.parametrize("world,nbytes,chosen", [(4, 2 << 20, "1pa_hb"), (4, 4 << 20, "2pa_hb"),
+                                                 (8, 512 << 10, "1pa_hb"), (8, 1 << 20, "2pa_hb"),
+                                                 (3, 1 << 30, "2pa_hb"), (2, 64 << 20, "1pa_hb")])
+def test_where_lax_cannot_run_all_reduce_streams_as_the_world_and_size_say(monkeypatch, world, nbytes, chosen):
+    """selection.def's any-size rows: the one-phase kernel while its n-fold reads cost less than the two-phase
+    kernel's second hop (on 4 ranks up to 2 MiB, on more up to 512 KiB), then the two-phase one; two ranks' rules
+    name their own."""
+    monkeypatch.setattr(selection, "_tuned_rules", lambda platform: ())
+    comm = _Communicator(shares_gpus=True)
+    got = selection.decide(Collective.ALL_REDUCE, "gpu", nbytes=nbytes, world=world, block_count=nbytes // 4,
+                           itemsize=4, algorithm=None, communicator=lambda: comm)
+    assert got == selection.Decision("native", chosen)
+
+
 def test_processes_share_gpus_on_one_process():
     from jax_mscclpp.communicator import processes_share_gpus
 

@@ -27,19 +27,28 @@ struct Row {
 constexpr Row kRows[] = {
 #define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world) \
   {collective, platform, max_bytes, algorithm, world},
-#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, algorithm)
+#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, max_bytes, algorithm, world)
 #define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, hb_algorithm)
 #include "jax_mscclpp/selection.def"
 };
 
+// Where lax cannot run: the collective's first row whose bytes and world match (a row as a GPU rule matches).
 struct AnySize {
   int32_t collective;
+  int64_t max_bytes;  // -1: no bound
   int32_t algorithm;
+  int world;          // 0: any
+
+  bool matches(int32_t call_collective, uint64_t nbytes, int call_world) const {
+    return collective == call_collective && (world == 0 || call_world == 0 || world == call_world) &&
+           (max_bytes < 0 || nbytes <= static_cast<uint64_t>(max_bytes));
+  }
 };
 
 constexpr AnySize kAnySize[] = {
 #define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world)
-#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, algorithm) {collective, algorithm},
+#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, max_bytes, algorithm, world) \
+  {collective, max_bytes, algorithm, world},
 #define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, hb_algorithm)
 #include "jax_mscclpp/selection.def"
 };
@@ -168,7 +177,7 @@ Choice choose(const std::vector<Rule>& tuned, int32_t collective, std::string_vi
         return {rule.algorithm, rule.code};
   if (!lax_runs) {
     for (const AnySize& any : kAnySize)
-      if (any.collective == collective && runs_on(platform, any.algorithm))
+      if (any.matches(collective, nbytes, world) && runs_on(platform, any.algorithm))
         return {algorithm_name(any.algorithm), any.algorithm};
   }
   return {"lax", kLax};
@@ -180,7 +189,7 @@ std::string builtin_rules_digest() {
     for (int b = 0; b < 8; ++b) h = (h ^ static_cast<uint8_t>(v >> (8 * b))) * 1099511628211ull;
   };
   for (const Row& r : kRows) mix(r.collective), mix(r.platform), mix(r.max_bytes), mix(r.algorithm), mix(r.world);
-  for (const AnySize& a : kAnySize) mix(a.collective), mix(a.algorithm);
+  for (const AnySize& a : kAnySize) mix(a.collective), mix(a.max_bytes), mix(a.algorithm), mix(a.world);
   return std::to_string(h);
 }
 
