@@ -582,9 +582,10 @@ def virtual():
 def test_the_virtual_source_times_every_kernel_launch_collective_runs(virtual):
     _, source = virtual
     eight = kr.Setting("virtual", 8)
-    assert source.algorithms("all_reduce", eight) == ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls"]
+    assert source.algorithms("all_reduce", eight) == ["1pa_ll", "2pa_ll", "1pa_hb", "2pa_hb", "2pr", "2pa_nvls",
+                                                      "in_place"]
     for op in ("all_gather", "reduce_scatter", "all_to_all"):
-        assert source.algorithms(op, eight) == ["allpairs", "allpairs_ll", "allpairs_hb"]
+        assert source.algorithms(op, eight) == ["allpairs", "allpairs_ll", "allpairs_hb", "in_place"]
     assert source.algorithms("permute", eight) == ["p2p", "p2p_ll", "p2p_hb"]
     assert "2pa_nvls" not in source.algorithms("all_reduce", kr.Setting("virtual", 9))  # emulation: 8 at most
     if source.cuda.device_count() == 0:
@@ -599,7 +600,7 @@ def test_the_default_device_plan_keeps_every_kernel_within_one_call(virtual):
     sources = {"virtual": source, "processes": krj.ProcessesSource()}
     settings = [kr.Setting("virtual", n) for n in (2, 4, 8)] + [kr.Setting("processes", p) for p in (2, 4)]
     all_cells = kr.cells_of(settings, sources, kr.OPS, SIZES, "bfloat16")
-    assert len({(c.setting, c.op, c.algorithm) for c in all_cells}) == 3 * 18 + 2 * 10
+    assert len({(c.setting, c.op, c.algorithm) for c in all_cells}) == 3 * 22 + 2 * 10
     est = kr.Estimates(sources)
     the_plan = kr.plan(all_cells, 420 - 130 - kr.RESERVE_S, est.cell, est.setup)
     assert the_plan.estimated_s <= 420 - 130
