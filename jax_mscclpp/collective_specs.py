@@ -2,11 +2,13 @@
 
 ``SPECS`` holds a ``CollectiveSpec`` per collective of ``codes.def``, keyed by its ``Collective``: its name (the
 codes.def name, which the benchmark tool, the soak and the test fixtures use, as nccl-tests does), nccl-tests'
-algbw -> busbw factor, and whether the benchmark tool and the soak build it (whether it reduces, else it only
-moves bytes so that ours and lax agree exactly, is codes.def's: ``Collective.reduces``). ``PUBLIC_NAMES`` holds a
-``PublicName`` per lax collective we give a drop-in for: the collective it runs, its reduction, the lax primitives
-``rewrite`` replaces by it, and whether it is the collective itself (``pbroadcast`` is an all_gather and a slice
-of it). Every table below is derived from the two:
+algbw -> busbw factor, whether the benchmark tool and the soak build it (whether it reduces, else it only
+moves bytes so that ours and lax agree exactly, is codes.def's: ``Collective.reduces``), and its shape parameters
+(``ShapeParameter``: ``public_calls`` passes them to our public function, ``lax_equivalents`` to lax's, and
+``rewrite`` reads them from lax's primitive). ``PUBLIC_NAMES`` holds a ``PublicName`` per lax collective we give a
+drop-in for: the collective it runs, its reduction, the lax primitives ``rewrite`` replaces by it, and whether it
+is the collective itself (``pbroadcast`` is an all_gather and a slice of it). Every table below is derived from
+the two:
 
 - ``REWRITABLE``: the names ``rewrite(collectives=...)`` takes (``rewrite.py``), with their collective;
 - ``REDUCTION_OF``: the reduce op of each all_reduce name;
@@ -28,11 +30,21 @@ from ._codes import Collective
 
 
 @dataclasses.dataclass(frozen=True)
+class ShapeParameter:
+    """A parameter of a collective's call beyond its operand, axes and algorithm (all_reduce's: its reduction)."""
+
+    name: str  # its keyword in public_calls.ours_collective and lax_equivalents.lax_collective
+    keyword: str  # its keyword in our public function of the collective, and in lax's where lax has one
+    lax_param: str | None = None  # the lax primitive's parameter rewrite reads it from (None: the primitive has none)
+
+
+@dataclasses.dataclass(frozen=True)
 class CollectiveSpec:
     collective: Collective
     bus_factor: Callable[[int], float]  # nccl-tests' algbw -> busbw factor over ``world`` ranks
     benched: bool  # python -m jax_mscclpp.tools.bench builds it
     soaked: bool  # python -m jax_mscclpp.tools.soak draws it
+    shape: tuple[ShapeParameter, ...]  # its shape parameters
 
     @property
     def name(self) -> str:
@@ -61,12 +73,23 @@ def _one(world: int) -> float:  # nccl-tests' sendrecv: every byte crosses one l
     return 1.0
 
 
+# ``dim``: all_gather's axis, psum_scatter's scatter dimension, all_to_all's split axis; ``concat``: all_to_all's
+# concat axis. rewrite sets those without a lax_param itself (``rewrite._shape_of``), and takes a reduction's op from
+# its public name (``REDUCTION_OF``).
 SPECS = {spec.collective: spec for spec in (
-    CollectiveSpec(Collective.ALL_REDUCE, _all_reduce_factor, benched=True, soaked=True),
-    CollectiveSpec(Collective.ALL_GATHER, _moving_factor, benched=True, soaked=True),
-    CollectiveSpec(Collective.REDUCE_SCATTER, _moving_factor, benched=True, soaked=True),
-    CollectiveSpec(Collective.ALL_TO_ALL, _moving_factor, benched=True, soaked=True),
-    CollectiveSpec(Collective.PERMUTE, _one, benched=False, soaked=False),
+    CollectiveSpec(Collective.ALL_REDUCE, _all_reduce_factor, benched=True, soaked=True,
+                   shape=(ShapeParameter("op", "op"),)),
+    CollectiveSpec(Collective.ALL_GATHER, _moving_factor, benched=True, soaked=True,
+                   shape=(ShapeParameter("dim", "axis", "all_gather_dimension"),
+                          ShapeParameter("tiled", "tiled", "tiled"), ShapeParameter("to", "to"))),
+    CollectiveSpec(Collective.REDUCE_SCATTER, _moving_factor, benched=True, soaked=True,
+                   shape=(ShapeParameter("dim", "scatter_dimension", "scatter_dimension"),
+                          ShapeParameter("tiled", "tiled", "tiled"))),
+    CollectiveSpec(Collective.ALL_TO_ALL, _moving_factor, benched=True, soaked=True,
+                   shape=(ShapeParameter("dim", "split_axis", "split_axis"),
+                          ShapeParameter("concat", "concat_axis", "concat_axis"), ShapeParameter("tiled", "tiled"))),
+    CollectiveSpec(Collective.PERMUTE, _one, benched=False, soaked=False,
+                   shape=(ShapeParameter("perm", "perm", "perm"),)),
 )}
 
 PUBLIC_NAMES = (
@@ -105,4 +128,4 @@ def spec_named(name: str) -> CollectiveSpec:
 
 
 __all__ = ["BENCHED", "CollectiveSpec", "LAX_PRIMITIVE_NAMES", "OPERATION_NAMES", "PUBLIC_NAMES", "PublicName",
-           "REDUCTION_OF", "REWRITABLE", "SOAKED", "SPECS", "spec_named"]
+           "REDUCTION_OF", "REWRITABLE", "SOAKED", "SPECS", "ShapeParameter", "spec_named"]

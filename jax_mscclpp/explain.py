@@ -13,7 +13,7 @@ program again on its next call. It returns one ``ExplainedCall`` per collective 
    at trace time are bound under the name scope ``LAX_SCOPE``+name (``routing.lax_scope``), which tells them
    apart; JAX's transposes of those are listed here too;
 3. every call of the package's primitives as lowered (``selection.decide``, or lax's collective where the
-   lowering context needs it).
+   lowering context needs it: ``routing.lax_reason``).
 
 Every call has its reason. Programs and communicators are not changed, except that communicators the lowering
 needs are made.

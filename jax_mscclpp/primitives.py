@@ -85,7 +85,10 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
             f"jax_mscclpp: {collective.name.lower()} over {axes} must run inside jax.shard_map; "
             "use the jax.lax collective under pmap"
         )
-    lax_reason = _lowering_lax_reason(platform, ctx, mesh, collective, op)
+    lax_reason = routing.lax_reason(
+        collective.name.lower(), axes, stage=routing.LOWERING, collective=collective, op=op,
+        dtype=ctx.avals_in[0].dtype, mesh_axes=tuple(mesh.axis_names), manual=_compat.lowering_manual_axes(ctx),
+        has_devices=_compat.mesh_devices(mesh) is not None if platform == "gpu" else None)
     if lax_reason is not None:
         routing.log_lax_lowering(collective.name.lower(), axes, lax_reason)
         _explained(collective, op, axes, ctx.avals_in[0], "lax", lax_reason)
@@ -149,21 +152,6 @@ def _explained(collective, op, axes, aval, algorithm: str, reason: str, protocol
 def _block_elements(collective, world: int, aval) -> int:
     """The elements of one block of a call of ``collective`` on ``aval`` (the primitive's operand)."""
     return int(np.prod(aval.shape, dtype=int)) // layout.blocks(collective, world)[0]
-
-
-def _lowering_lax_reason(platform: str, ctx, mesh, collective, op) -> str | None:
-    """Why a call must lower to lax's collective where it is being lowered, or None. Our calls locate their rank by
-    XLA's partition id, which a partially manual program (shard_map's ``axis_names=``, a vmap of a shard_map over
-    a mesh axis) cannot use; a GPU communicator needs the mesh's devices, which an abstract mesh (a shard_map
-    nested without a concrete mesh) does not carry; a dtype may have no way through ours (``carriers.lax_reason``:
-    a reduction no kernel runs), wherever the primitive was bound (a transpose, a started call)."""
-    manual = _compat.lowering_manual_axes(ctx)
-    if manual != frozenset(mesh.axis_names):
-        return (f"the program is manual over {sorted(manual, key=repr)} only, not every mesh axis "
-                f"{list(mesh.axis_names)}")
-    if platform == "gpu" and _compat.mesh_devices(mesh) is None:
-        return "the mesh is abstract here (no devices): a GPU communicator needs the mesh's devices"
-    return carriers.lax_reason(ctx.avals_in[0].dtype, collective, op)
 
 
 def _started_on_side_stream(ctx) -> set:

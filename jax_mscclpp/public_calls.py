@@ -2,9 +2,9 @@
 parameters: the one entry through which ``rewrite`` (in place of a lax collective), the benchmark tool and the
 soak call ours. It sits above ``collectives`` and ``permute``, whose public functions it calls.
 
-The shape parameters are those ``lax_equivalents.lax_collective`` takes (``dim``: all_gather's axis, psum_scatter's
-scatter dimension or all_to_all's split axis; ``concat``: all_to_all's concat axis), and ``to`` (all_gather's
-typing of its result) and ``perm`` (the permutation's pairs), which only ``rewrite`` and the permutation use.
+The shape parameters, and their keywords in each public function, are the collective's spec's
+(``collective_specs.SPECS``): those ``lax_equivalents.lax_collective`` takes, and ``to`` (all_gather's typing of its
+result) and ``perm`` (the permutation's pairs), which only ``rewrite`` and the permutation use.
 """
 
 from __future__ import annotations
@@ -13,18 +13,15 @@ from typing import Callable
 
 from . import collectives, permute
 from ._types import Collective
+from .collective_specs import SPECS
 
-# Each collective's public function, called as (x, axes, shape): shape holds ours_collective's keywords.
+# Each collective's public function, called as (x, axes, **its shape parameters' keywords, algorithm=...).
 _PUBLIC_CALLS = {
-    Collective.ALL_REDUCE: lambda x, axes, s: collectives.all_reduce(
-        x, axes, op=s["op"], algorithm=s["algorithm"]),
-    Collective.ALL_GATHER: lambda x, axes, s: collectives.all_gather(
-        x, axes, axis=s["dim"], tiled=s["tiled"], to=s["to"], algorithm=s["algorithm"]),
-    Collective.REDUCE_SCATTER: lambda x, axes, s: collectives.psum_scatter(
-        x, axes, scatter_dimension=s["dim"], tiled=s["tiled"], algorithm=s["algorithm"]),
-    Collective.ALL_TO_ALL: lambda x, axes, s: collectives.all_to_all(
-        x, axes, s["dim"], s["concat"], tiled=s["tiled"], algorithm=s["algorithm"]),
-    Collective.PERMUTE: lambda x, axes, s: permute.ppermute(x, axes, s["perm"], algorithm=s["algorithm"]),
+    Collective.ALL_REDUCE: collectives.all_reduce,
+    Collective.ALL_GATHER: collectives.all_gather,
+    Collective.REDUCE_SCATTER: collectives.psum_scatter,
+    Collective.ALL_TO_ALL: collectives.all_to_all,
+    Collective.PERMUTE: permute.ppermute,
 }
 
 
@@ -39,8 +36,9 @@ def ours_collective(collective: Collective, axes, *, op: str = "sum", dim: int =
         raise ValueError(f"jax_mscclpp: {collective!r} is not a collective with a public function; known: {known}")
     if collective == Collective.PERMUTE and perm is None:
         raise ValueError("jax_mscclpp: permute needs perm, its (source, destination) pairs")
-    shape = dict(op=op, dim=dim, concat=concat, tiled=tiled, to=to, perm=perm, algorithm=algorithm)
-    return lambda x: call(x, axes, shape)
+    given = dict(op=op, dim=dim, concat=concat, tiled=tiled, to=to, perm=perm)
+    keywords = {p.keyword: given[p.name] for p in SPECS[collective].shape}
+    return lambda x: call(x, axes, **keywords, algorithm=algorithm)
 
 
 __all__ = ["ours_collective"]

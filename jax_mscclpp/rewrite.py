@@ -30,13 +30,12 @@ The reductions of a jaxpr are bound together, as ``jax_mscclpp.psum`` binds a py
 (``collectives.bucketed``), as many as ``jax_mscclpp.psum`` of the same pytree makes, not one per leaf.
 
 A collective stays lax, with a debug message on the ``jax_mscclpp.rewrite`` logger saying why, when our backend
-cannot run it or was not asked to: ``axis_index_groups``, no axes, positional (integer) axes, axes that are not
-manual shard_map axes (vmap or pmap axis names), an operand typed unreduced, an axis size of 1, a dtype ours cannot
-run (``carriers.py``), fewer than ``min_bytes`` bytes per rank, a collective not in ``collectives``, or a result
-that our collective would type as varying over more axes than lax does. Every replacement types its result exactly
-as the lax collective did
-(shape, dtype, weak type and the axes it varies over), so the equations after it, and the loop carries and
-``out_specs`` around it, type-check unchanged.
+cannot run it (``routing.lax_reason``) or was not asked to: ``axis_index_groups``, no axes, positional (integer)
+axes, axes that are not manual shard_map axes (vmap or pmap axis names), an operand typed unreduced, an axis size
+of 1, a dtype ours cannot run (``carriers.py``), fewer than ``min_bytes`` bytes per rank, a collective not in
+``collectives``, or a result that our collective would type as varying over more axes than lax does. Every
+replacement types its result exactly as the lax collective did (shape, dtype, weak type and the axes it varies
+over), so the equations after it, and the loop carries and ``out_specs`` around it, type-check unchanged.
 """
 
 from __future__ import annotations
@@ -55,9 +54,9 @@ from jax import lax
 from jax.extend.core import Literal, Primitive
 from jax.interpreters import ad, batching, mlir
 
-from . import _compat, carriers, collectives, permute, plans, public_calls, ragged, selection
+from . import _compat, collectives, permute, plans, public_calls, ragged, routing, selection
 from ._types import ALGORITHMS_OF, Collective
-from .collective_specs import REDUCTION_OF, REWRITABLE
+from .collective_specs import REDUCTION_OF, REWRITABLE, SPECS
 
 logger = logging.getLogger("jax_mscclpp.rewrite")
 # The debug messages of one trace of a rewritten function, counted: logged when the trace ends, once each.
@@ -368,31 +367,14 @@ def _rewrite_equation(eqn, invals: list, config: _Config) -> list:
 # ---- collectives ---------------------------------------------------------------------------------------------
 
 def _why_not(name: str, aval, axes: tuple, config: _Config, axis_index_groups=None) -> str | None:
-    """Why the collective ``name`` over ``axes`` on ``aval`` must stay lax, or None when ours can run it."""
+    """Why the collective ``name`` over ``axes`` on ``aval`` must stay lax, or None when ours can run it: not asked
+    for, lax's by ``routing.lax_reason``, or below ``min_bytes``."""
     if name not in config.collectives:
         return "not among the collectives asked for"
-    if axis_index_groups is not None:
-        return "axis_index_groups"
-    if not axes:
-        return "no axes (the collective is the identity)"
-    if any(isinstance(a, int) for a in axes):
-        return "positional (integer) axes"
-    mesh_axes, manual = _compat.mesh_axes()
-    outside = [a for a in axes if a not in manual]
-    if outside:
-        return f"axis {outside[0]!r} is not a manual shard_map axis here"
-    if manual != mesh_axes:
-        # Our lowering locates a device by XLA's partition id, which a partially manual program does not have.
-        return f"the shard_map is manual over {sorted(manual)} only, not every mesh axis"
-    unreduced = _compat.unreduced_axes(aval) & frozenset(axes)
-    if unreduced:
-        return f"the operand is typed unreduced over {sorted(unreduced, key=repr)}"
-    dtype_reason = carriers.lax_reason(aval.dtype, COLLECTIVES[name], REDUCTION_OF.get(name, "sum"))
-    if dtype_reason is not None:
-        return dtype_reason
-    sizes = _compat.bound_axis_sizes()
-    if int(np.prod([sizes[a] for a in axes])) == 1:
-        return "axis size 1"
+    reason = routing.lax_reason(name, axes, stage=routing.REWRITE, axis_index_groups=axis_index_groups, aval=aval,
+                                collective=COLLECTIVES[name], op=REDUCTION_OF.get(name, "sum"))
+    if reason is not None:
+        return reason
     nbytes = _nbytes(aval)
     if nbytes < config.min_bytes:
         return f"{nbytes} bytes per rank is below min_bytes={config.min_bytes}"
@@ -421,25 +403,18 @@ def _replacement_reason(name: str, eqn, aval, out_aval, axes: tuple, config: _Co
     return reason
 
 
-# The shape parameters of public_calls.ours_collective, from the lax primitive's, for each collective that
-# _replace_collective replaces by its public function.
-_SHAPE_PARAMETERS = {
-    "all_gather": lambda eqn: dict(
-        dim=eqn.params["all_gather_dimension"], tiled=eqn.params["tiled"],
-        to="invarying" if eqn.primitive in _compat.INVARIANT_RESULT else "varying"),
-    "psum_scatter": lambda eqn: dict(dim=eqn.params["scatter_dimension"], tiled=eqn.params["tiled"]),
-    # lax.all_to_all inserts the size-1 concat axis before binding, so the primitive always splits one axis into
-    # world pieces and concatenates along another: our tiled all_to_all.
-    "all_to_all": lambda eqn: dict(dim=eqn.params["split_axis"], concat=eqn.params["concat_axis"], tiled=True),
-    "ppermute": lambda eqn: dict(perm=eqn.params["perm"]),
-}
-
-
 def _shape_of(name: str, eqn) -> dict:
-    """The shape parameters of ours for the lax collective ``eqn`` (public name ``name``)."""
-    if name not in _SHAPE_PARAMETERS:
-        raise ValueError(f"jax_mscclpp.rewrite: no shape parameters written for lax {name} (_SHAPE_PARAMETERS)")
-    return _SHAPE_PARAMETERS[name](eqn)
+    """The shape parameters of ours for the lax collective ``eqn`` (public name ``name``), from the lax primitive's
+    (``collective_specs.SPECS``)."""
+    collective = COLLECTIVES[name]
+    shape = {p.name: eqn.params[p.lax_param] for p in SPECS[collective].shape if p.lax_param is not None}
+    if collective == Collective.ALL_GATHER:
+        shape["to"] = "invarying" if eqn.primitive in _compat.INVARIANT_RESULT else "varying"
+    elif collective == Collective.ALL_TO_ALL:
+        # lax.all_to_all inserts the size-1 concat axis before binding, so the primitive always splits one axis into
+        # world pieces and concatenates along another: our tiled all_to_all.
+        shape["tiled"] = True
+    return shape
 
 
 def _replace_collective(name: str, eqn, x, config: _Config):

@@ -2,6 +2,7 @@
 collectives, the public functions, lax's functions and primitives, and the tables derived from it."""
 
 import importlib
+import inspect
 
 import jax
 import pytest
@@ -9,7 +10,7 @@ from jax import lax
 from jax._src.lax import parallel
 
 import jax_mscclpp as jm
-from jax_mscclpp import _compat, collective_specs as specs
+from jax_mscclpp import _compat, collective_specs as specs, public_calls
 from jax_mscclpp._codes import CODE_TABLES, Collective
 from jax_mscclpp.testing import fixtures
 from jax_mscclpp.tools.bench import metrics, programs
@@ -45,17 +46,27 @@ def test_a_traced_lax_collective_maps_to_its_public_name():
     for name, call in calls.items():
         f = jax.shard_map(call, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"))
         jaxpr = jax.make_jaxpr(f)(jax.numpy.ones(4)).jaxpr.eqns[0].params["jaxpr"]
-        found = [_compat.LAX_COLLECTIVES[e.primitive] for e in jaxpr.eqns if e.primitive in _compat.LAX_COLLECTIVES]
-        assert found == [name], (name, jaxpr)
+        found = [e for e in jaxpr.eqns if e.primitive in _compat.LAX_COLLECTIVES]
+        assert [_compat.LAX_COLLECTIVES[e.primitive] for e in found] == [name], (name, jaxpr)
+        lax_params = [p.lax_param for p in specs.SPECS[specs.REWRITABLE[name]].shape if p.lax_param]
+        assert all(param in found[0].params for param in lax_params), (name, found[0].params)
+
+
+def test_the_shape_parameters_are_keywords_of_ours_and_lax_s():
+    for collective, spec in specs.SPECS.items():
+        ours = inspect.signature(public_calls._PUBLIC_CALLS[collective]).parameters
+        assert {p.keyword for p in spec.shape} <= set(ours), collective
+    # lax's function of each collective but the reductions (lax has one per op) takes the same keywords.
+    for public in specs.PUBLIC_NAMES:
+        if public.is_the_collective and public.name not in specs.REDUCTION_OF:
+            keywords = {p.keyword for p in specs.SPECS[public.collective].shape}
+            assert keywords <= set(inspect.signature(getattr(lax, public.name)).parameters), public.name
+            assert keywords <= set(inspect.signature(getattr(jm, public.name)).parameters), public.name
 
 
 def test_the_derived_tables():
     rewrite = importlib.import_module("jax_mscclpp.rewrite")  # the module, not the function it exports
     assert rewrite.COLLECTIVES == {p.name: p.collective for p in specs.PUBLIC_NAMES}
-    # rewrite calls ours through public_calls for every collective itself but the reductions, which it holds and
-    # binds together (as all_reduce), and ragged_all_to_all (six operands); pbroadcast is an all_gather and a slice.
-    assert set(rewrite._SHAPE_PARAMETERS) == {p.name for p in specs.PUBLIC_NAMES
-                                              if p.is_the_collective and p.name not in specs.REDUCTION_OF}
     assert specs.REDUCTION_OF == {"psum": "sum", "pmax": "max", "pmin": "min"}
     assert programs.OPS == configs.OPS == ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
     assert fixtures.OP_ALIASES == {"all_reduce": "all_reduce", "psum": "all_reduce", "pmax": "all_reduce",
