@@ -9,6 +9,7 @@ import argparse
 import glob
 import os
 import re
+import sys
 
 DEFAULT_CPU_DEVICES = 8
 
@@ -49,3 +50,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, tp: bool = True, dt
     parser.add_argument("--cpu-devices", type=int, default=None,
                         help=f"virtual CPU devices when running on the CPU (default {DEFAULT_CPU_DEVICES})")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def tensor_parallel_devices(tp: int | None) -> tuple:
+    """(devices, platform, degree): this process's JAX devices, their platform, and the tensor-parallel degree
+    (``tp``, the --tp flag, else every device); exits naming both counts when --tp asks for more devices."""
+    import jax
+
+    devices = jax.devices()
+    platform = devices[0].platform
+    degree = tp or len(devices)
+    if degree > len(devices):
+        sys.exit(f"--tp {degree} needs {degree} devices; {len(devices)} {platform} devices are here")
+    return devices, platform, degree

@@ -3,7 +3,9 @@
 ``launch(argv_of, processes)`` starts ``processes`` copies of a worker command line (``argv_of(process_id, port)``)
 in an environment with NVLink multicast off, waits for them and raises ``SystemExit`` naming the exit statuses when
 one fails. ``worker_reports(script, argv, processes, what)`` runs ``script`` so, each worker with ``--worker --port
-P --process-id I --result FILE`` after ``argv``, and returns the JSON each wrote to its FILE, in process order. ``initialize(port, processes, process_id)`` is what each worker calls before its first JAX
+P --process-id I --result FILE`` after ``argv``, and returns the JSON each wrote to its FILE, in process order;
+``reports_of(script, argv, args, measure, what)`` is an example's whole run: the report of ``measure(args)`` in this
+process, or each worker's, or, in a worker, its report written to its FILE. ``initialize(port, processes, process_id)`` is what each worker calls before its first JAX
 computation: the coordinator on this host, and GPU ``process_id % local_gpus()`` as its device, so that more
 processes than GPUs share them (then only an NCCL library of ours can run XLA's collectives: NVIDIA's refuses a
 shared GPU).
@@ -61,6 +63,19 @@ def worker_reports(script: str, argv: list, processes: int, what: str) -> list:
             with open(path) as f:
                 reports.append(json.load(f))
     return reports
+
+
+def reports_of(script: str, argv: list, args, measure: Callable, what: str) -> list:
+    """The reports of an example's run as ``args`` asks for it: ``[measure(args)]`` in one process, each worker's
+    (``args.processes`` of them, in process order) in several; in a worker (``args.worker``), ``measure(args)``
+    written to ``args.result``, and no report here (``[]``)."""
+    if args.worker:
+        with open(args.result, "w") as f:
+            json.dump(measure(args), f)
+        return []
+    if args.processes == 1:
+        return [measure(args)]
+    return worker_reports(script, argv, args.processes, what)
 
 
 def initialize(port: int, processes: int, process_id: int) -> None:

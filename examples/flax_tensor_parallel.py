@@ -28,7 +28,7 @@ import os
 import re
 import sys
 
-from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, tensor_parallel_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -147,11 +147,7 @@ def compile_and_inspect(fn, args) -> tuple:
 
 
 def run(args) -> dict:
-    devices = jax.devices()
-    plat = devices[0].platform
-    tp = args.tp or len(devices)
-    if tp > len(devices):
-        sys.exit(f"--tp {tp} needs {tp} devices; {len(devices)} {plat} devices are here")
+    devices, plat, tp = tensor_parallel_devices(args.tp)
     for name, value in (("--heads", args.heads), ("--d-ff", args.d_ff)):
         if value % tp:
             sys.exit(f"{name} {value} must divide by the {tp} devices on 'tp'")

@@ -34,12 +34,11 @@ collectives (the host backend runs within one process).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
-from _processes import initialize, local_gpus, worker_reports  # examples/_processes.py
+from _processes import initialize, local_gpus, reports_of  # examples/_processes.py
 
 
 def _one_process(argv) -> bool:
@@ -390,15 +389,11 @@ def main(argv=None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
     args = parse_args(argv)
     args.variants = list(VARIANTS) if args.collectives == "both" else [args.collectives]
-    if args.worker:
-        with open(args.result, "w") as f:
-            json.dump(measure(args), f)
+    reports = reports_of(__file__, argv, args, measure, "moe_layer run")
+    if not reports:
         return 0
-    if args.processes == 1:
-        report = measure(args)
-    else:
-        reports = worker_reports(__file__, argv, args.processes, "moe_layer run")
-        report = reports[0]
+    report = reports[0]
+    if len(reports) > 1:
         # Every process checked the whole (gathered) values: the run passes where every one of them did.
         for i, row in enumerate(report["results"]):
             if row["ran"]:

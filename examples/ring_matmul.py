@@ -20,12 +20,11 @@ turns on it: their step times measure that, not the link.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
-from _processes import initialize, local_gpus, worker_reports  # examples/_processes.py
+from _processes import initialize, local_gpus, reports_of  # examples/_processes.py
 
 VARIANTS = ("mscclpp", "lax")
 
@@ -197,16 +196,13 @@ def main(argv=None) -> int:
     argv = argv if argv is not None else sys.argv[1:]
     args = parse(argv)
     args.variants = list(VARIANTS) if args.collectives == "both" else [args.collectives]
-    if args.worker:
-        with open(args.result, "w") as f:
-            json.dump(measure(args), f)
-        return 0
-    if args.processes == 1:
+    if args.processes == 1 and not args.worker:
         configure_cpu_devices(argv)
-        report = measure(args)
-    else:
-        reports = worker_reports(__file__, argv, args.processes, "ring_matmul run")
-        report = reports[0]
+    reports = reports_of(__file__, argv, args, measure, "ring_matmul run")
+    if not reports:
+        return 0
+    report = reports[0]
+    if len(reports) > 1:
         # Every process checked its own rows: the run passes where every one of them did.
         for i, row in enumerate(report["results"]):
             row["pass"] = all(r["results"][i]["pass"] for r in reports)

@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, tensor_parallel_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -109,11 +109,7 @@ def relative_error(ours, ref) -> tuple[float, float]:
 
 
 def run(args) -> bool:
-    devices = jax.devices()
-    platform = devices[0].platform
-    tp = args.tp or len(devices)
-    if tp > len(devices):
-        sys.exit(f"--tp {tp} needs {tp} devices; {len(devices)} {platform} devices are here")
+    devices, platform, tp = tensor_parallel_devices(args.tp)
     if args.d_ff % tp:
         sys.exit(f"--d-ff {args.d_ff} must divide by the {tp} devices on the 'tp' axis")
     mesh = jax.sharding.Mesh(np.array(devices[:tp]), ("tp",))

@@ -28,7 +28,7 @@ import statistics
 import sys
 import time
 
-from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, tensor_parallel_devices  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -316,11 +316,7 @@ def compare(ours: dict, ref: dict) -> dict:
 
 
 def run(args) -> dict:
-    devices = jax.devices()
-    plat = devices[0].platform
-    tp = args.tp or len(devices)
-    if tp > len(devices):
-        sys.exit(f"--tp {tp} needs {tp} devices; {len(devices)} {plat} devices are here")
+    devices, plat, tp = tensor_parallel_devices(args.tp)
     cfg = dict(PRESETS[args.preset])
     if args.layers is not None:
         cfg["layers"] = args.layers

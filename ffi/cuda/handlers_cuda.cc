@@ -106,11 +106,12 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
   return status_of(rank->run(call, stream), comm_id, device);
 }
 
+// Every handler's context: the stream XLA runs it on, and its device.
+auto cuda_binding() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<cudaStream_t>>().Ctx<ffi::DeviceOrdinal>(); }
+
 // What every collective's handler takes (call_decoding.h); the permutation adds its destination table.
 auto common_cuda_binding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Ctx<ffi::DeviceOrdinal>()
+  return cuda_binding()
       .Arg<ffi::AnyBuffer>()
       .Ret<ffi::AnyBuffer>()
       .Attr<int64_t>("comm_id")
@@ -188,12 +189,7 @@ ffi::Error done_cuda(cudaStream_t stream, int32_t device, ffi::RemainingArgs arg
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceStartCuda, start_cuda<Collective::kAllReduce>,
                               common_cuda_binding().Attr<int64_t>("call_id"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(DoneCuda, done_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
-                                  .Ctx<ffi::DeviceOrdinal>()
-                                  .RemainingArgs()
-                                  .RemainingRets()
-                                  .Attr<ffi::Span<const int64_t>>("call_ids"));
+                              cuda_binding().RemainingArgs().RemainingRets().Attr<ffi::Span<const int64_t>>("call_ids"));
 
 // all_reduce (sum) with a fused epilogue (collectives/epilogue.h): (x, residual[, weight]) -> (new_residual[,
 // normed]). The row length is the weight's length (RMSNorm) or the attribute `row` (residual only).
@@ -230,36 +226,25 @@ ffi::Error all_reduce_rmsnorm_cuda(cudaStream_t stream, int32_t device, ffi::Any
                        weight.element_count(), *new_residual, normed->untyped_data(), comm_id, eps);
 }
 
-#define JAX_MSCCLPP_RESIDUAL_BINDING                 \
-  ffi::Ffi::Bind()                                    \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()       \
-      .Ctx<ffi::DeviceOrdinal>()                      \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Ret<ffi::AnyBuffer>()                          \
-      .Attr<int64_t>("comm_id")                       \
-      .Attr<int64_t>("row")
+// (x, residual) -> new_residual; (x, residual, weight) -> (new_residual, normed).
+auto residual_binding() {
+  return cuda_binding().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>().Attr<int64_t>("comm_id")
+      .Attr<int64_t>("row");
+}
 
-#define JAX_MSCCLPP_RMSNORM_BINDING                  \
-  ffi::Ffi::Bind()                                    \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()       \
-      .Ctx<ffi::DeviceOrdinal>()                      \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Ret<ffi::AnyBuffer>()                          \
-      .Ret<ffi::AnyBuffer>()                          \
-      .Attr<int64_t>("comm_id")                       \
-      .Attr<float>("eps")
+auto rmsnorm_binding() {
+  return cuda_binding().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>().Attr<int64_t>("comm_id").Attr<float>("eps");
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCuda, all_reduce_residual_cuda, JAX_MSCCLPP_RESIDUAL_BINDING,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCuda, all_reduce_residual_cuda, residual_binding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceResidualCudaOutsideGraphs, all_reduce_residual_cuda,
-                              JAX_MSCCLPP_RESIDUAL_BINDING);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCuda, all_reduce_rmsnorm_cuda, JAX_MSCCLPP_RMSNORM_BINDING,
+                              residual_binding());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCuda, all_reduce_rmsnorm_cuda, rmsnorm_binding(),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(AllReduceRMSNormCudaOutsideGraphs, all_reduce_rmsnorm_cuda,
-                              JAX_MSCCLPP_RMSNORM_BINDING);
+                              rmsnorm_binding());
 
 // A ragged all-to-all (collectives/collective.h, RaggedAllToAll): (operand, output_in, input_offsets, send_sizes,
 // output_offsets, recv_sizes) -> out, `out` aliased to `output_in` at lowering (jax_mscclpp/ragged.py), so that
@@ -328,22 +313,14 @@ ffi::Error ragged_all_to_all_cuda(cudaStream_t stream, int32_t device, ffi::AnyB
   return status_of(rank->run(call, stream), comm_id, device);
 }
 
-#define JAX_MSCCLPP_RAGGED_BINDING                   \
-  ffi::Ffi::Bind()                                    \
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()       \
-      .Ctx<ffi::DeviceOrdinal>()                      \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Arg<ffi::AnyBuffer>()                          \
-      .Ret<ffi::AnyBuffer>()                          \
-      .Attr<int64_t>("comm_id")
+auto ragged_binding() {
+  return cuda_binding().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>()
+      .Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>().Attr<int64_t>("comm_id");
+}
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RaggedAllToAllCuda, ragged_all_to_all_cuda, JAX_MSCCLPP_RAGGED_BINDING,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RaggedAllToAllCuda, ragged_all_to_all_cuda, ragged_binding(),
                               {ffi::Traits::kCmdBufferCompatible});
-XLA_FFI_DEFINE_HANDLER_SYMBOL(RaggedAllToAllCudaOutsideGraphs, ragged_all_to_all_cuda, JAX_MSCCLPP_RAGGED_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(RaggedAllToAllCudaOutsideGraphs, ragged_all_to_all_cuda, ragged_binding());
 
 }  // namespace
 

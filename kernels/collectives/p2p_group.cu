@@ -30,6 +30,7 @@
 #include <cstring>
 
 #include "collectives/collective.h"
+#include "collectives/stream_service.cuh"
 #include "jax_mscclpp/atomics.cuh"
 #include "jax_mscclpp/copy.cuh"
 #include "jax_mscclpp/error_record.cuh"
@@ -179,15 +180,10 @@ struct P2PBlock {
   }
 };
 
-constexpr int kPickNone = -1;   // nothing ready: poll again
-constexpr int kPickDone = -2;   // every stream of the block is done
-constexpr int kPickStop = -3;   // the wait gave up (stop on failure)
-
 // Block b owns streams b, b + gridDim.x, ... (state in dynamic shared memory).
 template <int kMax>
 __global__ void __launch_bounds__(kP2PThreads) p2p_group_kernel(const __grid_constant__ P2PLaunchParams<kMax> a) {
   extern __shared__ StreamState states[];
-  __shared__ int pick;
   const P2PBlock<kMax> block{a};
   const int owned = a.h.streams > static_cast<int>(blockIdx.x)
                         ? (a.h.streams - 1 - static_cast<int>(blockIdx.x)) / static_cast<int>(gridDim.x) + 1
@@ -195,41 +191,12 @@ __global__ void __launch_bounds__(kP2PThreads) p2p_group_kernel(const __grid_con
   for (int i = threadIdx.x; i < owned; i += blockDim.x) states[i] = block.start(blockIdx.x + i * gridDim.x);
   __syncthreads();
 
-  WaitSite site{};
-  SpinBound bound(site);
-  int next = 0;  // thread 0: where the next sweep starts (round-robin over the block's streams)
-  for (;;) {
-    if (threadIdx.x == 0) {
-      int chosen = kPickDone, stalled = -1;
-      for (int t = 0; t < owned; ++t) {
-        const int i = (next + t) % owned;
-        StreamState& s = states[i];
-        if (s.done) continue;
-        if (block.ready(s)) {
-          chosen = i;
-          break;
-        }
-        if (stalled < 0) stalled = i;
-        chosen = kPickNone;
-      }
-      if (chosen >= 0) {
-        next = (chosen + 1) % owned;
-        bound = SpinBound(site);
-      } else if (chosen == kPickNone) {
-        const StreamState& s = states[stalled];
-        site = a.h.peers[a.groups[s.group].peer].site;
-        const uint64_t target = s.receive ? s.counter + 1 : s.counter + 1 - a.h.slots;
-        if (!bound.tick(s.receive ? WaitOp::kP2PData : WaitOp::kP2PCredit, target, s.seen)) chosen = kPickStop;
-      }
-      pick = chosen;
-    }
-    __syncthreads();
-    const int i = pick;
-    if (i == kPickDone || i == kPickStop) break;
-    if (i >= 0) block.move(states[i]);
-    __syncthreads();
-    if (i >= 0 && threadIdx.x == 0) block.publish_and_advance(states[i]);
-  }
+  serve_streams(
+      states, owned, block, [](StreamState&) { return true; },
+      [&](const StreamState& s) {
+        return StreamWait{a.h.peers[a.groups[s.group].peer].site, s.receive ? WaitOp::kP2PData : WaitOp::kP2PCredit,
+                          s.receive ? s.counter + 1 : s.counter + 1 - a.h.slots};
+      });
   // The lane counts for the next launch (kernel boundary: stream order makes them visible to it).
   for (int i = threadIdx.x; i < owned; i += blockDim.x) {
     const StreamState& s = states[i];

@@ -49,6 +49,7 @@
 
 #include "collectives/collective.h"
 #include "collectives/collective_common.cuh"
+#include "collectives/stream_service.cuh"
 #include "jax_mscclpp/atomics.cuh"
 #include "jax_mscclpp/copy.cuh"
 #include "jax_mscclpp/error_record.cuh"
@@ -414,72 +415,33 @@ struct RaggedBlock {
   }
 };
 
-constexpr int kPickNone = -1;  // nothing ready: poll again
-constexpr int kPickDone = -2;  // every stream of the block is done
-constexpr int kPickStop = -3;  // the wait gave up, or the communicator failed (stop on failure)
-
 __global__ void __launch_bounds__(kRaggedThreads) ragged_all_to_all_kernel(const __grid_constant__ RaggedParams a) {
   extern __shared__ RaggedStream states[];
-  __shared__ int pick;
   const RaggedBlock block{a};
   const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
   const int owned = a.streams > b ? (a.streams - 1 - b) / grid + 1 : 0;
   for (int i = threadIdx.x; i < owned; i += blockDim.x) states[i] = block.start(b + i * grid);
   __syncthreads();
 
-  WaitSite site{};
-  SpinBound bound(site);
-  int next = 0;  // thread 0: where the next sweep starts
-  for (;;) {
-    if (threadIdx.x == 0) {
-      int chosen = kPickDone, stalled = -1;
-      for (int t = 0; t < owned; ++t) {
-        const int i = (next + t) % owned;
-        RaggedStream& s = states[i];
-        if (s.done) continue;
-        if (block.ready(s)) {
-          chosen = i;
-          break;
-        }
-        if (stalled < 0) stalled = i;
-        chosen = kPickNone;
-      }
-      if (chosen >= 0) {
-        next = (chosen + 1) % owned;
-        bound = SpinBound(site);
-        RaggedStream& s = states[chosen];
-        if (s.kind == kReceive && s.chunk == 0 && !block.read_header(s)) {
-          chosen = kPickStop;
-        } else if (s.kind == kDirectReceive && !block.read_report(s)) {
-          chosen = kPickStop;
-        } else if (s.kind == kDirectSend) {
-          if (s.chunk == 0) block.read_post(s);
-          if (s.target != nullptr) block.begin_piece(s);
-        }
-      } else if (chosen == kPickNone) {
-        const RaggedStream& s = states[stalled];
-        site = block.peer_of(s).site;
-        const int slots = a.ctx.p2p_layout.slots;
-        WaitOp op = s.kind == kReceive ? WaitOp::kP2PData : WaitOp::kP2PCredit;
-        uint64_t target = s.kind == kReceive ? s.counter + 1 : s.counter + 1 - slots;
-        if (s.kind == kDirectSend) {
-          op = WaitOp::kRaggedPosted;
-          target = s.counter + 1;
-        } else if (s.kind == kDirectReceive) {
-          op = WaitOp::kRaggedWritten;
-          target = (s.counter + 1) * kP2PLanes;
-        }
-        if (!bound.tick(op, target, s.seen)) chosen = kPickStop;
-      }
-      pick = chosen;
+  // A piece is readied before it moves: a received message's header, a direct receive's report of what was
+  // written, a direct send's posted destination.
+  const auto prepare = [&](RaggedStream& s) {
+    if (s.kind == kReceive && s.chunk == 0) return block.read_header(s);
+    if (s.kind == kDirectReceive) return block.read_report(s);
+    if (s.kind == kDirectSend) {
+      if (s.chunk == 0) block.read_post(s);
+      if (s.target != nullptr) block.begin_piece(s);
     }
-    __syncthreads();
-    const int i = pick;
-    if (i == kPickDone || i == kPickStop) break;
-    if (i >= 0) block.move(states[i]);
-    __syncthreads();
-    if (i >= 0 && threadIdx.x == 0) block.publish_and_advance(states[i]);
-  }
+    return true;
+  };
+  const auto wait_of = [&](const RaggedStream& s) {
+    const WaitSite site = block.peer_of(s).site;
+    if (s.kind == kDirectSend) return StreamWait{site, WaitOp::kRaggedPosted, s.counter + 1};
+    if (s.kind == kDirectReceive) return StreamWait{site, WaitOp::kRaggedWritten, (s.counter + 1) * kP2PLanes};
+    if (s.kind == kReceive) return StreamWait{site, WaitOp::kP2PData, s.counter + 1};
+    return StreamWait{site, WaitOp::kP2PCredit, s.counter + 1 - a.ctx.p2p_layout.slots};
+  };
+  serve_streams(states, owned, block, prepare, wait_of);
   // The lane counts for the next launch (kernel boundary: stream order makes them visible to it); the direct
   // receives this launch did not finish closed; then the record of the first stream whose rows were out of bounds,
   // else of a direct send whose receiver closed the launch.
