@@ -96,3 +96,20 @@ def assert_same_bits(ours, ref):
 
 __all__ = ["BYTE_DTYPES", "FP8_DTYPES", "SUB_BYTE_DTYPES", "P", "any_array", "assert_same", "assert_same_bits",
            "compare_with_lax", "random_array", "sharded", "FLOAT_TOL"]
+
+
+# Our sums that end in more than the sum (psum_start / psum_done, the fused epilogues), by name.
+OWN_SUMS = ("psum_start", "all_reduce_residual", "all_reduce_residual_rmsnorm")
+
+
+def own_sum(name, v, r, weight, axis_name, axis_index_groups):
+    """``r`` plus the sum of ``v`` over ``axis_name`` by our sum ``name`` (OWN_SUMS), with ``weight``'s RMSNorm for
+    the last: what each returns."""
+    import jax_mscclpp as jm
+    from jax_mscclpp import fused
+
+    if name == "psum_start":
+        return r + jm.psum_done(jm.psum_start(v, axis_name, axis_index_groups=axis_index_groups))
+    if name == "all_reduce_residual":
+        return fused.all_reduce_residual(v, r, axis_name, axis_index_groups=axis_index_groups)
+    return fused.all_reduce_residual_rmsnorm(v, r, weight, axis_name, axis_index_groups=axis_index_groups)

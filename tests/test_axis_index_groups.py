@@ -13,9 +13,9 @@ from jax import lax
 from jax.sharding import Mesh
 
 import jax_mscclpp as jm
-from jax_mscclpp import fused, groups
+from jax_mscclpp import groups
 
-from .helpers import P, assert_same, random_array, sharded
+from .helpers import OWN_SUMS, P, assert_same, own_sum, random_array, sharded
 
 PAIRS = [[0, 5], [1, 4], [2, 7], [3, 6]]      # size 2, not contiguous
 QUADS = [[7, 1, 4, 2], [0, 6, 3, 5]]          # size 4, not contiguous, not in axis order
@@ -204,17 +204,13 @@ def test_vmap_inside_shard_map(mesh8, rng):
     assert_same(f(xs), want)
 
 
-@pytest.mark.parametrize("name", ["psum_start", "all_reduce_residual", "all_reduce_residual_rmsnorm"])
+@pytest.mark.parametrize("name", OWN_SUMS)
 def test_our_own_sums_take_groups(mesh8, rng, name):
     xs, rs = random_array(rng, (8, 2, 8), "float32"), random_array(rng, (8, 2, 8), "float32")
     weight = random_array(rng, (8,), "float32")
 
     def call(v, r):
-        if name == "psum_start":
-            return r + jm.psum_done(jm.psum_start(v, "x", axis_index_groups=PAIRS))
-        if name == "all_reduce_residual":
-            return fused.all_reduce_residual(v, r, "x", axis_index_groups=PAIRS)
-        return fused.all_reduce_residual_rmsnorm(v, r, weight, "x", axis_index_groups=PAIRS)
+        return own_sum(name, v, r, weight, "x", PAIRS)
 
     got = sharded(lambda v, r: jax.tree_util.tree_map(lambda t: t[None], call(v[0], r[0])), mesh8,
                   (P("x"), P("x")), P("x"))(xs, rs)

@@ -15,7 +15,7 @@ from jax.sharding import AxisType, Mesh, PartitionSpec as P
 
 import jax_mscclpp as jm
 
-from .helpers import assert_same, random_array
+from .helpers import OWN_SUMS, assert_same, own_sum, random_array
 
 
 @pytest.fixture(scope="module")
@@ -160,12 +160,10 @@ def test_axis_index_groups_under_pmap_are_lax_s(rng, name):
     assert_same(ours, jax.pmap(lambda v: calls[name](lax, v), axis_name="x")(x))
 
 
-@pytest.mark.parametrize("name", ["psum_start", "all_reduce_residual", "all_reduce_residual_rmsnorm"])
+@pytest.mark.parametrize("name", OWN_SUMS)
 def test_axis_index_groups_of_our_own_sums_under_pmap(rng, name):
     """Under pmap, psum_start/psum_done and the fused sums take axis_index_groups as psum does, then the rest of
     the composition: lax's results (under shard_map: tests/test_axis_index_groups.py)."""
-    from jax_mscclpp import fused
-
     x, residual = random_array(rng, (8, 2, 8), "float32"), random_array(rng, (8, 2, 8), "float32")
     weight = random_array(rng, (8,), "float32")
 
@@ -176,11 +174,7 @@ def test_axis_index_groups_of_our_own_sums_under_pmap(rng, name):
         return total * lax.rsqrt(jnp.mean(total * total, axis=-1, keepdims=True) + 1e-6) * weight, total
 
     def ours(v, r):
-        if name == "psum_start":
-            return r + jm.psum_done(jm.psum_start(v, "x", axis_index_groups=GROUPS))
-        if name == "all_reduce_residual":
-            return fused.all_reduce_residual(v, r, "x", axis_index_groups=GROUPS)
-        return fused.all_reduce_residual_rmsnorm(v, r, weight, "x", axis_index_groups=GROUPS)
+        return own_sum(name, v, r, weight, "x", GROUPS)
 
     got = jax.pmap(ours, axis_name="x")(x, residual)
     assert_same(got, jax.pmap(reference, axis_name="x")(x, residual))

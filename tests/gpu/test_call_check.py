@@ -20,6 +20,7 @@ SCRIPT = textwrap.dedent(
     """
     import os, sys
     from tests.harness.virtual_ranks import VirtualRanks, VirtualRanksError
+    from tests.harness import synchronize_or_exit
     timeout, calls = float(sys.argv[1]), [c.split(":") for c in sys.argv[2:]]
     vr = VirtualRanks(len(calls), timeout_s=timeout, port_channels=True, channels_per_peer=2)
     # Every kernel instance runs once on every rank first: CUDA loads a kernel lazily at its first launch and the
@@ -29,12 +30,7 @@ SCRIPT = textwrap.dedent(
     for r, (collective, algorithm, dtype, op, count) in enumerate(calls):
         vr.launch("collective", ranks=[r], collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
                   count=int(count))
-    try:
-        vr.synchronize()
-    except VirtualRanksError as e:
-        print("ERROR:", e)
-        sys.stdout.flush()
-        os._exit(0)
+    synchronize_or_exit(lambda: vr.synchronize(), VirtualRanksError)
     print("NO ERROR")
     """
 )

@@ -377,16 +377,11 @@ TIMEOUT_SCRIPT = textwrap.dedent(
     """
     import sys
     from tests.harness.virtual_ranks import VirtualRanks, VirtualRanksError
+    from tests.harness import synchronize_or_exit
     collective, algorithm = sys.argv[1], sys.argv[2]
     vr = VirtualRanks(3, timeout_s=0.5, channels_per_peer=2, port_channels=True)
     vr.launch("collective", ranks=[0], collective=collective, algorithm=algorithm, dtype="float32", count=4096)
-    try:
-        vr.synchronize([0])
-    except VirtualRanksError as e:
-        print("ERROR:", e)
-        sys.stdout.flush()
-        import os
-        os._exit(0)
+    synchronize_or_exit(lambda: vr.synchronize([0]), VirtualRanksError)
     print("NO ERROR")
     """
 )

@@ -242,16 +242,11 @@ TIMEOUT_SCRIPT = textwrap.dedent(
     import sys
     from jax_mscclpp.dsl import library
     from tests.harness.plan_ranks import PlanRanks, PlanRanksError
+    from tests.harness import synchronize_or_exit
     name = sys.argv[1]
     pr = PlanRanks(library.PROGRAMS[name](2).lower(), max_block_count=1024, itemsize=4, timeout_s=0.5)
     pr.launch(1024, "float32", "sum", ranks=[0])   # rank 1 never runs
-    try:
-        pr.synchronize([0])
-    except PlanRanksError as e:
-        print("ERROR:", e)
-        sys.stdout.flush()
-        import os
-        os._exit(0)
+    synchronize_or_exit(lambda: pr.synchronize([0]), PlanRanksError)
     print("NO ERROR")
     """
 )

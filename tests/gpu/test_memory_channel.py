@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 
+from .collective_helpers import random_array
 from .gpu_helpers import INPUT, OUTPUT, SCRATCH, VirtualRanks, is_float, numpy_dtype, random_bytes, round_up
 
 pytestmark = pytest.mark.gpu
@@ -172,14 +173,6 @@ def reference_reduce(arrays, dtype, op):
     for a in arrays[1:]:
         acc = fn(acc, a)
     return acc
-
-
-def random_array(rng, dtype, n):
-    dt = numpy_dtype(dtype)
-    if is_float(dt):
-        return rng.standard_normal(n).astype(dt)
-    info = np.iinfo(dt)
-    return rng.integers(info.min, info.max, size=n, dtype=dt, endpoint=True)
 
 
 @pytest.mark.parametrize("nranks", [2, 3])

@@ -505,6 +505,7 @@ FAILURE_SCRIPT = textwrap.dedent(
     import os, sys, time
     import numpy as np
     from tests.harness.virtual_ranks import INPUT, OUTPUT, VirtualRanks, VirtualRanksError
+    from tests.harness import synchronize_or_exit
     case, mode, exchange = sys.argv[1], sys.argv[2], sys.argv[3]
     ROW, GUARD, FILL = 6, 64, 0x5A
     n = 3 if case in ("sizes", "lanes") else 2
@@ -540,12 +541,7 @@ FAILURE_SCRIPT = textwrap.dedent(
     for r in range(n):
         vr.ranks[r].ragged_all_to_all(0, operand_rows[r], 0, output_rows[r], ROW, in_off[r], sizes[r], out_off[r],
                                       recv[r], index_bytes)
-    try:
-        vr.synchronize()
-    except VirtualRanksError as e:
-        print("ERROR:", e)
-        sys.stdout.flush()
-        os._exit(0)
+    synchronize_or_exit(lambda: vr.synchronize(), VirtualRanksError)
     print("ELAPSED", time.monotonic() - t0)
     for r in range(n):
         print(f"RECORD {r}:", vr.ranks[r].error_message())

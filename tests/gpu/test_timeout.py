@@ -18,17 +18,12 @@ SCRIPT = textwrap.dedent(
     """
     import sys
     from tests.harness.virtual_ranks import VirtualRanks, VirtualRanksError
+    from tests.harness import synchronize_or_exit
     mode, timeout = int(sys.argv[1]), float(sys.argv[2])
     vr = VirtualRanks(2, timeout_s=timeout or None, port_channels=(mode == 2), channels_per_peer=1)
     print("rank timeout", vr.ranks[0].timeout_seconds)
     vr.launch("wait_forever", ranks=[0], mode=mode, peer=1)   # rank 1 never runs
-    try:
-        vr.synchronize([0])
-    except VirtualRanksError as e:
-        print("ERROR:", e)
-        sys.stdout.flush()
-        import os
-        os._exit(0)
+    synchronize_or_exit(lambda: vr.synchronize([0]), VirtualRanksError)
     print("NO ERROR")
     """
 )

@@ -7,6 +7,8 @@ Its native module, ``_jax_mscclpp_testing`` (sources in ``native/``), is built b
 the package, which never imports it.
 """
 
+import os
+
 
 def native_module():
     """The test module, or None when it is not built here."""
@@ -20,3 +22,14 @@ def native_module():
 MISSING = ("the GPU test harness module (tests/harness/_jax_mscclpp_testing) is not built: install with "
            "`python -m pip install -e . -C cmake.define.JAX_MSCCLPP_TESTING=ON` (the default on a machine with an "
            "NVIDIA GPU)")
+
+
+def synchronize_or_exit(synchronize, error) -> None:
+    """How a failure test's script waits for its ranks: ``synchronize()``; when that raises ``error`` (a rank's
+    timeout or failure record), prints ``ERROR: <message>`` and leaves the process at once (``os._exit``: a peer's
+    kernel may still spin, and the interpreter's teardown would wait on the device for it)."""
+    try:
+        synchronize()
+    except error as e:
+        print("ERROR:", e, flush=True)
+        os._exit(0)
