@@ -16,11 +16,7 @@ namespace {
 // in their own width, as NCCL's reductions do), float for the 8-bit floats, and the collectives' f32 accumulation of
 // the 16-bit floats (reduce.cuh).
 template <class T>
-struct FoldTraits {
-  using Acc = T;
-  __device__ static Acc widen(T v) { return v; }
-  __device__ static T narrow(Acc v) { return v; }
-};
+struct FoldTraits : SelfAccumulating<T> {};
 template <>
 struct FoldTraits<__half> : ReduceTraits<__half> {};
 template <>

@@ -143,16 +143,23 @@ JAX_MSCCLPP_DEVICE_INLINE void record_calls(const WaitSite& site, ErrorRecord& r
   }
 }
 
-// A wait at `site` that lasted longer than the timeout: fills the rank's error record, then record_failure's end.
-__device__ __noinline__ inline void timed_out(const WaitSite& site, WaitOp op, uint64_t epoch, uint64_t observed,
-                                              uint64_t waited_ns) {
+// The record of a wait at `site` for `epoch` on `peer` that gave up after `waited_ns`, having seen `observed`.
+__device__ inline ErrorRecord wait_record(const WaitSite& site, int peer, WaitOp op, uint64_t epoch,
+                                          uint64_t observed, uint64_t waited_ns) {
   ErrorRecord r{};
   r.rank = site.rank;
-  r.peer = site.peer;
+  r.peer = peer;
   r.op = static_cast<uint32_t>(op);
   r.epoch = epoch;
   r.observed = observed;
   r.waited_ns = waited_ns;
+  return r;
+}
+
+// A wait at `site` that lasted longer than the timeout: fills the rank's error record, then record_failure's end.
+__device__ __noinline__ inline void timed_out(const WaitSite& site, WaitOp op, uint64_t epoch, uint64_t observed,
+                                              uint64_t waited_ns) {
+  ErrorRecord r = wait_record(site, site.peer, op, epoch, observed, waited_ns);
   record_calls(site, r);
   record_failure(site, r);
 }
@@ -161,14 +168,8 @@ __device__ __noinline__ inline void timed_out(const WaitSite& site, WaitOp op, u
 // fills the rank's error record, then record_failure's end.
 __device__ __noinline__ inline void peer_failed(const WaitSite& site, WaitOp op, uint64_t epoch, uint64_t observed,
                                                 uint64_t waited_ns, int failed_by) {
-  ErrorRecord r{};
-  r.rank = site.rank;
-  r.peer = failed_by;
-  r.op = static_cast<uint32_t>(WaitOp::kPeerFailed);
+  ErrorRecord r = wait_record(site, failed_by, WaitOp::kPeerFailed, epoch, observed, waited_ns);
   r.interrupted_op = static_cast<uint32_t>(op);
-  r.epoch = epoch;
-  r.observed = observed;
-  r.waited_ns = waited_ns;
   record_calls(site, r);
   record_failure(site, r);
 }

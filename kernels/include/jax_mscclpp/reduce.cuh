@@ -33,13 +33,17 @@ struct MinOp {
 
 #if defined(__CUDACC__)
 
-// Accumulator type and conversions for each element type.
+// An element type that accumulates in itself.
 template <class T>
-struct ReduceTraits {
+struct SelfAccumulating {
   using Acc = T;
   JAX_MSCCLPP_DEVICE_INLINE static Acc widen(T v) { return v; }
   JAX_MSCCLPP_DEVICE_INLINE static T narrow(Acc v) { return v; }
 };
+
+// Accumulator type and conversions for each element type.
+template <class T>
+struct ReduceTraits : SelfAccumulating<T> {};
 template <>
 struct ReduceTraits<__half> {
   using Acc = float;
