@@ -8,11 +8,17 @@ into a rule. The margin of a choice is how much slower the runner-up was: 0.25 =
 
 By default the file goes to this topology's default path (``tuning_file.default_path``), which every later process
 on this machine reads; ``--output FILE`` writes elsewhere (point ``JAX_MSCCLPP_TUNING_FILE`` at it).
+
+``--from-record PATH`` measures nothing: it takes the times of a kernel record (``jax_mscclpp.tools.bench.
+kernel_record``) for one of its JAX settings (``--setting devices:N`` or ``processes:P``; the record's only one by
+default) and writes the file of the topology that setting ran on (the record's device kind, N devices or P
+processes): the fastest of the algorithms the selection can name per size (and lax, where the record timed it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .bench.cli import _list
@@ -21,7 +27,8 @@ from .bench.programs import OPS
 USAGE = (
     "python -m jax_mscclpp.tools.tune [--ops all_reduce,...] [--sizes 1K:1G] [--dtype bfloat16] [--iters N] "
     "[--warmup N] [--chain K] [--devices N] [--mode plain|cmdbuf] [--metric device|dispatch] [--no-lax] "
-    "[--output FILE] [--dry-run]"
+    "[--output FILE] [--dry-run]\n       python -m jax_mscclpp.tools.tune --from-record PATH [--setting devices:N|processes:P] "
+    "[--ops ...] [--no-lax] [--output FILE] [--dry-run]"
 )
 DESCRIPTION = (
     "Measures every algorithm this platform runs (and the lax collective) over a size range on this machine and "
@@ -47,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-lax", dest="lax", action="store_false", help="never choose the lax collective")
     p.add_argument("--output", "-o", default=None, help="file to write (default: this topology's default path)")
     p.add_argument("--dry-run", action="store_true", help="measure and print, write nothing")
+    p.add_argument("--from-record", default=None, metavar="PATH",
+                   help="measure nothing: take the times of this kernel record (a JAX setting of it)")
+    p.add_argument("--setting", default=None,
+                   help="with --from-record: the record's setting to take, devices:N or processes:P (default: its "
+                   "only JAX setting)")
     return p
 
 
@@ -67,6 +79,11 @@ def winners(records, metric: str, include_lax: bool) -> dict:
         lax = r.lax_us if metric == "device" else r.lax_dispatch_us
         if include_lax and lax is not None and lax > 0:
             times["lax"] = lax
+    return _ranked(by_key)
+
+
+def _ranked(by_key: dict) -> dict:
+    """{op: [(selection bytes, winner, margin, runner_up, times)]} from {(op, selection bytes): {algorithm: us}}."""
     out: dict = {}
     for (op, nbytes), times in sorted(by_key.items()):
         if not times:
@@ -78,8 +95,113 @@ def winners(records, metric: str, include_lax: bool) -> dict:
     return out
 
 
+JAX_SETTING_KINDS = ("devices", "processes")  # a kernel record's settings that are topologies a JAX program runs on
+
+
+def record_setting(record: dict, setting: str | None) -> str:
+    """The setting of ``record`` to tune from: ``setting`` (which it must hold, of a JAX kind), else its only JAX
+    setting. ValueError naming what the record holds otherwise."""
+    held = list(dict.fromkeys(row["setting"] for row in record.get("rows", ())))
+    jax_settings = [s for s in held if s.split(":")[0] in JAX_SETTING_KINDS]
+    if setting is None:
+        if len(jax_settings) != 1:
+            raise ValueError(f"the record holds the JAX settings {jax_settings or 'none'} (of {held}): name one with "
+                             "--setting")
+        return jax_settings[0]
+    if setting not in held:
+        raise ValueError(f"the record holds no setting {setting!r}; it holds {held}")
+    if setting not in jax_settings:
+        raise ValueError(f"{setting!r} is not a topology a JAX program runs on (virtual ranks share one process's "
+                         f"GPU); tune from one of {', '.join(JAX_SETTING_KINDS)}: {jax_settings or 'none here'}")
+    return setting
+
+
+def record_winners(record: dict, setting: str, platform: str, include_lax: bool, ops) -> dict:
+    """{op: [(selection bytes, winner, margin, runner_up, times)]} from the rows of ``setting`` in a kernel record:
+    per collective of ``ops`` and size, the times of the algorithms the selection can name on ``platform`` (and lax
+    when ``include_lax``); a size's selection bytes are its per-rank input (the record's size is the larger per-rank
+    buffer: all_gather's output)."""
+    from .. import selection
+    from .._types import Collective
+    from .bench import programs
+
+    by_key: dict = {}
+    for row in record["rows"]:
+        if row["setting"] != setting or row["op"] not in ops or row.get("status") != "ok":
+            continue
+        named = selection.PLATFORM_ALGORITHMS[platform].get(Collective[row["op"].upper()], ())
+        if row["algorithm"] not in named and not (include_lax and row["algorithm"] == "lax"):
+            continue
+        nbytes = programs.layout(row["op"], row["size"], row["ranks"], row["dtype"]).selection_bytes
+        by_key.setdefault((row["op"], nbytes), {})[row["algorithm"]] = row["time_us"]
+    return _ranked(by_key)
+
+
+def print_rules(rules, heading: str) -> None:
+    from .bench.units import format_size
+
+    print(heading)
+    print(f"{'collective':16}{'bytes/rank':>12}{'':4}{'algorithm':10}{'margin':>8}  runner-up")
+    for rule in rules:
+        span = f"{format_size(rule['min_bytes'])}-{format_size(rule['max_bytes'])}"
+        margin = "-" if rule["margin"] is None else f"{100 * rule['margin']:.0f}%"
+        print(f"{rule['collective']:16}{span:>12}{'':4}{rule['algorithm']:10}{margin:>8}  {rule['runner_up'] or '-'}")
+
+
+def rules_and_measurements(won: dict, ops, platform: str) -> tuple:
+    """The tuning file's rules and measurements from per-size winners (``winners``, ``record_winners``)."""
+    from .. import tuning_file
+
+    rules, measurements = [], []
+    for op in ops:
+        per_size = won.get(op, [])
+        rules.extend(tuning_file.rules_from_winners(op, platform, [w[:4] for w in per_size]))
+        measurements.extend(
+            {"collective": op, "bytes": b, "winner": w, "margin": m, "runner_up": ru, "times_us": t}
+            for b, w, m, ru, t in per_size
+        )
+    return rules, measurements
+
+
+def tune_from_record(args) -> int:
+    """--from-record: the tuning file of the topology a JAX setting of a kernel record ran on."""
+    import json
+
+    from .. import tuning_file
+
+    try:
+        with open(args.from_record) as f:
+            record = json.load(f)
+        setting = record_setting(record, args.setting)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: --from-record {args.from_record}: {e}", file=sys.stderr)
+        return 2
+    rows = [row for row in record["rows"] if row["setting"] == setting]
+    machine, first = record["machine"], rows[0]
+    platform = machine["platform"]
+    won = record_winners(record, setting, platform, args.lax, args.ops)
+    rules, measurements = rules_and_measurements(won, args.ops, platform)
+    name = tuning_file.topology_name(platform, machine["device_kind"], first["ranks"], first["processes"])
+    print_rules(rules, f"# {setting} of {args.from_record} ({record.get('commit')}, {record.get('date')}), "
+                       f"{first['dtype']}: topology {name}")
+    if args.dry_run:
+        return 0
+    path = args.output or tuning_file.default_file_of(name)
+    tuning_file.write(path, {
+        "topology": name, "platform": platform, "world_size": first["ranks"], "created": tuning_file.now(),
+        "metric": "device", "dtype": first["dtype"], "machine": machine,
+        "source": {"record": os.path.abspath(args.from_record), "setting": setting, "commit": record.get("commit"),
+                   "date": record.get("date"), "time_source": first.get("time_source")},
+        "rules": rules, "measurements": measurements,
+    })
+    print(f"# wrote {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.from_record is not None:
+        return tune_from_record(args)
     from .bench import machine
 
     machine.ensure_host_devices(args.devices or machine.DEFAULT_HOST_DEVICES)
@@ -124,22 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in failed:
         print(f"# not a candidate: {r.op} {format_size(r.size)} {r.algorithm}: {r.status}", file=sys.stderr)
 
-    won = winners(records, metric, args.lax)
-    rules, measurements = [], []
-    for op in settings.ops:
-        per_size = won.get(op, [])
-        rules.extend(tuning_file.rules_from_winners(op, sel_platform, [w[:4] for w in per_size]))
-        measurements.extend(
-            {"collective": op, "bytes": b, "winner": w, "margin": m, "runner_up": ru, "times_us": t}
-            for b, w, m, ru, t in per_size
-        )
-
-    print(f"# {metric} time, {mode} mode, {len(devices)} x {devices[0].device_kind}, {args.dtype}")
-    print(f"{'collective':16}{'bytes/rank':>12}{'':4}{'algorithm':10}{'margin':>8}  runner-up")
-    for rule in rules:
-        span = f"{format_size(rule['min_bytes'])}-{format_size(rule['max_bytes'])}"
-        margin = "-" if rule["margin"] is None else f"{100 * rule['margin']:.0f}%"
-        print(f"{rule['collective']:16}{span:>12}{'':4}{rule['algorithm']:10}{margin:>8}  {rule['runner_up'] or '-'}")
+    rules, measurements = rules_and_measurements(winners(records, metric, args.lax), settings.ops, sel_platform)
+    print_rules(rules, f"# {metric} time, {mode} mode, {len(devices)} x {devices[0].device_kind}, {args.dtype}")
     if args.dry_run:
         return 0
     path = args.output or tuning_file.default_path(sel_platform)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 
 from jax_mscclpp import selection, tuning_file
@@ -165,3 +166,58 @@ def test_tune_writes_a_file_the_runtime_follows(tmp_path, monkeypatch):
     for m in doc["measurements"]:
         collective = Collective[m["collective"].upper()]
         assert selection.choose(collective, "cpu", m["bytes"], None) == m["winner"]
+
+
+def _record_row(setting, op, algorithm, size, time_us, status="ok", dtype="float32"):
+    kind, n = setting.split(":")
+    return {"setting": setting, "kind": kind, "ranks": int(n), "processes": int(n) if kind == "processes" else 1,
+            "op": op, "algorithm": algorithm, "size": size, "dtype": dtype, "status": status, "time_us": time_us,
+            "time_source": "host"}
+
+
+def test_a_file_from_a_kernel_record(tmp_path, monkeypatch, no_tuning):
+    """--from-record: per size the fastest algorithm the selection can name, of the one JAX setting, in the file of
+    the topology it ran on, which the runtime then follows; rows of other settings, failed rows and names the
+    selection cannot take play no part."""
+    rng = np.random.default_rng(3)
+    sizes = [1 << k for k in range(10, 17)]  # 1 KiB .. 64 KiB
+    algorithms = ("1pa_ll", "2pa_ll", "2pa_hb")
+    fastest = {size: algorithms[0] if size <= 4096 else algorithms[2] for size in sizes}
+    rows = []
+    for size in sizes:
+        for algorithm in algorithms:
+            base = float(rng.uniform(5.0, 50.0))
+            rows.append(_record_row("devices:4", "all_reduce", algorithm, size,
+                                    base if algorithm == fastest[size] else base * 3 + 60.0))
+        rows.append(_record_row("devices:4", "all_reduce", "1pa_hb", size, 0.5, status="failed: check"))
+        rows.append(_record_row("virtual:4", "all_reduce", "2pa_ll", size, 0.1))
+        rows.append(_record_row("devices:4", "all_gather", "allpairs", size, float(rng.uniform(5.0, 50.0))))
+        rows.append(_record_row("devices:4", "all_gather", "allpairs_ll", size, 0.1))  # not a name to select
+    record = {"commit": "abc1234", "date": "2026-12-04", "rows": rows,
+              "machine": {"platform": "cpu", "device_kind": "cpu", "gpu_count": 0}}
+    path, out = tmp_path / "record.json", tmp_path / "tuned.json"
+    path.write_text(json.dumps(record))
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", tuning_file.ENV_FILE)}
+    env.update(JAX_PLATFORMS="cpu", JAX_MSCCLPP_CACHE_DIR=str(tmp_path / "cache"))
+    tune = [sys.executable, "-m", "jax_mscclpp.tools.tune", "--from-record", str(path)]
+    proc = subprocess.run([*tune, "--output", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["topology"] == tuning_file.topology_name("cpu", "cpu", 4, 1) and doc["world_size"] == 4
+    assert doc["source"]["setting"] == "devices:4" and doc["source"]["commit"] == "abc1234"
+    assert [(r["collective"], r["min_bytes"], r["max_bytes"], r["algorithm"]) for r in doc["rules"]] == [
+        ("all_reduce", 1024, 4096, "1pa_ll"), ("all_reduce", 8192, 65536, "2pa_hb"),
+        ("all_gather", 256, 16384, "allpairs")]  # all_gather: the input, a quarter of the record's size
+    assert all(r["margin"] > 0.5 for r in doc["rules"][:2])
+
+    monkeypatch.setenv(tuning_file.ENV_FILE, str(out))
+    for size in sizes:
+        assert selection.choose(Collective.ALL_REDUCE, "cpu", size, None) == fastest[size]
+
+    # Without --output the file is the topology's default one; a virtual setting is refused, as is a missing one.
+    proc = subprocess.run(tune, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "cache" / "tuning" / f"{doc['topology']}.json").exists()
+    for setting, words in (("virtual:4", "not a topology a JAX program runs on"), ("devices:8", "no setting")):
+        proc = subprocess.run([*tune, "--setting", setting], capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
