@@ -8,6 +8,7 @@
 
 #include "call_decoding.h"
 #include "collective_types.h"
+#include "gpu_identity.h"
 #include "handlers.h"
 #include "host_communicator.h"
 #include "host_executor.h"
@@ -174,6 +175,21 @@ NB_MODULE(_jax_mscclpp, m) {
   m.def("destroy_communicator", &destroy_communicator, nb::arg("comm_id"));
   m.def("live_communicators", &live_communicators);
   m.def("timeout_seconds", &timeout_seconds, "Bound on every wait, seconds (runtime_settings.h).");
+  m.def(
+      "identities_share_a_gpu",
+      [](const std::vector<nb::bytes>& frames) {
+        std::vector<GpuIdentity> ranks(frames.size());
+        for (size_t i = 0; i < frames.size(); ++i) {
+          const std::string frame(frames[i].c_str(), frames[i].size());
+          FrameReader in(frame);  // reads `frame` in place
+          if (!read_gpu_identity(in, &ranks[i]) || !in.at_end())
+            throw nb::value_error("jax_mscclpp: not a GPU identity (cuda.gpu_identity's frame)");
+        }
+        return share_a_gpu(ranks);
+      },
+      nb::arg("identities"),
+      "Whether two of these ranks' identities (cuda.gpu_identity's frames) drive one physical GPU: the communicators' "
+      "setup's rule (runtime/common/gpu_identity.h, share_a_gpu).");
   m.def(
       "set_timeout_seconds",
       [](double seconds) {

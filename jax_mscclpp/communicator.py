@@ -84,48 +84,48 @@ def partition_tables(mesh_shape: Sequence[int], mesh_axis_names: Sequence[str], 
     return group.astype(int).tolist(), rank.astype(int).tolist()
 
 
-# process index -> {device id: (host name, local GPU ordinal)} of that process's devices, as it published them
-# (processes_share_gpus). A process knows the ordinals of its own devices only: JAX gives a device of another
-# process no local hardware id (None).
+# process index -> {device id: its GPU identity} of that process's devices, as it published them
+# (processes_share_gpus). A process can query its own devices only.
 _process_gpus: dict = {}
 
 
+def _local_identity(device) -> bytes | None:
+    """The identity of this process's ``device`` (None without the CUDA build: no GPU to share)."""
+    return native.cuda.gpu_identity(device.local_hardware_id) if CUDA_BUILT else None
+
+
 def _gpus_of(process: int, me: int, platform: str, timeout: float) -> dict:
+    import base64
     import json
-    import socket
 
     import jax
 
     from . import _compat
 
     if me not in _process_gpus:
-        mine = {d.id: (socket.gethostname(), d.local_hardware_id) for d in jax.local_devices(backend=platform)}
-        _compat.kv_set_bytes(f"jax_mscclpp/gpus/{me}", json.dumps(mine).encode(), replace=True)
+        mine = {d.id: _local_identity(d) for d in jax.local_devices(backend=platform)}
+        text = json.dumps({i: base64.b64encode(frame).decode() for i, frame in mine.items() if frame is not None})
+        _compat.kv_set_bytes(f"jax_mscclpp/gpus/{me}", text.encode(), replace=True)
         _process_gpus[me] = mine
     if process not in _process_gpus:
         published = json.loads(_compat.kv_get_bytes(f"jax_mscclpp/gpus/{process}", timeout).decode())
-        _process_gpus[process] = {int(k): tuple(v) for k, v in published.items()}
+        _process_gpus[process] = {int(k): base64.b64decode(v) for k, v in published.items()}
     return _process_gpus[process]
 
 
 def processes_share_gpus(devices) -> bool:
-    """Whether two of ``devices`` belong to different processes on one host with the same local GPU ordinal:
-    several processes driving one physical GPU (a one-GPU machine running a job of several processes). Each process
-    publishes its devices' host and ordinal through JAX's coordination service once. A process whose visible GPUs
-    were renumbered (CUDA_VISIBLE_DEVICES) may be taken for sharing: then ``auto`` prefers ours to lax, which runs
-    there too."""
+    """Whether two of ``devices`` drive one physical GPU from different processes (a one-GPU machine running a job
+    of several processes), by the rule and the identities the communicators' setup uses (``gpu_identity``: the host
+    as NCCL names it, the GPU's UUID), before any communicator exists. Each process publishes its devices'
+    identities through JAX's coordination service once; a device without one (no CUDA build) shares nothing."""
     import jax
 
     if jax.process_count() == 1 or not devices:
         return False
     me = jax.process_index()
     timeout = float(native.timeout_seconds())
-    seen = {}
-    for d in devices:
-        where = _gpus_of(d.process_index, me, d.platform, timeout).get(d.id)
-        if where is not None and seen.setdefault(where, d.process_index) != d.process_index:
-            return True
-    return False
+    identities = [_gpus_of(d.process_index, me, d.platform, timeout).get(d.id) for d in devices]
+    return native.identities_share_a_gpu([i for i in identities if i is not None])
 
 
 class Communicator:

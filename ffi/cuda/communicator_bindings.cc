@@ -101,6 +101,16 @@ void register_communicator_bindings(nb::module_& m) {
       "Whether a kernel of a rank of this communicator failed and stopped (JAX_MSCCLPP_TRAP_ON_FAILURE=0), so that "
       "the communicator refuses every later call while the GPU context stays usable.");
   m.def(
+      "gpu_identity",
+      [](int device) {
+        FrameWriter out;
+        write_gpu_identity(out, local_gpu_identity(device));
+        return nb::bytes(out.bytes().data(), out.bytes().size());
+      },
+      nb::arg("device"),
+      "Where a rank on local GPU `device` runs (runtime/common/gpu_identity.h: host, process, GPU UUID and name), "
+      "as the setup's identity round sends it (identities_share_a_gpu reads it).");
+  m.def(
       "can_access_peer",
       [](int device, int peer) {
         int ok = 0;
