@@ -12,6 +12,7 @@ Nothing here imports jax or native code; ``run_plan`` alone needs numpy, importe
 from . import library
 from .channels import MemoryChannel, PortChannel, SwitchChannel, all_pairs
 from .errors import OpLocation, VerificationError
+from .load_plan import load_plan
 from .plan_format import PLAN_VERSION, plan_from_json, plan_to_json, validate_plan
 from .program import Buffer, Chunk, Program, Rank, ThreadBlockGroup, verify
 
@@ -38,6 +39,7 @@ __all__ = [
     "VerificationError",
     "all_pairs",
     "library",
+    "load_plan",
     "plan_from_json",
     "plan_to_json",
     "run_plan",

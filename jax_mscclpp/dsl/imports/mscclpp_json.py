@@ -1,0 +1,506 @@
+"""MSCCL++ JSON execution plans (what ``mscclpp.language``'s ``Json()`` writes) as DSL programs.
+
+A plan lists, per gpu, its channels (``{"channel_type", "connected_to": [peers]}``, numbered per type in
+order), the peer buffers it writes (``remote_buffers``: ``{"rank", "type"}``) and its thread blocks; a thread
+block names the channels and remote buffers it uses (``channels``, ``remote_buffer_refs``), and its ops name
+them by position in those lists. The k-th channel of a type from rank ``a`` to ``b`` is the other end of the
+k-th from ``b`` to ``a``. Input, output and scratch are cut into chunks of one size (``input_chunks`` of them
+span the input), so chunk ``i`` of each is ours (``collectives.py``).
+
+Each MSCCL++ channel becomes a directed DSL channel per direction: what rank ``a`` signals on it, rank ``b``
+waits for. Operations (``OPS``): ``signal``/``wait`` (and their relaxed forms, which we run with full
+ordering), ``flush``, ``put``/``pws``/``pwsf`` (a put into a peer's scratch, then signal, then flush),
+``copy``, ``re`` (local reduce), ``res`` (reduce, then store the result into peers' scratch), and on LL
+packets ``ppkt`` (put packets), ``upkt`` (unpack), ``repkt``/``respkt`` (reduce local data with unpacked
+packets, then put the result as packets) and ``rppkt`` (unpack, then put as packets). ``nop`` orders the
+thread block only: lowering places the barriers that are needed. Packets travel on an LL channel from the
+writing thread block to the one that unpacks them, which the plan leaves implicit: each scratch chunk is
+unpacked by one thread block, found before translation.
+
+Refused, naming the op: reads of a peer's buffer (``get``, ``rre``, ``rres``), writes into a peer's input
+or output, multi-thread-block barriers and semaphores, pipelines, switch (NVLS) operations, packets written
+into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that split chunks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import geometry
+from ..channels import MemoryChannel, PortChannel
+from ..program import Chunk, Program
+from . import in_place
+from .collectives import chunks_per_block, our_collective
+from .errors import PlanImportError
+from .positions import check_positions
+from .thread_block_order import ThreadBlockOrder
+
+PROTOCOLS = ("Simple", "LL")
+BUFFERS = {"i": "input", "o": "output", "s": "scratch"}
+CHANNEL_TYPES = ("memory", "port")
+
+# Ops we translate -> what they do (the translation is ``_Translation._op``).
+OPS = {
+    "nop": "orders the thread block (barriers are placed by lowering)",
+    "signal": "signal on each named channel", "rlxsignal": "signal on each named channel",
+    "wait": "wait on each named channel", "rlxwait": "wait on each named channel",
+    "flush": "flush each named port channel",
+    "put": "put src[i] into peer scratch dst[i]", "pws": "put, then signal", "pwsf": "put, signal, flush",
+    "copy": "local copy", "re": "local reduce of the sources into dst[0]",
+    "res": "local reduce into dst[0], stored into peer scratch dst[1:]",
+    "ppkt": "put src[i] as packets into peer scratch dst[i]", "upkt": "unpack local packets into dst[0]",
+    "repkt": "dst[0] <- src[0] (+) unpacked src[1:]", "respkt": "repkt, result put as packets into dst[1:]",
+    "rppkt": "unpack src[0] and put it as packets into dst[i]",
+}
+# Ops we cannot run -> why.
+REFUSED = {
+    "get": "reads a peer's buffer: our executors only write into peers' scratch",
+    "rre": "reads a peer's buffer: our executors only write into peers' scratch",
+    "rres": "reads a peer's buffer: our executors only write into peers' scratch",
+    "barrier": "a barrier across thread blocks has no counterpart in our plans",
+    "sem_acquire": "device semaphores across thread blocks have no counterpart in our plans",
+    "sem_release": "device semaphores across thread blocks have no counterpart in our plans",
+    "pipeline": "pipelined loops over chunk units have no counterpart in our plans",
+    "glre": "switch reductions over input or output buffers: our switch channels multicast scratch only",
+    "glres": "switch reductions over input or output buffers: our switch channels multicast scratch only",
+    "gstore": "switch stores into input or output buffers: our switch channels multicast scratch only",
+    "gstorepkt": "switch stores into input or output buffers: our switch channels multicast scratch only",
+    "cpkt": "writes packets into the local scratch: our packets only travel to a peer",
+    "recpkt": "writes packets into the local scratch: our packets only travel to a peer",
+    "recspkt": "writes packets into the local scratch: our packets only travel to a peer",
+}
+# Ops that read packets from the local scratch: source positions that are packets.
+_PACKET_SOURCES = {"upkt": slice(0, 1), "repkt": slice(1, None), "respkt": slice(1, None), "rppkt": slice(0, 1)}
+# Ops that write packets into peers' scratch: destination positions that are remote.
+_PACKET_DESTINATIONS = {"ppkt": slice(0, None), "respkt": slice(1, None), "rppkt": slice(0, None)}
+
+
+def from_json(document) -> dict:
+    """The verified plan of an MSCCL++ JSON plan (module docstring); PlanImportError when it cannot be run as
+    written."""
+    return _Translation(_Plan(document)).plan
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """A chunk range of an op: ``rank``'s ``buffer`` (ours), ``index``, ``count``; ``remote`` when it is a peer's
+    buffer reached through ``channel_type``."""
+
+    rank: int
+    buffer: str
+    index: int
+    count: int
+    remote: bool
+
+
+def _field(value: dict, key: str, where: str, kind=int):
+    if not isinstance(value, dict) or key not in value:
+        raise PlanImportError(where, key, "is missing")
+    item = value[key]
+    if kind is int and (not isinstance(item, int) or isinstance(item, bool) or item < 0):
+        raise PlanImportError(where, key, f"must be a non-negative integer, got {item!r}")
+    if kind is list and not isinstance(item, list):
+        raise PlanImportError(where, key, f"must be a list, got {type(item).__name__}")
+    return item
+
+
+class _Plan:
+    """The JSON document, parsed and checked against itself: gpus, channels and their pairing, buffers."""
+
+    def __init__(self, document):
+        where = "MSCCL++ plan"
+        if not isinstance(document, dict):
+            raise PlanImportError(where, None, "an MSCCL++ plan is a JSON object")
+        self.name = document.get("name") or "mscclpp"
+        self.collective = our_collective(document.get("collective"), where, "collective")
+        protocol = document.get("protocol")
+        if protocol not in PROTOCOLS:
+            raise PlanImportError(where, "protocol", f"unknown protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
+        self.packets = protocol == "LL"
+        self.in_place = document.get("inplace", False)
+        if not isinstance(self.in_place, bool):
+            raise PlanImportError(where, "inplace", f"must be true or false, got {self.in_place!r}")
+        if self.in_place and self.collective not in in_place.SUPPORTED:
+            raise PlanImportError(where, "inplace", f"an in-place {self.collective} writes into its input, which "
+                                                    f"our executors never do; in place we run "
+                                                    f"{', '.join(in_place.SUPPORTED)}")
+        self.gpus = _field(document, "gpus", where, list)
+        self.world_size = len(self.gpus)
+        if not self.gpus:
+            raise PlanImportError(where, "gpus", "is empty")
+        for rank, gpu in enumerate(self.gpus):
+            if _field(gpu, "id", f"gpus[{rank}]") != rank:
+                raise PlanImportError(f"gpus[{rank}]", "id", f"is {gpu['id']}, but gpu {rank} of the {self.world_size} "
+                                                             "gpus must have id {rank}")
+        self.chunks_per_block = self._chunks_per_block()
+        # (rank, type) -> peer of each channel of that type, in numbering order.
+        self.channel_peers = {(rank, kind): self._channel_peers(rank, kind) for rank in range(self.world_size)
+                              for kind in CHANNEL_TYPES}
+
+    def where(self, rank: int, tb: int | None = None, op: int | None = None, name: str | None = None) -> str:
+        text = f'gpu {rank}'
+        if tb is not None:
+            text += f', threadblock {tb}'
+        if op is not None:
+            text += f', op {op}' + (f' ("{name}")' if name else "")
+        return text
+
+    def _chunks_per_block(self) -> int:
+        input_blocks, output_blocks = geometry.buffer_blocks(self.collective, self.world_size)
+        result = None
+        for rank, gpu in enumerate(self.gpus):
+            where = self.where(rank)
+            per_block = chunks_per_block(self.collective, self.world_size, _field(gpu, "input_chunks", where),
+                                         "input", where, "input_chunks")
+            if _field(gpu, "output_chunks", where) != output_blocks * per_block:
+                raise PlanImportError(where, "output_chunks", f"is {gpu['output_chunks']}, but chunks of one size "
+                                                              f"need {output_blocks * per_block} for "
+                                                              f"{gpu['input_chunks']} input chunks")
+            _field(gpu, "scratch_chunks", where)
+            if result is not None and per_block != result:
+                raise PlanImportError(where, "input_chunks", "differs from gpu 0's")
+            result = per_block
+        return result
+
+    def _channel_peers(self, rank: int, kind: str) -> list[int]:
+        peers = []
+        for index, channel in enumerate(self.gpus[rank].get("channels", [])):
+            where = f"{self.where(rank)} channels[{index}]"
+            channel_type = _field(channel, "channel_type", where, str)
+            if channel_type not in CHANNEL_TYPES:
+                raise PlanImportError(where, "channel_type", f"{channel_type!r} channels are not ones we run; "
+                                                             f"we run {', '.join(CHANNEL_TYPES)}")
+            if channel_type != kind:
+                continue
+            for peer in _field(channel, "connected_to", where, list):
+                if not isinstance(peer, int) or not 0 <= peer < self.world_size or peer == rank:
+                    raise PlanImportError(where, "connected_to", f"peer {peer!r} is not another of the "
+                                                                 f"{self.world_size} gpus")
+                peers.append(peer)
+        return peers
+
+    def occurrence(self, rank: int, kind: str, channel: int) -> tuple[int, int]:
+        """(peer, k): gpu-level channel ``channel`` of ``rank`` is its k-th of its type to ``peer``."""
+        peers = self.channel_peers[rank, kind]
+        peer = peers[channel]
+        return peer, peers[:channel].count(peer)
+
+    def tb_list(self, rank: int, tb: dict, key: str, kind: str, entry_key: str, tb_index: int) -> list[int]:
+        """The gpu-level ids a thread block lists under ``key`` (``channels`` or ``remote_buffer_refs``) for
+        channel type ``kind``, in order."""
+        ids = []
+        for entry in tb.get(key, []):
+            type_key = "channel_type" if key == "channels" else "access_channel_type"
+            if entry.get(type_key) == kind:
+                ids += _field(entry, entry_key, f"{self.where(rank, tb_index)} {key}", list)
+        return ids
+
+
+class _Translation:
+    """The DSL program of a ``_Plan``, lowered."""
+
+    def __init__(self, plan: _Plan):
+        self.plan_in = plan
+        self.readers = self._packet_readers()
+        self.writers = self._packet_writers()
+        self.next_scratch = [gpu["scratch_chunks"] for gpu in plan.gpus]
+        total = [self.next_scratch[r] + self._temp_total(r) for r in range(plan.world_size)]
+        self.program = Program(plan.collective, plan.world_size, name=plan.name, chunks=plan.chunks_per_block,
+                               scratch_chunks=max(total + [1]), protocol="LL" if plan.packets else "HB")
+        self.order = ThreadBlockOrder(self.program)
+        self.pipes: dict[tuple, object] = {}
+        for rank, gpu in enumerate(plan.gpus):
+            tbs = _field(gpu, "threadblocks", plan.where(rank), list)
+            if plan.in_place:
+                in_place.add_prologue(self.program, self.order, rank, len(tbs))
+            for tb_index, tb in enumerate(tbs):
+                self._threadblock(rank, tb_index, tb)
+        self.plan = self.program.lower()
+        check_positions(self.plan)
+
+    # Packets: who writes and who unpacks each scratch chunk ---------------------------------------------
+
+    def _ops(self):
+        """(rank, tb index, tb, op index, op) over the whole plan."""
+        for rank, gpu in enumerate(self.plan_in.gpus):
+            for tb_index, tb in enumerate(_field(gpu, "threadblocks", self.plan_in.where(rank), list)):
+                if _field(tb, "id", self.plan_in.where(rank, tb_index)) != tb_index:
+                    raise PlanImportError(self.plan_in.where(rank, tb_index), "id", f"is {tb['id']}, not its "
+                                                                                    f"position {tb_index}")
+                for index, op in enumerate(_field(tb, "ops", self.plan_in.where(rank, tb_index), list)):
+                    yield rank, tb_index, tb, index, op
+
+    def _packet_readers(self) -> dict[tuple[int, int], int]:
+        """(rank, scratch chunk) -> the thread block that unpacks it."""
+        readers: dict[tuple[int, int], int] = {}
+        for rank, tb_index, tb, index, op in self._ops():
+            name = op.get("name")
+            if name not in _PACKET_SOURCES:
+                continue
+            where = self.plan_in.where(rank, tb_index, index, name)
+            for ref in self._refs(rank, tb_index, tb, op, "src_buff", where)[_PACKET_SOURCES[name]]:
+                if ref.buffer != "scratch" or ref.remote:
+                    raise PlanImportError(where, "src_buff", "packets are read from the local scratch only")
+                for chunk in range(ref.index, ref.index + ref.count):
+                    other = readers.setdefault((rank, chunk), tb_index)
+                    if other != tb_index:
+                        raise PlanImportError(where, "src_buff", f"scratch chunk {chunk} is unpacked by thread "
+                                                                 f"blocks {other} and {tb_index}: our packets have "
+                                                                 "one reader")
+        return readers
+
+    def _packet_writers(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(rank, scratch chunk) -> (rank, thread block) that writes packets into it."""
+        writers: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, tb_index, tb, index, op in self._ops():
+            name = op.get("name")
+            if name not in _PACKET_DESTINATIONS:
+                continue
+            where = self.plan_in.where(rank, tb_index, index, name)
+            for ref in self._refs(rank, tb_index, tb, op, "dst_buff", where)[_PACKET_DESTINATIONS[name]]:
+                for chunk in range(ref.index, ref.index + ref.count):
+                    if (ref.rank, chunk) not in self.readers:
+                        raise PlanImportError(where, "dst_buff", f"no thread block of gpu {ref.rank} unpacks the "
+                                                                 f"packets written into its scratch chunk {chunk}")
+                    if writers.setdefault((ref.rank, chunk), (rank, tb_index)) != (rank, tb_index):
+                        raise PlanImportError(where, "dst_buff", f"scratch chunk {chunk} of gpu {ref.rank} receives "
+                                                                 "packets from two thread blocks")
+        return writers
+
+    def _temp_total(self, rank: int) -> int:
+        return sum(self._temp_chunks(op) for r, _, _, _, op in self._ops() if r == rank)
+
+    @staticmethod
+    def _temp_chunks(op: dict) -> int:
+        """Scratch temporaries an op needs: one chunk range per packet source it reduces or forwards."""
+        name = op.get("name")
+        if name in ("repkt", "respkt", "rppkt"):
+            sources = op.get("src_buff", [])[_PACKET_SOURCES[name]]
+            return sum(source.get("size", 0) for source in sources)
+        return 0
+
+    def _temp(self, rank: int, count: int) -> Chunk:
+        start = self.next_scratch[rank]
+        self.next_scratch[rank] += count
+        return Chunk(rank, "scratch", start, count)
+
+    # References and channels ------------------------------------------------------------------------------
+
+    def _refs(self, rank: int, tb_index: int, tb: dict, op: dict, key: str, where: str) -> list[Ref]:
+        plan = self.plan_in
+        refs = []
+        for position, entry in enumerate(op.get(key, [])):
+            entry_where = f"{where} {key}[{position}]"
+            index, count = _field(entry, "index", entry_where), _field(entry, "size", entry_where)
+            if "buffer_id" in entry:
+                kind = op.get("channel_type")
+                ids = plan.tb_list(rank, tb, "remote_buffer_refs", kind, "remote_buffer_ids", tb_index)
+                buffer_id = _field(entry, "buffer_id", entry_where)
+                if buffer_id >= len(ids):
+                    raise PlanImportError(entry_where, "buffer_id", f"the thread block lists {len(ids)} remote "
+                                                                    f"buffers for {kind!r} channels")
+                remote_buffers = plan.gpus[rank].get("remote_buffers", [])
+                if ids[buffer_id] >= len(remote_buffers):
+                    raise PlanImportError(entry_where, "buffer_id", f"names remote buffer {ids[buffer_id]}, which "
+                                                                    f"gpu {rank} does not list")
+                remote = remote_buffers[ids[buffer_id]]
+                owner, letter, is_remote = _field(remote, "rank", entry_where), remote.get("type"), True
+                if owner >= plan.world_size:
+                    raise PlanImportError(entry_where, "buffer_id", f"names gpu {owner}, not one of the "
+                                                                    f"{plan.world_size} gpus")
+            else:
+                owner, letter, is_remote = rank, entry.get("type"), False
+            if letter not in BUFFERS:
+                raise PlanImportError(entry_where, "type", f"unknown buffer {letter!r}; one of {', '.join(BUFFERS)}")
+            buffer = BUFFERS[letter]
+            if is_remote and buffer != "scratch":
+                raise PlanImportError(entry_where, "buffer_id", f"writes gpu {owner}'s {buffer}: our executors only "
+                                                                "write into peers' scratch")
+            if count < 1:
+                raise PlanImportError(entry_where, "size", "must be at least 1")
+            blocks = dict(zip(("input", "output"), geometry.buffer_blocks(plan.collective, plan.world_size)))
+            size = (plan.gpus[owner]["scratch_chunks"] if buffer == "scratch"
+                    else blocks[buffer] * plan.chunks_per_block)
+            if index + count > size:
+                raise PlanImportError(entry_where, "index", f"chunks {index}..{index + count - 1} are past the "
+                                                            f"{size} chunks of gpu {owner}'s {buffer}")
+            if plan.in_place and buffer == "input":
+                buffer, index = "output", in_place.output_place(plan.collective, owner, plan.chunks_per_block, index)
+            refs.append(Ref(owner, buffer, index, count, is_remote))
+        return refs
+
+    def _pipe(self, kind: str, sender: int, receiver: int, key, protocol: str = "HB"):
+        """The directed DSL channel ``key`` of ``kind`` from ``sender`` to ``receiver``, made on first use."""
+        full_key = (kind, sender, receiver, key, protocol)
+        if full_key not in self.pipes:
+            if kind == "port":
+                self.pipes[full_key] = PortChannel(self.program, sender, receiver)
+            else:
+                self.pipes[full_key] = MemoryChannel(self.program, sender, receiver, protocol)
+        return self.pipes[full_key]
+
+    def _channels(self, rank: int, tb_index: int, tb: dict, op: dict, where: str) -> list[tuple[str, int, int]]:
+        """(type, peer, k) of each channel an op names (``channel_ids``, positions in the thread block's list)."""
+        kind = op.get("channel_type")
+        if kind not in CHANNEL_TYPES:
+            raise PlanImportError(where, "channel_type", f"{kind!r} is not one of {', '.join(CHANNEL_TYPES)}")
+        ids = self.plan_in.tb_list(rank, tb, "channels", kind, "channel_ids", tb_index)
+        result = []
+        for position in _field(op, "channel_ids", where, list):
+            if not isinstance(position, int) or not 0 <= position < len(ids):
+                raise PlanImportError(where, "channel_ids", f"{position!r} is not one of the thread block's "
+                                                            f"{len(ids)} {kind} channels")
+            channel = ids[position]
+            if not isinstance(channel, int) or not 0 <= channel < len(self.plan_in.channel_peers[rank, kind]):
+                raise PlanImportError(where, "channel_ids", f"gpu {rank} has no {kind} channel {channel!r}")
+            peer, k = self.plan_in.occurrence(rank, kind, channel)
+            result.append((kind, peer, k))
+        return result
+
+    def _signal_pipe(self, rank: int, channel: tuple[str, int, int]):
+        kind, peer, k = channel
+        return self._pipe(kind, rank, peer, k)
+
+    def _wait_pipe(self, rank: int, channel: tuple[str, int, int]):
+        kind, peer, k = channel
+        return self._pipe(kind, peer, rank, k)
+
+    def _data_pipe(self, rank: int, tb_index: int, tb: dict, op: dict, ref: Ref, where: str):
+        """The HB channel a put into ``ref`` (a peer's scratch) goes through: the op's own channel on a port
+        channel; on memory, the thread block's first memory channel to that peer."""
+        kind = op.get("channel_type", "memory")
+        if kind == "port":
+            channels = self._channels(rank, tb_index, tb, op, where)
+            matching = [c for c in channels if c[1] == ref.rank]
+        else:
+            ids = self.plan_in.tb_list(rank, tb, "channels", "memory", "channel_ids", tb_index)
+            matching = [("memory",) + self.plan_in.occurrence(rank, "memory", c) for c in ids
+                        if 0 <= c < len(self.plan_in.channel_peers[rank, "memory"])]
+            matching = [c for c in matching if c[1] == ref.rank]
+        if not matching:
+            raise PlanImportError(where, "dst_buff", f"the thread block has no {kind} channel to gpu {ref.rank}")
+        return self._signal_pipe(rank, matching[0])
+
+    # Translation ------------------------------------------------------------------------------------------
+
+    def _threadblock(self, rank: int, tb_index: int, tb: dict) -> None:
+        for index, op in enumerate(tb["ops"]):
+            name = op.get("name") if isinstance(op, dict) else None
+            where = self.plan_in.where(rank, tb_index, index, name)
+            if name in REFUSED:
+                raise PlanImportError(where, "name", f"{name!r} {REFUSED[name]}")
+            if name not in OPS:
+                raise PlanImportError(where, "name", f"unknown operation {name!r}; the operations we run are "
+                                                     f"{', '.join(OPS)}")
+            group = op.get("tbg_info")
+            if group is not None and group.get("tbg_size", 1) != 1:
+                raise PlanImportError(where, "tbg_info", "a thread block group splits chunks into element ranges; "
+                                                         "our operations move whole chunks")
+            first = len(self.program.operations)
+            self._op(rank, tb_index, tb, op, name, where)
+            for operation in self.program.operations[first:]:
+                operation.src_line = where
+
+    def _op(self, rank: int, tb_index: int, tb: dict, op: dict, name: str, where: str) -> None:
+        if name == "nop":
+            return
+        if name in ("signal", "rlxsignal", "wait", "rlxwait", "flush"):
+            for channel in self._channels(rank, tb_index, tb, op, where):
+                if name == "flush":
+                    self._signal_pipe(rank, channel).flush(tb=tb_index)
+                elif name.endswith("signal"):
+                    self._signal_pipe(rank, channel).signal(tb=tb_index)
+                else:
+                    self._wait_pipe(rank, channel).wait(tb=tb_index)
+            return
+        srcs = self._refs(rank, tb_index, tb, op, "src_buff", where)
+        dsts = self._refs(rank, tb_index, tb, op, "dst_buff", where)
+        self._check_places(name, srcs, dsts, where)
+        chunk = self._chunk
+        local = self.program.rank(rank)
+        if name == "copy":
+            local.copy(chunk(dsts[0]), chunk(srcs[0]), tb=tb_index)
+        elif name in ("put", "pws", "pwsf"):
+            for src, dst in zip(srcs, dsts):
+                pipe = self._data_pipe(rank, tb_index, tb, op, dst, where)
+                pipe.put(chunk(dst), chunk(src), tb=tb_index)
+                if name != "put":
+                    pipe.signal(tb=tb_index)
+                if name == "pwsf":
+                    pipe.flush(tb=tb_index)
+        elif name in ("re", "res"):
+            local.reduce(chunk(dsts[0]), [chunk(src) for src in srcs], tb=tb_index)
+            for dst in dsts[1:]:
+                self._data_pipe(rank, tb_index, tb, op, dst, where).put(chunk(dst), chunk(dsts[0]), tb=tb_index)
+        elif name == "ppkt":
+            for src, dst in zip(srcs, dsts):
+                self._put_packets(rank, tb_index, dst, chunk(src))
+        elif name == "upkt":
+            self._unpack(rank, tb_index, srcs[0], chunk(dsts[0]))
+        elif name in ("repkt", "respkt"):
+            unpacked = []
+            for source in srcs[1:]:
+                unpacked.append(self._temp(rank, source.count))
+                self._unpack(rank, tb_index, source, unpacked[-1])
+            local.reduce(chunk(dsts[0]), [chunk(srcs[0])] + unpacked, tb=tb_index)
+            for dst in dsts[1:]:
+                self._put_packets(rank, tb_index, dst, chunk(dsts[0]))
+        elif name == "rppkt":
+            unpacked = self._temp(rank, srcs[0].count)
+            self._unpack(rank, tb_index, srcs[0], unpacked)
+            for dst in dsts:
+                self._put_packets(rank, tb_index, dst, unpacked)
+
+    def _check_places(self, name: str, srcs: list[Ref], dsts: list[Ref], where: str) -> None:
+        """Sources are local; destinations are local except those the op sends to; counts agree."""
+        remote_from = {"put": 0, "pws": 0, "pwsf": 0, "ppkt": 0, "rppkt": 0, "res": 1, "respkt": 1}.get(name)
+        for position, ref in enumerate(srcs):
+            if ref.remote:
+                raise PlanImportError(where, "src_buff", f"{name!r} reads gpu {ref.rank}'s buffer: our executors "
+                                                         "only write into peers' scratch")
+        for position, ref in enumerate(dsts):
+            if ref.remote != (remote_from is not None and position >= remote_from):
+                expected = "a peer's scratch" if not ref.remote else "a local buffer"
+                raise PlanImportError(where, "dst_buff", f"entry {position} of {name!r} must be {expected}")
+        if not srcs or not dsts:
+            raise PlanImportError(where, "src_buff" if not srcs else "dst_buff", f"{name!r} needs at least one")
+        if len({ref.count for ref in srcs + dsts}) > 1:
+            raise PlanImportError(where, "size", "all chunk ranges of an operation have one size")
+        if name in ("put", "pws", "pwsf", "ppkt") and len(srcs) != len(dsts):
+            raise PlanImportError(where, "dst_buff", f"{name!r} pairs each source with one destination")
+
+    @staticmethod
+    def _chunk(ref: Ref) -> Chunk:
+        return Chunk(ref.rank, ref.buffer, ref.index, ref.count)
+
+    def _runs(self, ref: Ref, owner_of) -> list[tuple[int, int, object]]:
+        """(offset, length, owner) of the runs of chunks of ``ref`` that ``owner_of(chunk)`` maps alike."""
+        runs = []
+        for t in range(ref.count):
+            owner = owner_of(ref.index + t)
+            if runs and runs[-1][2] == owner:
+                runs[-1] = (runs[-1][0], runs[-1][1] + 1, owner)
+            else:
+                runs.append((t, 1, owner))
+        return runs
+
+    def _put_packets(self, rank: int, tb_index: int, dst: Ref, src: Chunk) -> None:
+        """Packets of ``src`` into ``dst`` (a peer's scratch), each run on the LL channel to its reader."""
+        for offset, length, reader in self._runs(dst, lambda chunk: self.readers[dst.rank, chunk]):
+            pipe = self._pipe("memory", rank, dst.rank, (tb_index, reader), "LL")
+            pipe.put_packets(Chunk(dst.rank, "scratch", dst.index + offset, length),
+                             Chunk(src.rank, src.buffer, src.index + offset, length), tb=tb_index)
+
+    def _unpack(self, rank: int, tb_index: int, src: Ref, dst: Chunk) -> None:
+        """Unpack the packets of ``src`` (local scratch) into ``dst``, each run from the channel of its writer."""
+        def writer(chunk):
+            if (rank, chunk) not in self.writers:
+                raise PlanImportError(self.plan_in.where(rank, tb_index), "src_buff", f"scratch chunk {chunk} is "
+                                                                                      "unpacked but no op writes "
+                                                                                      "packets into it")
+            return self.writers[rank, chunk]
+
+        for offset, length, (sender, sender_tb) in self._runs(src, writer):
+            pipe = self._pipe("memory", sender, rank, (sender_tb, tb_index), "LL")
+            pipe.read_packets(Chunk(dst.rank, dst.buffer, dst.index + offset, length),
+                              Chunk(rank, "scratch", src.index + offset, length), tb=tb_index)
