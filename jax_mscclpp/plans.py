@@ -71,15 +71,21 @@ class PlanAlgorithm:
         return nbytes >= self.min_bytes and (self.max_bytes is None or nbytes <= self.max_bytes)
 
 
-def _lower(source, world_size: int) -> dict | None:
+def _plan_of(source) -> dict:
+    """The verified plan of a plan dict, a ``dsl.Program`` or an MSCCLang ``MSCCLProgram``."""
     from . import dsl
+    from .dsl.msccl import MSCCLProgram
 
     if isinstance(source, dict):
-        plan = dsl.verify(source)
-    elif isinstance(source, dsl.Program):
-        plan = source.lower()
-    else:
-        plan = source(world_size).lower()
+        return dsl.verify(source)
+    if isinstance(source, (dsl.Program, MSCCLProgram)):
+        return source.lower()
+    raise TypeError("register_algorithm takes a dsl.Program, an MSCCLProgram, a plan dict, or a function of the "
+                    f"world size returning a Program or an MSCCLProgram; got {type(source).__name__}")
+
+
+def _lower(source, world_size: int) -> dict | None:
+    plan = _plan_of(source(world_size) if callable(source) else source)
     return plan if plan["world_size"] == world_size else None
 
 
@@ -92,15 +98,13 @@ def register_algorithm(program_or_plan, collective: str | None = None, *, name: 
                        min_bytes: int = 0, max_bytes: int | None = None, platforms=PLATFORMS) -> PlanAlgorithm:
     """Adds a DSL algorithm to the selection table for per-rank message sizes in [min_bytes, max_bytes].
 
-    ``program_or_plan`` is a ``dsl.Program``, a lowered plan dict, or a function of the world size returning a
-    Program (as the functions of ``dsl.library`` are). The plan is verified before it is used. Registered
-    algorithms are consulted before the built-in table, and ``algorithm=name`` forces one. ``platforms`` says
-    where the plan runs: "cpu" (the host backend) and "gpu" (the GPU executor kernel). On GPUs a plan with port
-    channels needs a communicator made with ``port_channels=True``: forced without one, it is refused at trace
-    time; by size range, it is passed over.
+    ``program_or_plan`` is a ``dsl.Program``, an MSCCLang ``dsl.msccl.MSCCLProgram``, a lowered plan dict, or a
+    function of the world size returning a Program (as the functions of ``dsl.library`` are) or an MSCCLProgram.
+    The plan is verified before it is used. Registered algorithms are consulted before the built-in table, and
+    ``algorithm=name`` forces one. ``platforms`` says where the plan runs: "cpu" (the host backend) and "gpu" (the
+    GPU executor kernel). On GPUs a plan with port channels needs a communicator made with ``port_channels=True``:
+    forced without one, it is refused at trace time; by size range, it is passed over.
     """
-    from . import dsl
-
     platforms = (platforms,) if isinstance(platforms, str) else tuple(platforms)
     unknown = [p for p in platforms if p not in PLATFORMS]
     if unknown or not platforms:
@@ -115,18 +119,8 @@ def register_algorithm(program_or_plan, collective: str | None = None, *, name: 
         raise ValueError(f"register_algorithm: max_bytes={max_bytes} is below min_bytes={min_bytes}: the plan would "
                          "never be chosen")
 
-    if isinstance(program_or_plan, dict):
-        known_collective, default_name = program_or_plan.get("collective"), program_or_plan.get("name")
-        dsl.verify(program_or_plan)
-    elif isinstance(program_or_plan, dsl.Program):
-        known_collective, default_name = program_or_plan.collective, program_or_plan.name
-        program_or_plan.lower()  # verifies
-    elif callable(program_or_plan):
-        probe = program_or_plan(2)
-        known_collective, default_name = probe.collective, probe.name
-        probe.lower()
-    else:
-        raise TypeError("register_algorithm takes a dsl.Program, a plan dict, or a function of the world size")
+    plan = _plan_of(program_or_plan(2) if callable(program_or_plan) else program_or_plan)  # verifies
+    known_collective, default_name = plan["collective"], plan["name"]
     collective = collective or known_collective
     if collective != known_collective:
         raise ValueError(f"the plan implements {known_collective}, not {collective}")
