@@ -4,8 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "dtype_codes.h"
-
 namespace jax_mscclpp::nccl {
 namespace {
 
@@ -21,7 +19,13 @@ void copy_locally(std::vector<P2PMessage>& messages, int rank, const void* from,
   messages.push_back(receive_from(rank, to, bytes));
 }
 
-cuda::CallResult launch_moves(const RuntimeCommunicator& runtime, const Operation& op, uint64_t block) {
+// A point-to-point group of this rank (launch_p2p_group) through the call entry.
+cuda::CallResult run_messages(RuntimeCommunicator& runtime, const std::vector<P2PMessage>& messages,
+                              cudaStream_t stream) {
+  return runtime.run(cuda::PointToPointCall{messages.data(), static_cast<int>(messages.size())}, stream);
+}
+
+cuda::CallResult launch_moves(RuntimeCommunicator& runtime, const Operation& op, uint64_t block) {
   const int n = runtime.nranks(), me = runtime.rank(), root = op.root;
   const char* send = static_cast<const char*>(op.send);
   char* recv = static_cast<char*>(op.recv);
@@ -60,21 +64,22 @@ cuda::CallResult launch_moves(const RuntimeCommunicator& runtime, const Operatio
       if (n != 1) return cuda::launch_result(cudaErrorInvalidValue, "a composition of several ranks");
       copy_locally(messages, me, send, recv, block);
   }
-  return runtime.launch_p2p(messages, op.stream);
+  return run_messages(runtime, messages, op.stream);
 }
 
 // kPreMulSum multiplies each rank's contribution by that rank's own factor (NCCL's contract: ranks may pass
 // different factors), so the contributor multiplies before its piece moves: `from` (any alignment) times this
 // rank's factor into `to` (staging, aligned), rounded to the element type as NCCL's pre-operation is.
-cudaError_t premultiply(const char* from, char* to, uint64_t len, uint64_t element, const Fold& fold,
-                        cudaStream_t stream) {
+cuda::CallResult premultiply(RuntimeCommunicator& runtime, const char* from, char* to, uint64_t len, uint64_t element,
+                             const Fold& fold, cudaStream_t stream) {
   const uint64_t bytes = len * element;
   if (reinterpret_cast<uintptr_t>(from) % element != 0) {
     if (const cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream); e != cudaSuccess)
-      return e;
+      return cuda::launch_result(e, "the pre-multiplication");
     from = to;
   }
-  return launch_fold_blocks(from, bytes, 1, to, len, fold.element, FoldOp::kPreMulSum, fold.scalar, 1, stream);
+  return runtime.run(cuda::FoldCall{from, bytes, 1, to, len, fold.element, FoldOp::kPreMulSum, fold.scalar, 1},
+                     stream);
 }
 
 cuda::CallResult launch_reduction(RuntimeCommunicator& runtime, const Operation& op, const Fold& fold) {
@@ -108,9 +113,10 @@ cuda::CallResult launch_reduction(RuntimeCommunicator& runtime, const Operation&
       return premultiplied + (scatters ? static_cast<uint64_t>(receiver) : 0) * bytes;
     };
     for (int b = 0; b < outgoing_blocks; ++b)
-      if (const cudaError_t e = premultiply(given(b), premultiplied + b * bytes, len, element, fold, op.stream);
-          e != cudaSuccess)
-        return cuda::launch_result(e, "the pre-multiplication");
+      if (cuda::CallResult made = premultiply(runtime, given(b), premultiplied + b * bytes, len, element, fold,
+                                              op.stream);
+          !made.launched())
+        return made;
     std::vector<P2PMessage> messages;
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
@@ -118,16 +124,17 @@ cuda::CallResult launch_reduction(RuntimeCommunicator& runtime, const Operation&
       if (folds_here) messages.push_back(receive_from(q, staging + q * bytes, bytes));
     }
     if (folds_here) copy_locally(messages, me, contribution(me), staging + me * bytes, bytes);
-    if (cuda::CallResult moved = runtime.launch_p2p(messages, op.stream); !moved.launched()) return moved;
+    if (cuda::CallResult moved = run_messages(runtime, messages, op.stream); !moved.launched()) return moved;
     if (!folds_here) continue;
     // The fold needs operands aligned to the element (fold.h): an output that is not folds into the staging
     // buffer's first block (read before written), then moves by DMA.
     char* out = recv + first * element;
     const bool aligned = reinterpret_cast<uintptr_t>(out) % element == 0;
-    if (const cudaError_t e = launch_fold_blocks(staging, bytes, n, aligned ? out : staging, len, fold.element,
-                                                 fold_op, fold.scalar, n, op.stream);
-        e != cudaSuccess)
-      return cuda::launch_result(e, "the fold");
+    if (cuda::CallResult folded = runtime.run(
+            cuda::FoldCall{staging, bytes, n, aligned ? out : staging, len, fold.element, fold_op, fold.scalar, n},
+            op.stream);
+        !folded.launched())
+      return folded;
     if (!aligned)
       if (const cudaError_t e = cudaMemcpyAsync(out, staging, bytes, cudaMemcpyDeviceToDevice, op.stream);
           e != cudaSuccess)
@@ -138,10 +145,11 @@ cuda::CallResult launch_reduction(RuntimeCommunicator& runtime, const Operation&
 
 }  // namespace
 
-cuda::CallResult launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold) {
-  if (cuda::CallResult refused = runtime.refusal(); !refused.launched()) return refused;
-  if (fold != nullptr) return launch_reduction(runtime, op, *fold);
-  return launch_moves(runtime, op, static_cast<uint64_t>(op.count) * nccl_dtype_bytes(op.dtype));
+cuda::CallResult launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Route& route) {
+  if (!route.fold) return launch_moves(runtime, op, route.decoded.block_bytes);
+  // No elements: nothing moves, and the empty group is still refused where the rank's calls are.
+  if (op.count == 0) return run_messages(runtime, {}, op.stream);
+  return launch_reduction(runtime, op, *route.fold);
 }
 
 }  // namespace jax_mscclpp::nccl

@@ -24,10 +24,12 @@
 
 namespace jax_mscclpp::nccl {
 
-// Enqueues `op` (ncclBroadcast, ncclBcast, ncclGather, ncclScatter, and on one rank every collective; or, with
-// `fold`, ncclAllReduce, ncclReduceScatter, ncclReduce) on op.stream. Refused as every call of the rank is after a
-// failed kernel (runtime/gpu/call.h); a launch failure with cudaErrorMemoryAllocation when the staging buffer
-// cannot be had or is too small for one element of every rank; the launches' results otherwise.
-cuda::CallResult launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Fold* fold);
+// Enqueues `op` as its kComposed route says (ncclBroadcast, ncclBcast, ncclGather, ncclScatter, and on one rank
+// every collective; or, with route.fold, ncclAllReduce, ncclReduceScatter, ncclReduce) on op.stream, every launch
+// through the rank's call entry (RuntimeCommunicator::run: point-to-point groups and local folds, FoldCall), so a
+// rank whose kernel failed and stopped refuses it as it refuses every call (a reduction of no elements too). A
+// launch failure with cudaErrorMemoryAllocation when the staging buffer cannot be had or is too small for one
+// element of every rank; the calls' results otherwise.
+cuda::CallResult launch_composed(RuntimeCommunicator& runtime, const Operation& op, const Route& route);
 
 }  // namespace jax_mscclpp::nccl

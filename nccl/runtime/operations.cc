@@ -7,6 +7,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "compositions.h"
@@ -62,40 +63,44 @@ ncclResult_t launched(const cuda::CallResult& result, const Operation& op, const
               where + ": " + result.message);
 }
 
-P2PMessage message_of(const Operation& op) {
-  const uint64_t bytes = static_cast<uint64_t>(op.count) * nccl_dtype_bytes(op.dtype);
-  if (op.function == ApiFunction::ncclSend)
-    return {const_cast<char*>(static_cast<const char*>(op.send)), bytes, op.peer, 0};
-  return {static_cast<char*>(op.recv), bytes, op.peer, 1};
-}
-
 // Every operation of a group but the point-to-point ones, which end_group gathers per communicator.
 ncclResult_t execute(RuntimeCommunicator& runtime, const Operation& op, const Route& r) {
   switch (r.kind) {
     case Route::kCollective: {
-      const int32_t algorithm = runtime.algorithm_for(op, r.algorithm);  // in place over windows, where they serve
-      count(op.function, algorithm);
-      return launched(runtime.launch(op, algorithm), op, runtime);
+      const cuda::Call call = collective_call(r, op, runtime.call_place());  // in place over windows, where they serve
+      count(op.function, std::holds_alternative<cuda::InPlaceCall>(call) ? codes::kInPlace : r.algorithm);
+      return launched(runtime.run(call, op.stream), op, runtime);
     }
     case Route::kComposed:
       count(op.function, kComposedColumn);
-      return launched(launch_composed(runtime, op, r.fold ? &*r.fold : nullptr), op, runtime);
-    case Route::kPointToPoint:
+      return launched(launch_composed(runtime, op, r), op, runtime);
+    case Route::kPointToPoint: {
       count(op.function, kPointToPointColumn);
-      return launched(runtime.launch_p2p({message_of(op)}, op.stream), op, runtime);
+      const P2PMessage message = point_to_point_message(r, op);
+      return launched(runtime.run(cuda::PointToPointCall{&message, 1}, op.stream), op, runtime);
+    }
     default:
       return fail(ncclInternalError, std::string(api_function_name(op.function)) + ": nothing to launch");
   }
 }
 
+// An operation queued in the calling thread's group, with its route (decoded once, at submit).
+struct Queued {
+  RuntimeCommunicator* runtime;
+  Operation operation;
+  Route route;
+};
+
 // One communicator's point-to-point messages of a group, as one launch on the first one's stream; the other
 // streams of the group join it before and wait for it after (events: capture-safe).
-ncclResult_t launch_point_to_point(RuntimeCommunicator& runtime, const std::vector<const Operation*>& ops) {
+ncclResult_t launch_point_to_point(RuntimeCommunicator& runtime, const std::vector<const Queued*>& queued) {
   std::vector<P2PMessage> messages;
   std::vector<cudaStream_t> others;
-  const cudaStream_t stream = ops.front()->stream;
-  for (const Operation* op : ops) {
-    messages.push_back(message_of(*op));
+  const Operation& first = queued.front()->operation;
+  const cudaStream_t stream = first.stream;
+  for (const Queued* q : queued) {
+    const Operation* op = &q->operation;
+    messages.push_back(point_to_point_message(q->route, *op));
     count(op->function, kPointToPointColumn);
     if (op->stream != stream && std::find(others.begin(), others.end(), op->stream) == others.end())
       others.push_back(op->stream);
@@ -111,20 +116,15 @@ ncclResult_t launch_point_to_point(RuntimeCommunicator& runtime, const std::vect
   };
   for (cudaStream_t other : others)
     if (const cudaError_t e = join(other, stream); e != cudaSuccess)
-      return launched(cuda::launch_result(e, "a stream join"), *ops.front(), runtime);
+      return launched(cuda::launch_result(e, "a stream join"), first, runtime);
   count(ApiFunction::ncclGroupEnd, kPointToPointColumn);
-  ncclResult_t result = launched(runtime.launch_p2p(messages, stream), *ops.front(), runtime);
+  ncclResult_t result = launched(
+      runtime.run(cuda::PointToPointCall{messages.data(), static_cast<int>(messages.size())}, stream), first, runtime);
   for (cudaStream_t other : others)
     if (const cudaError_t e = join(stream, other); e != cudaSuccess && result == ncclSuccess)
-      result = launched(cuda::launch_result(e, "a stream join"), *ops.front(), runtime);
+      result = launched(cuda::launch_result(e, "a stream join"), first, runtime);
   return result;
 }
-
-struct Queued {
-  RuntimeCommunicator* runtime;
-  Operation operation;
-  Route route;
-};
 
 thread_local std::vector<Queued> group_queue;
 
@@ -180,9 +180,9 @@ ncclResult_t end_group() {
         note(execute(*q.runtime, q.operation, q.route));
         continue;
       }
-      std::vector<const Operation*> ops;
-      for (size_t i : launch.operations) ops.push_back(&queue[i].operation);
-      note(launch_point_to_point(*queue[launch.operations.front()].runtime, ops));
+      std::vector<const Queued*> queued;
+      for (size_t i : launch.operations) queued.push_back(&queue[i]);
+      note(launch_point_to_point(*queue[launch.operations.front()].runtime, queued));
     }
   } catch (const std::exception& error) {
     note(internal_failure("ncclGroupEnd", error));

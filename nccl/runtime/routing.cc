@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "collectives/collective.h"
 #include "dtype_codes.h"
+#include "jax_mscclpp/block_layout.h"
 #include "jax_mscclpp/codes.h"
 #include "selection.h"
 
@@ -54,12 +54,23 @@ Route composed_reduction(const RouteContext& context, const Operation& op) {
   return r;
 }
 
-}  // namespace
+// Whether the input and the output may share bytes in place: the layouts NCCL defines for in-place calls (the same
+// buffer for all-reduce; this rank's block of the output as the input of all-gather, of the input as the output of
+// reduce-scatter), else none (all-to-all in place would overwrite blocks a peer has still to read).
+bool overlap_allowed(int32_t collective, const char* in, size_t in_bytes, const char* out, size_t out_bytes,
+                     int rank) {
+  if (in + in_bytes <= out || out + out_bytes <= in) return true;
+  switch (collective) {
+    case codes::kAllReduce: return in == out;
+    case codes::kAllGather: return in == out + rank * in_bytes;
+    case codes::kReduceScatter: return out == in + rank * out_bytes;
+    default: return false;
+  }
+}
 
-Route route(const RouteContext& context, const Operation& op) {
-  const size_t element = nccl_dtype_bytes(op.dtype);
+Route route_decoded(const RouteContext& context, const Operation& op, const DecodedOperation& d) {
   const int n = context.nranks;
-  if (element == 0) {
+  if (d.element == 0) {
     return context.nccl_can_run
                ? of_kind(Route::kForward)
                : refuse(ncclInvalidArgument, "data type " + std::to_string(op.dtype) + " is not NCCL's");
@@ -68,26 +79,21 @@ Route route(const RouteContext& context, const Operation& op) {
   if (is_point_to_point(op.function)) {
     if (op.peer < 0 || op.peer >= n)
       return refuse(ncclInvalidArgument, "peer " + std::to_string(op.peer) + " of " + std::to_string(n) + " ranks");
-    const uint64_t bytes = static_cast<uint64_t>(op.count) * element;
     if (n == 1) return of_kind(Route::kPointToPoint);
-    if (select_algorithm(context.tuned, codes::kPermute, bytes, n, nccl_keeps) < 0) return of_kind(Route::kForward);
+    if (select_algorithm(context.tuned, codes::kPermute, d.block_bytes, n, nccl_keeps) < 0)
+      return of_kind(Route::kForward);
     return of_kind(Route::kPointToPoint);
   }
   if (has_root(op.function) && (op.root < 0 || op.root >= n))
     return refuse(ncclInvalidArgument, "root " + std::to_string(op.root) + " of " + std::to_string(n) + " ranks");
   // One rank: a copy (a reduction: the fold of one block), ours whatever serves the communicator.
   if (n == 1) return reduces(op.function) ? composed_reduction(context, op) : of_kind(Route::kComposed);
-  const int32_t collective = collective_code(op.function);
-  const bool native_reduction = reduction_dtype_code(op.dtype) >= 0 && reduce_op_code(op.op) >= 0;
-  if (collective >= 0 && (!collective_reduces(collective) || native_reduction)) {
+  if (d.kernel_runs()) {
     // Per-rank input bytes, as the table counts them.
-    uint64_t nbytes = static_cast<uint64_t>(op.count) * element;
-    if (collective == codes::kReduceScatter || collective == codes::kAllToAll) nbytes *= static_cast<uint64_t>(n);
-    const int32_t algorithm = select_algorithm(context.tuned, collective, nbytes, n, nccl_keeps);
+    const uint64_t nbytes = d.block_bytes * input_blocks(d.collective, static_cast<size_t>(n));
+    const int32_t algorithm = select_algorithm(context.tuned, d.collective, nbytes, n, nccl_keeps);
     if (algorithm < 0) return of_kind(Route::kForward);
-    const int32_t dtype = collective_reduces(collective) ? reduction_dtype_code(op.dtype) : codes::kU8;
-    const int32_t op_code = collective_reduces(collective) ? reduce_op_code(op.op) : codes::kSum;
-    if (collective_supported(collective, algorithm, dtype, op_code)) {
+    if (collective_supported(d.collective, algorithm, d.dtype, d.op)) {
       Route r = of_kind(Route::kCollective);
       r.algorithm = algorithm;
       return r;
@@ -99,6 +105,37 @@ Route route(const RouteContext& context, const Operation& op) {
   if (has_root(op.function)) return of_kind(Route::kComposed);
   return refuse(ncclInvalidUsage,
                 "is not run by jax_mscclpp's runtime, and NVIDIA's NCCL cannot run on this communicator");
+}
+
+}  // namespace
+
+Route route(const RouteContext& context, const Operation& op) {
+  const DecodedOperation decoded = decode_operation(op);
+  Route r = route_decoded(context, op, decoded);
+  r.decoded = decoded;
+  return r;
+}
+
+cuda::Call collective_call(const Route& route, const Operation& op, const CallPlace& place) {
+  const DecodedOperation& d = route.decoded;
+  if (in_place_supported(d.collective, d.dtype, d.op)) {
+    const size_t n = static_cast<size_t>(place.nranks);
+    const size_t in_bytes = d.block_bytes * input_blocks(d.collective, n);
+    const size_t out_bytes = d.block_bytes * output_blocks(d.collective, n);
+    cuda::InPlaceCall call{d.collective, {}, d.block_count, d.dtype, d.op, place.max_blocks};
+    if (overlap_allowed(d.collective, static_cast<const char*>(op.send), in_bytes, static_cast<const char*>(op.recv),
+                        out_bytes, place.rank) &&
+        place.windows.in_place(op.send, in_bytes, op.recv, out_bytes, place.nranks, &call.buffers))
+      return call;
+  }
+  return cuda::CollectiveCall{d.collective, route.algorithm, op.send, op.recv, d.block_count, d.dtype, d.op,
+                              place.max_blocks};
+}
+
+P2PMessage point_to_point_message(const Route& route, const Operation& op) {
+  if (op.function == ApiFunction::ncclSend)
+    return {const_cast<char*>(static_cast<const char*>(op.send)), route.decoded.block_bytes, op.peer, 0};
+  return {static_cast<char*>(op.recv), route.decoded.block_bytes, op.peer, 1};
 }
 
 std::vector<GroupLaunch> plan_group(const std::vector<std::pair<const void*, bool>>& queue) {

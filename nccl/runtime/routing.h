@@ -1,6 +1,10 @@
-// Which of ours runs an NCCL operation on a communicator of ours, and in what launches a group runs: decisions made
-// from the call's arguments, the communicator's shape and the selection table alone (no GPU), so that every rank
-// decides alike for the same call. operations.cc acts on them; tests read them without a GPU.
+// Which of ours runs an NCCL operation on a communicator of ours, the rank's call that runs it, and in what launches a
+// group runs: decisions made from the call's arguments, the communicator's shape and the selection table alone (no
+// GPU), so that every rank decides alike for the same call; the rank's call adds what only the rank knows (its
+// windows). operations.cc acts on them; tests read them without a GPU.
+//
+// route() decodes the operation once (operation.h) and carries the decoded form in the route: the rank's call and
+// the compositions read it from there.
 //
 // A route is one of:
 //   kCollective    a collective kernel of every rank (collective.h), the algorithm the selection table gives
@@ -23,10 +27,14 @@
 #include <utility>
 #include <vector>
 
+#include "call.h"
+#include "collectives/collective.h"
 #include "collectives/fold.h"
+#include "operation.h"
 #include "our_runtime.h"
 #include "reduction_table.h"
 #include "select/rules.h"
+#include "windows.h"
 
 namespace jax_mscclpp::nccl {
 
@@ -39,7 +47,8 @@ struct Fold {
 
 struct Route {
   enum Kind { kForward, kRefuse, kCollective, kPointToPoint, kComposed } kind = kForward;
-  int32_t algorithm = -1;   // kCollective
+  DecodedOperation decoded{};  // the operation as our kernels take it (operation.h)
+  int32_t algorithm = -1;      // kCollective
   std::optional<Fold> fold;  // kComposed reductions
   ncclResult_t refusal = ncclSuccess;
   std::string reason;  // kRefuse
@@ -55,6 +64,26 @@ struct RouteContext {
 };
 
 Route route(const RouteContext& context, const Operation& op);
+
+// Where the rank's call of an operation runs: the rank, the communicator's size, the grid cap of the streaming and
+// in-place kernels (the same on every rank), and the communicator's windows (windows.h).
+struct CallPlace {
+  int rank;
+  int nranks;
+  int32_t max_blocks;
+  const Windows& windows;
+};
+
+// The rank's call (runtime/gpu/call.h, for GpuRank::run) of a kCollective route, made when it is launched (a window
+// registered in the same group serves it): an InPlaceCall over every rank's buffers at the same offsets in their
+// windows where the input and the output lie in windows every rank mapped, laid out as NCCL defines in-place calls
+// or apart, and launch_in_place runs the (collective, dtype, op); else a CollectiveCall of the route's algorithm on
+// the operation's buffers, which the peers do not reach (only registered windows are reachable: peers_reach_buffers
+// stays false).
+cuda::Call collective_call(const Route& route, const Operation& op, const CallPlace& place);
+// This rank's message of a kPointToPoint route (collective.h, launch_p2p_group): a send reads op.send, a receive
+// writes op.recv, one block each.
+P2PMessage point_to_point_message(const Route& route, const Operation& op);
 
 // One launch of a group: the queue's operations it runs (indices into the queue).
 struct GroupLaunch {

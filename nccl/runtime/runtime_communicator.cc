@@ -9,9 +9,6 @@
 
 #include "check.h"
 #include "collectives/collective.h"
-#include "dtype_codes.h"
-#include "jax_mscclpp/block_layout.h"
-#include "jax_mscclpp/codes.h"
 #include "rank_setup.h"
 #include "select/tuning_file.h"
 #include "selection.h"
@@ -117,69 +114,9 @@ std::string RuntimeCommunicator::failure() const {
   return config.stopped_on_failure() ? config.error_message() : std::string();
 }
 
-namespace {
-
-// The operation's block count, dtype and op as our kernels take them: NCCL's counts are elements; our moves take
-// bytes (one u8 block per element's bytes).
-struct KernelArguments {
-  int32_t collective;
-  uint64_t block_count;
-  int32_t dtype;
-  int32_t op;
-};
-
-KernelArguments kernel_arguments(const Operation& op) {
-  const int32_t collective = collective_code(op.function);
-  const bool reduces = collective_reduces(collective);
-  return {collective, reduces ? op.count : op.count * nccl_dtype_bytes(op.dtype),
-          reduces ? reduction_dtype_code(op.dtype) : codes::kU8, reduces ? reduce_op_code(op.op) : codes::kSum};
-}
-
-// Whether the input and the output may share bytes in place: the layouts NCCL defines for in-place calls (the same
-// buffer for all-reduce; this rank's block of the output as the input of all-gather, of the input as the output of
-// reduce-scatter), else none (all-to-all in place would overwrite blocks a peer has still to read).
-bool overlap_allowed(int32_t collective, const char* in, size_t in_bytes, const char* out, size_t out_bytes,
-                     int rank) {
-  if (in + in_bytes <= out || out + out_bytes <= in) return true;
-  switch (collective) {
-    case codes::kAllReduce: return in == out;
-    case codes::kAllGather: return in == out + rank * in_bytes;
-    case codes::kReduceScatter: return out == in + rank * out_bytes;
-    default: return false;
-  }
-}
-
-}  // namespace
-
-int32_t RuntimeCommunicator::algorithm_for(const Operation& op, int32_t selected) const {
-  const KernelArguments k = kernel_arguments(op);
-  if (!in_place_supported(k.collective, k.dtype, k.op)) return selected;
-  const size_t n = static_cast<size_t>(nranks());
-  const size_t block = k.block_count * dtype_bytes(k.dtype);
-  const size_t in_bytes = block * input_blocks(k.collective, n), out_bytes = block * output_blocks(k.collective, n);
-  InPlaceBuffers buffers;
-  if (!overlap_allowed(k.collective, static_cast<const char*>(op.send), in_bytes, static_cast<const char*>(op.recv),
-                       out_bytes, rank()) ||
-      !windows_.in_place(op.send, in_bytes, op.recv, out_bytes, nranks(), &buffers))
-    return selected;
-  return codes::kInPlace;
-}
-
-cuda::CallResult RuntimeCommunicator::launch(const Operation& op, int32_t algorithm) const {
-  const KernelArguments k = kernel_arguments(op);
+cuda::CallResult RuntimeCommunicator::run(const cuda::Call& call, cudaStream_t stream) {
   cuda::DeviceGuard guard(device_);
-  if (algorithm == codes::kInPlace) {
-    const size_t n = static_cast<size_t>(nranks());
-    const size_t block = k.block_count * dtype_bytes(k.dtype);
-    cuda::InPlaceCall call{k.collective, {}, k.block_count, k.dtype, k.op, grid_cap_};
-    if (!windows_.in_place(op.send, block * input_blocks(k.collective, n), op.recv,
-                           block * output_blocks(k.collective, n), nranks(), &call.buffers))
-      return cuda::launch_result(cudaErrorInvalidValue, "a call in place outside the communicator's windows");
-    return rank_->run(call, op.stream);
-  }
-  return rank_->run(
-      cuda::CollectiveCall{k.collective, algorithm, op.send, op.recv, k.block_count, k.dtype, k.op, grid_cap_},
-      op.stream);
+  return rank_->run(call, stream);
 }
 
 Window* RuntimeCommunicator::register_window(void* buffer, size_t bytes) {
@@ -190,11 +127,6 @@ Window* RuntimeCommunicator::register_window(void* buffer, size_t bytes) {
 void RuntimeCommunicator::deregister_window(Window* window) {
   cuda::DeviceGuard guard(device_);
   windows_.remove(window);
-}
-
-cuda::CallResult RuntimeCommunicator::launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const {
-  cuda::DeviceGuard guard(device_);
-  return rank_->run(cuda::PointToPointCall{messages.data(), static_cast<int>(messages.size())}, stream);
 }
 
 char* RuntimeCommunicator::staging() {

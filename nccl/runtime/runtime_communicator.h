@@ -1,6 +1,7 @@
 // Our runtime's side of a communicator made through this library: one GPU rank (runtime/gpu/communicator.h) on the
 // calling thread's current device, set up by meeting the other ranks through the bootstrap root of our unique id,
-// and the NCCL operations it runs with the collective kernels (kernels/collectives/collective.h).
+// the call entry the NCCL operations run through, and what they keep on the communicator (windows, staging, the
+// reductions made on it).
 //
 // Contracts:
 //   - Setup is collective, after the identity round (rank_identity.h) chose our runtime: every rank constructs its
@@ -14,9 +15,9 @@
 //     words have reached the device (the kernels give up from then on).
 //   - shares_gpu(): two ranks drive one physical GPU (processes sharing a device), where NVIDIA's NCCL refuses to
 //     run; then every operation we have a kernel for runs here at any size.
-//   - The launches enqueue on the operation's stream, capture-safe (no host state per call). A collective kernel
-//     needs every rank to launch the same sequence (kernels/collectives/collective.h); point-to-point messages only
-//     the two ranks of each (launch_p2p_group). Which of them runs an operation is operations.cc's decision.
+//   - Every launch goes through the rank's one call entry (run: GpuRank::run), on the operation's stream,
+//     capture-safe. Which call runs an operation is routing.h's decision (route, collective_call), acted on by
+//     operations.cc and compositions.cc.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +36,7 @@
 #include "our_runtime.h"
 #include "rank_identity.h"
 #include "reduction_table.h"
+#include "routing.h"
 #include "select/rules.h"
 #include "windows.h"
 
@@ -58,31 +60,26 @@ class RuntimeCommunicator {
   // The tuning file's rules of the topology the communicator spans (selection.h, tuned_rules), beneath which the
   // built-in selection table decides (runtime/select).
   const std::vector<select::Rule>& tuned_rules() const { return *tuned_; }
-  // The operation decoded into a call of the rank's one call entry (runtime/gpu/call.h, GpuRank::run: refused
-  // after a failed kernel, else launched, its outputs poisoned where failing kernels stop).
-  // A collective kernel (collective.h: all-reduce, all-gather, reduce-scatter, all-to-all) of every rank; a
-  // launch failure with cudaErrorInvalidValue for arguments our kernels refuse.
-  cuda::CallResult launch(const Operation& op, int32_t algorithm) const;
-  // codes::kInPlace where the operation's buffers lie in windows of every rank (windows.h) and launch_in_place runs
-  // it; else `selected`, the table's algorithm. launch() with kInPlace runs it over the peers' windows.
-  int32_t algorithm_for(const Operation& op, int32_t selected) const;
+  // Where the rank's calls run (routing.h, collective_call): its rank, the communicator's size, the grid cap and
+  // the windows.
+  CallPlace call_place() const { return {rank(), nranks(), grid_cap_, windows_}; }
+  // Runs `call` through the rank's one call entry (runtime/gpu/call.h, GpuRank::run) on the communicator's GPU:
+  // refused after a failed kernel, else launched on `stream` in issue order, its outputs poisoned where failing
+  // kernels stop. A collective kernel needs every rank to run the same sequence; a point-to-point group only the
+  // ranks it names; a fold (compositions.h) only this rank.
+  cuda::CallResult run(const cuda::Call& call, cudaStream_t stream);
   // ncclCommWindowRegister / ncclCommWindowDeregister of the communicator (windows.h: add is collective).
   Window* register_window(void* buffer, size_t bytes);
   void deregister_window(Window* window);
-  // This rank's point-to-point messages of one group (collective.h, launch_p2p_group: only the ranks named take
-  // part).
-  cuda::CallResult launch_p2p(const std::vector<P2PMessage>& messages, cudaStream_t stream) const;
   // This rank's staging buffer for composed reductions (compositions.h): staging_bytes() of device memory, allocated
   // at the first use; null when it cannot be allocated.
   char* staging();
   static constexpr size_t staging_bytes() { return kStagingBytes; }
   // The reductions made by ncclRedOpCreatePreMulSum on this communicator (values from ncclNumOps up).
   ReductionTable& reductions() { return reductions_; }
-  // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. Every launch
+  // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. Every call
   // is then refused (CallStatus::kRefused).
   std::string failure() const;
-  // kRefused with the failure's record where every call is refused, else kLaunched (GpuRank::refusal).
-  cuda::CallResult refusal() const { return rank_->refusal(); }
 
  private:
   std::unique_ptr<BootstrapClient> bootstrap_;

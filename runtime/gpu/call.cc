@@ -137,6 +137,15 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
               output_blocks(c.collective, size_t(device_.nranks)) * c.block_count * dtype_bytes(c.dtype);
           return launch_result(poison_outputs_if_failed(c.buffers.out[device_.rank], out_bytes, stream),
                                "the failed-output check");
+        } else if constexpr (std::is_same_v<Kind, FoldCall>) {
+          CallResult launched =
+              launch_result(launch_fold_blocks(c.blocks, c.block_stride, c.nblocks, c.out, c.count, c.element, c.op,
+                                               c.scalar, c.divisor, stream),
+                            "a local fold");
+          if (!launched.launched()) return launched;
+          return launch_result(
+              poison_outputs_if_failed(c.out, c.count * static_cast<uint64_t>(fold_element_bytes(c.element)), stream),
+              "the failed-output check");
         } else if constexpr (std::is_same_v<Kind, RaggedAllToAllCall>) {
           CallResult launched =
               launch_result(launch_ragged_all_to_all(device_, c.ragged, stream), "ragged_all_to_all");

@@ -1,5 +1,5 @@
 // One call on a GPU rank, as both frontends decode it: the XLA handlers (ffi/cuda/handlers_cuda.cc) from XLA's
-// buffers and attributes, the NCCL library (nccl/runtime/runtime_communicator.cc) from an NCCL operation. Each
+// buffers and attributes, the NCCL library (nccl/runtime/routing.h, compositions.h) from an NCCL operation. Each
 // decodes its arguments into a Call once and hands it to GpuRank::run (communicator.h), which refuses it, launches
 // it and poisons its outputs in one place (docs/architecture.md, "One call entry").
 //
@@ -29,6 +29,7 @@
 
 #include "collectives/collective.h"
 #include "collectives/epilogue.h"
+#include "collectives/fold.h"
 #include "failure_kind.h"
 
 namespace jax_mscclpp::cuda {
@@ -93,8 +94,23 @@ struct InPlaceCall {
   int32_t max_blocks = 0;
 };
 
+// A local fold of blocks in this rank's memory (collectives/fold.h, launch_fold_blocks: its operands aligned to the
+// element): `out`, count elements, is its output. It waits for no peer; the NCCL library's compositions fold the
+// blocks point-to-point groups brought (nccl/runtime/compositions.h).
+struct FoldCall {
+  const char* blocks;
+  uint64_t block_stride;  // bytes
+  int nblocks;
+  char* out;
+  uint64_t count;
+  FoldElement element;
+  FoldOp op;
+  FoldScalar scalar;  // kPreMulSum's factor
+  int divisor;        // kAvg's
+};
+
 using Call = std::variant<CollectiveCall, PermuteCall, PointToPointCall, FusedAllReduceCall, RaggedAllToAllCall,
-                          InPlaceCall>;
+                          InPlaceCall, FoldCall>;
 
 enum class CallStatus {
   kLaunched,        // enqueued on the stream (its outputs poisoned should the rank fail by its end)

@@ -1,6 +1,7 @@
 // The NCCL-API library's selection (nccl/runtime/selection.h over runtime/select: the rule matcher and the
-// tuning-file reader the JAX path's module binds too) and its routes and group launches (routing.h), for tests
-// without a GPU: what the library holds of a tuning file and what it chooses, by the library's own code.
+// tuning-file reader the JAX path's module binds too), its routes, the rank's calls they make and group launches
+// (routing.h), and its count of decoded operations (operation.h), for tests without a GPU: what the library holds of
+// a tuning file and what it chooses and launches, by the library's own code.
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -9,9 +10,11 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "bindings.h"
+#include "operation.h"
 #include "routing.h"
 #include "select/rules.h"
 #include "select/tuning_file.h"
@@ -113,6 +116,58 @@ void register_selection(nb::module_& m) {
       nb::arg("nranks"), nb::arg("nccl_can_run"), nb::arg("shares_gpu"), nb::arg("premulsums"),
       "The library's route of an operation (routing.h) under the built-in table: (kind, algorithm, fold element, "
       "fold op, refusal code, reason).");
+  m.def(
+      "nccl_rank_call",
+      [](const std::string& function, size_t count, int dtype, int op, int peer, int root, int nranks, int rank,
+         bool shares_gpu, uintptr_t send, uintptr_t recv, int32_t max_blocks) {
+        namespace n = jax_mscclpp::nccl;
+        const n::ReductionTable reductions;
+        const std::vector<jax_mscclpp::select::Rule> no_tuning;
+        const n::RouteContext context{nranks, !shares_gpu, shares_gpu, no_tuning, reductions};
+        const n::Operation operation{api_function(function), reinterpret_cast<const void*>(send),
+                                     reinterpret_cast<void*>(recv), count, static_cast<ncclDataType_t>(dtype),
+                                     static_cast<ncclRedOp_t>(op), peer, root, nullptr};
+        const n::Windows no_windows;
+        // As the library's submit and launch do: the route (the one decoding), then the rank's call.
+        const n::Route r = n::route(context, operation);
+        nb::dict out;
+        out["route"] = route_kind_name(r.kind);
+        out["block_bytes"] = r.decoded.block_bytes;
+        if (r.kind == n::Route::kCollective) {
+          const Call call = n::collective_call(r, operation, {rank, nranks, max_blocks, no_windows});
+          if (const auto* c = std::get_if<CollectiveCall>(&call)) {
+            out["call"] = "collective";
+            out["collective"] = c->collective;
+            out["algorithm"] = c->algorithm;
+            out["in"] = reinterpret_cast<uintptr_t>(c->in);
+            out["out"] = reinterpret_cast<uintptr_t>(c->out);
+            out["block_count"] = c->block_count;
+            out["dtype"] = c->dtype;
+            out["op"] = c->op;
+            out["max_blocks"] = c->max_blocks;
+            out["plan_id"] = c->plan_id;
+            out["peers_reach_buffers"] = c->peers_reach_buffers;
+          } else {
+            out["call"] = "in_place";
+          }
+        } else if (r.kind == n::Route::kPointToPoint) {
+          const P2PMessage message = n::point_to_point_message(r, operation);
+          out["call"] = "point_to_point";
+          out["buffer"] = reinterpret_cast<uintptr_t>(message.buffer);
+          out["bytes"] = message.bytes;
+          out["peer"] = message.peer;
+          out["receive"] = static_cast<int>(message.receive);
+        }
+        return out;
+      },
+      nb::arg("function"), nb::arg("count"), nb::arg("dtype"), nb::arg("op"), nb::arg("peer"), nb::arg("root"),
+      nb::arg("nranks"), nb::arg("rank"), nb::arg("shares_gpu"), nb::arg("send"), nb::arg("recv"),
+      nb::arg("max_blocks"),
+      "The library's route of an operation and the rank's call it makes (routing.h: collective_call, "
+      "point_to_point_message) under the built-in table, on a communicator without windows (NVIDIA's NCCL serving it "
+      "unless shares_gpu): a dict of the route, the decoded block bytes and the call's fields.");
+  m.def("nccl_operations_decoded", &jax_mscclpp::nccl::operations_decoded,
+        "How many operations the library's code in this module decoded (operation.h): one per route.");
   m.def(
       "nccl_plan_group",
       [](const std::vector<std::pair<int, bool>>& queue) {
