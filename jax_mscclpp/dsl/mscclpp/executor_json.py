@@ -1,0 +1,145 @@
+"""Our plan in MSCCL++'s executor JSON format: what ``JSON()`` / ``Json()`` write.
+
+The format is that of MSCCL++'s channel-API DSL (``CollectiveProgram.to_json``): per rank (``gpus``) its
+channels grouped by type (``connected_to``: the peer of each; the k-th channel of rank a toward rank b pairs with
+the k-th of b toward a, which our plan's channel order keeps, both ends being made together), the peers' buffers
+it writes (``remote_buffers``), and its thread blocks, each listing the channels and remote buffers it uses,
+which its operations name by position in those lists.
+
+Operations map one to one: copy ``copy``, reduce ``re``, put ``put``, put_with_signal ``pws``, put_packets
+``ppkt``, read_packets ``upkt`` (a local unpack: MSCCL++ reads packets without naming their channel),
+reduce_packets ``repkt`` (``respkt`` with remotes), reduce_put ``res``, signal, wait, flush, barrier ``nop``,
+switch_reduce ``glre``, switch_broadcast ``gstore``. Buffers are ``i``, ``o``, ``s``; indices and sizes count
+chunks, as in our plan.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..access import operand_refs
+from ..ops import VIA, spec_of
+
+_BUFFER_CODE = {"input": "i", "output": "o", "scratch": "s"}
+# Our operation -> MSCCL++'s instruction name.
+_NAME = {"copy": "copy", "reduce": "re", "put": "put", "put_with_signal": "pws", "put_packets": "ppkt",
+         "read_packets": "upkt", "reduce_put": "res", "signal": "signal", "wait": "wait", "flush": "flush",
+         "barrier": "nop", "switch_reduce": "glre", "switch_broadcast": "gstore"}
+
+
+def to_executor_json(plan: dict, program, indent: int = 2) -> str:
+    """``plan`` (verified, PLAN.md) as MSCCL++ executor JSON text; ``program`` (frontend.py) gives the header."""
+    packets = plan["buffers"]["scratch"]["packets"]
+    document = {
+        "name": plan["name"],
+        "collective": program.collective.name,
+        "protocol": "LL" if packets else "Simple",
+        "inplace": program.collective.inplace,
+        "reuse_resources": False,
+        "gpus": [_Rank(plan, rank).to_dict() for rank in range(plan["world_size"])],
+        "num_threads_per_block": program.num_threads_per_block,
+        "use_double_scratch_buffer": program.use_double_scratch_buffer,
+        "buffer_alignment": program.options.get("buffer_alignment", 16),
+        "min_message_size": program.min_message_size,
+        "max_message_size": program.max_message_size,
+    }
+    return json.dumps(document, indent=indent)
+
+
+def _local(ref: dict) -> dict:
+    return {"type": _BUFFER_CODE[ref["buffer"]], "index": ref["index"], "size": ref["count"]}
+
+
+class _Rank:
+    def __init__(self, plan: dict, rank: int):
+        self.rank = rank
+        self.channels = plan["ranks"][rank]["channels"]
+        buffers = plan["buffers"]
+        self.chunks = {name: buffers[name]["blocks"] * buffers[name]["chunks_per_block"] for name in buffers}
+        # our channel index -> its index among this rank's channels of its type
+        self.typed_index: dict[int, int] = {}
+        self.connected_to: dict[str, list] = {}
+        self.switch_groups: list[list] = []
+        for index, channel in enumerate(self.channels):
+            if channel["type"] == "switch":
+                self.typed_index[index] = len(self.switch_groups)
+                self.switch_groups.append(channel["peers"])
+            else:
+                peers = self.connected_to.setdefault(channel["type"], [])
+                self.typed_index[index] = len(peers)
+                peers.append(channel["peer"])
+        self.remote_buffers: dict[int, set] = {}  # peer rank -> channel types writing its scratch
+        self.threadblocks = [self._threadblock(tb, block["ops"])
+                             for tb, block in enumerate(plan["ranks"][rank]["threadblocks"])]
+
+    def _threadblock(self, tb: int, ops: list) -> dict:
+        used_channels: dict[str, list] = {}
+        used_remotes: dict[str, list] = {}
+
+        def channel_id(channel: int) -> int:
+            ids = used_channels.setdefault(self.channels[channel]["type"], [])
+            if self.typed_index[channel] not in ids:
+                ids.append(self.typed_index[channel])
+            return ids.index(self.typed_index[channel])
+
+        def remote(channel: int, ref: dict) -> dict:
+            kind, peer = self.channels[channel]["type"], self.channels[channel]["peer"]
+            self.remote_buffers.setdefault(peer, set()).add(kind)
+            buffer_id = list(self.remote_buffers).index(peer)
+            ids = used_remotes.setdefault(kind, [])
+            if buffer_id not in ids:
+                ids.append(buffer_id)
+            return {"buffer_id": ids.index(buffer_id), "index": ref["index"], "size": ref["count"]}
+
+        converted = [self._op(op, channel_id, remote) for op in ops]
+        return {"id": tb, "ops": converted,
+                "channels": [{"channel_type": kind, "channel_ids": ids} for kind, ids in used_channels.items()],
+                "remote_buffer_refs": [{"access_channel_type": kind, "remote_buffer_ids": ids}
+                                       for kind, ids in used_remotes.items()]}
+
+    def _op(self, op: dict, channel_id, remote) -> dict:
+        name = op["op"]
+        spec = spec_of(name)
+        if name == "reduce_packets":
+            out = {"name": "respkt" if op["remotes"] else "repkt"}
+        else:
+            out = {"name": _NAME[name]}
+        channel = op.get("channel")
+        kind = self.channels[channel]["type"] if channel is not None else None
+        if name == "switch_reduce":
+            src = op["src"]
+            return {**out, "buffer_type": "s", "buffer_offset": src["index"], "size": src["count"],
+                    "dst_chunk": _local(op["dst"]), "channel_ids": [channel_id(channel)], "channel_type": "switch",
+                    "reduce_op": "sum"}
+        if name == "switch_broadcast":
+            dst = op["dst"]
+            return {**out, "src_buff": [_local(op["src"])],
+                    "dst_buff": [{"switch_channel_id": channel_id(channel), "index": dst["index"],
+                                  "size": dst["count"]}], "channel_type": "switch"}
+        src_buff, dst_buff = [], []
+        for operand in spec.operands:
+            into = src_buff if operand.access == "read" else dst_buff
+            for ref, through in operand_refs(operand, op):
+                is_remote = operand.place == "remote" or (operand.shape == VIA and operand.access == "write")
+                into.append(remote(through, ref) if is_remote else _local(ref))
+                if operand.shape == VIA:
+                    kind = self.channels[through]["type"]
+        if src_buff or dst_buff:
+            out.update(src_buff=src_buff, dst_buff=dst_buff)
+        if channel is not None and (spec.sync is not None or kind == "port"):
+            out["channel_ids"] = [channel_id(channel)]
+        if kind is not None:
+            out["channel_type"] = kind
+        if spec.reduction:
+            out["reduce_op"] = "sum"
+        return out
+
+    def to_dict(self) -> dict:
+        channels = [{"channel_type": kind, "connected_to": peers} for kind, peers in self.connected_to.items()]
+        channels += [{"channel_type": "switch", "buffer_type": "s",
+                      "rank_groups": [{"size": len(group), "ranks": group}]} for group in self.switch_groups]
+        return {"id": self.rank, "input_chunks": self.chunks["input"], "output_chunks": self.chunks["output"],
+                "scratch_chunks": self.chunks["scratch"], "threadblocks": self.threadblocks, "channels": channels,
+                "remote_buffers": [{"rank": peer, "type": "s", "access_channel_types": sorted(kinds)}
+                                   for peer, kinds in self.remote_buffers.items()],
+                "semaphores": []}
