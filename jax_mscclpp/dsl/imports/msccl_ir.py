@@ -80,8 +80,8 @@ class Step:
     s: int
     kind: StepKind
     type: str
-    src: tuple[str, int]  # (our buffer, chunk index)
-    dst: tuple[str, int]
+    src: tuple[str, int] | None  # (our buffer, chunk index), when the step reads its source
+    dst: tuple[str, int] | None  # when it writes its destination
     cnt: int
     dep: tuple[int, int] | None  # (thread block, step) of the same gpu
     hasdep: bool
@@ -300,7 +300,7 @@ class _Translation:
         self.pipes: dict[tuple[int, int, int], MemoryChannel] = {}  # (sender, receiver, chan) -> channel
         self._match_transfers()
         self.program = Program(algo.collective, algo.world_size, name=algo.name, chunks=algo.chunks_per_block,
-                               scratch_chunks=max(self.next_scratch + [1]), protocol=algo.protocol)
+                               scratch_chunks=max(self.next_scratch), protocol=algo.protocol)
         self.order = ThreadBlockOrder(self.program)
         self.waits_done: dict[tuple, int] = {}  # (gpu, producer tb, consumer tb) -> waits recorded
         self.signalled = self._signalled_steps()

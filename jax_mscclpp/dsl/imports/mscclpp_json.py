@@ -9,7 +9,8 @@ span the input), so chunk ``i`` of each is ours (``collectives.py``).
 
 Each MSCCL++ channel becomes a directed DSL channel per direction: what rank ``a`` signals on it, rank ``b``
 waits for. Operations (``OPS``): ``signal``/``wait`` (and their relaxed forms, which we run with full
-ordering), ``flush``, ``put``/``pws``/``pwsf`` (a put into a peer's scratch, then signal, then flush),
+ordering), ``flush``, ``put``/``pws``/``pwsf`` (a put into a peer's scratch; on port channels ``pws``
+signals after it and ``pwsf`` flushes too),
 ``copy``, ``re`` (local reduce), ``res`` (reduce, then store the result into peers' scratch), and on LL
 packets ``ppkt`` (put packets), ``upkt`` (unpack), ``repkt``/``respkt`` (reduce local data with unpacked
 packets, then put the result as packets) and ``rppkt`` (unpack, then put as packets). ``nop`` orders the
@@ -45,7 +46,7 @@ OPS = {
     "signal": "signal on each named channel", "rlxsignal": "signal on each named channel",
     "wait": "wait on each named channel", "rlxwait": "wait on each named channel",
     "flush": "flush each named port channel",
-    "put": "put src[i] into peer scratch dst[i]", "pws": "put, then signal", "pwsf": "put, signal, flush",
+    "put": "put src[i] into peer scratch dst[i]", "pws": "port put, then signal", "pwsf": "port put, signal, flush",
     "copy": "local copy", "re": "local reduce of the sources into dst[0]",
     "res": "local reduce into dst[0], stored into peer scratch dst[1:]",
     "ppkt": "put src[i] as packets into peer scratch dst[i]", "upkt": "unpack local packets into dst[0]",
@@ -69,6 +70,10 @@ REFUSED = {
     "recpkt": "writes packets into the local scratch: our packets only travel to a peer",
     "recspkt": "writes packets into the local scratch: our packets only travel to a peer",
 }
+# Ops that MSCCL++ runs on port channels only (on a memory channel its executor would drop the signal or
+# flush, or read the source as packets) -> the channel type they need.
+_PORT_ONLY = {"pws": "port", "pwsf": "port", "flush": "port"}
+_MEMORY_ONLY = {"ppkt": "memory", "rppkt": "memory", "respkt": "memory", "res": "memory"}
 # Ops that read packets from the local scratch: source positions that are packets.
 _PACKET_SOURCES = {"upkt": slice(0, 1), "repkt": slice(1, None), "respkt": slice(1, None), "rppkt": slice(0, 1)}
 # Ops that write packets into peers' scratch: destination positions that are remote.
@@ -130,23 +135,25 @@ class _Plan:
             raise PlanImportError(where, "gpus", "is empty")
         for rank, gpu in enumerate(self.gpus):
             if _field(gpu, "id", f"gpus[{rank}]") != rank:
-                raise PlanImportError(f"gpus[{rank}]", "id", f"is {gpu['id']}, but gpu {rank} of the {self.world_size} "
-                                                             "gpus must have id {rank}")
+                raise PlanImportError(f"gpus[{rank}]", "id", f"is {gpu['id']}, but entry {rank} of the "
+                                                             f"{self.world_size} gpus must have id {rank}")
         self.chunks_per_block = self._chunks_per_block()
         # (rank, type) -> peer of each channel of that type, in numbering order.
         self.channel_peers = {(rank, kind): self._channel_peers(rank, kind) for rank in range(self.world_size)
                               for kind in CHANNEL_TYPES}
 
-    def where(self, rank: int, tb: int | None = None, op: int | None = None, name: str | None = None) -> str:
-        text = f'gpu {rank}'
+    @staticmethod
+    def where(rank: int, tb: int | None = None, op: int | None = None, name: str | None = None) -> str:
+        """How errors and ``src_line`` name a gpu, a thread block of it, or an op of that."""
+        text = f"gpu {rank}"
         if tb is not None:
-            text += f', threadblock {tb}'
+            text += f", threadblock {tb}"
         if op is not None:
-            text += f', op {op}' + (f' ("{name}")' if name else "")
+            text += f", op {op}" + (f' ("{name}")' if name else "")
         return text
 
     def _chunks_per_block(self) -> int:
-        input_blocks, output_blocks = geometry.buffer_blocks(self.collective, self.world_size)
+        _, output_blocks = geometry.buffer_blocks(self.collective, self.world_size)
         result = None
         for rank, gpu in enumerate(self.gpus):
             where = self.where(rank)
@@ -206,7 +213,7 @@ class _Translation:
         self.next_scratch = [gpu["scratch_chunks"] for gpu in plan.gpus]
         total = [self.next_scratch[r] + self._temp_total(r) for r in range(plan.world_size)]
         self.program = Program(plan.collective, plan.world_size, name=plan.name, chunks=plan.chunks_per_block,
-                               scratch_chunks=max(total + [1]), protocol="LL" if plan.packets else "HB")
+                               scratch_chunks=max(total), protocol="LL" if plan.packets else "HB")
         self.order = ThreadBlockOrder(self.program)
         self.pipes: dict[tuple, object] = {}
         for rank, gpu in enumerate(plan.gpus):
@@ -365,13 +372,14 @@ class _Translation:
         kind, peer, k = channel
         return self._pipe(kind, peer, rank, k)
 
-    def _data_pipe(self, rank: int, tb_index: int, tb: dict, op: dict, ref: Ref, where: str):
-        """The HB channel a put into ``ref`` (a peer's scratch) goes through: the op's own channel on a port
-        channel; on memory, the thread block's first memory channel to that peer."""
+    def _data_pipe(self, rank: int, tb_index: int, tb: dict, op: dict, ref: Ref, where: str, position: int = 0):
+        """The HB channel a put into ``ref`` (a peer's scratch, the op's destination ``position``) goes through:
+        on a port channel the op's channel of that position; on memory, the thread block's first memory channel
+        to that peer (a memory channel signal releases puts on any channel)."""
         kind = op.get("channel_type", "memory")
         if kind == "port":
             channels = self._channels(rank, tb_index, tb, op, where)
-            matching = [c for c in channels if c[1] == ref.rank]
+            matching = [channels[position]] if position < len(channels) and channels[position][1] == ref.rank else []
         else:
             ids = self.plan_in.tb_list(rank, tb, "channels", "memory", "channel_ids", tb_index)
             matching = [("memory",) + self.plan_in.occurrence(rank, "memory", c) for c in ids
@@ -392,6 +400,10 @@ class _Translation:
             if name not in OPS:
                 raise PlanImportError(where, "name", f"unknown operation {name!r}; the operations we run are "
                                                      f"{', '.join(OPS)}")
+            needed = _PORT_ONLY.get(name) or _MEMORY_ONLY.get(name)
+            if needed and op.get("channel_type", "memory") != needed:
+                raise PlanImportError(where, "channel_type", f"MSCCL++ runs {name!r} on {needed} channels only, "
+                                                             f"not {op.get('channel_type', 'memory')!r}")
             group = op.get("tbg_info")
             if group is not None and group.get("tbg_size", 1) != 1:
                 raise PlanImportError(where, "tbg_info", "a thread block group splits chunks into element ranges; "
@@ -421,8 +433,8 @@ class _Translation:
         if name == "copy":
             local.copy(chunk(dsts[0]), chunk(srcs[0]), tb=tb_index)
         elif name in ("put", "pws", "pwsf"):
-            for src, dst in zip(srcs, dsts):
-                pipe = self._data_pipe(rank, tb_index, tb, op, dst, where)
+            for position, (src, dst) in enumerate(zip(srcs, dsts)):
+                pipe = self._data_pipe(rank, tb_index, tb, op, dst, where, position)
                 pipe.put(chunk(dst), chunk(src), tb=tb_index)
                 if name != "put":
                     pipe.signal(tb=tb_index)
@@ -454,7 +466,7 @@ class _Translation:
     def _check_places(self, name: str, srcs: list[Ref], dsts: list[Ref], where: str) -> None:
         """Sources are local; destinations are local except those the op sends to; counts agree."""
         remote_from = {"put": 0, "pws": 0, "pwsf": 0, "ppkt": 0, "rppkt": 0, "res": 1, "respkt": 1}.get(name)
-        for position, ref in enumerate(srcs):
+        for ref in srcs:
             if ref.remote:
                 raise PlanImportError(where, "src_buff", f"{name!r} reads gpu {ref.rank}'s buffer: our executors "
                                                          "only write into peers' scratch")
