@@ -154,12 +154,43 @@ def alltoall_port(n, instances=1):
     return prog
 
 
+def allreduce_switch(n, instances=1):
+    """Every rank copies its input into scratch; after a signal/wait barrier, rank r reduces chunk r over the
+    switch and multicasts the sum back; after another barrier each rank copies the sums into place."""
+    with CollectiveProgram("ar_switch", AllReduce(n, 1, False), n, instances=instances) as prog:
+        scratch = [Buffer(r, n) for r in range(n)]
+        switch = SwitchChannel(list(range(n)), BufferType.scratch)
+        ch = channels(n)
+
+        def barrier():
+            for r in range(n):
+                for p in peers(n, r):
+                    ch[r, p].signal(tb=0)
+            for r in range(n):
+                for p in peers(n, r):
+                    ch[r, p].wait(tb=0)
+
+        for r in range(n):
+            Rank(r).copy(scratch[r][0:n], Rank(r).get_input_buffer()[0:n], tb=0)
+        barrier()
+        for r in range(n):
+            out = Rank(r).get_output_buffer()
+            switch.at_rank(r).reduce(r, 1, out[r:r + 1], tb=0)
+            switch.at_rank(r).broadcast(out[r:r + 1], r, 1, tb=0)
+        barrier()
+        for r in range(n):
+            for p in peers(n, r):
+                Rank(r).copy(Rank(r).get_output_buffer()[p:p + 1], scratch[r][p:p + 1], tb=0)
+    return prog
+
+
 # name -> (program function, its collective)
 PROGRAMS = {
     "allreduce_allpairs_simple": (allreduce_allpairs_simple, "all_reduce"),
     "allreduce_allpairs_ll": (allreduce_allpairs_ll, "all_reduce"),
     "allreduce_allpairs_ll_inplace": (lambda n, k=1: allreduce_allpairs_ll(n, k, inplace=True), "all_reduce"),
     "allreduce_two_phase_port": (allreduce_two_phase_port, "all_reduce"),
+    "allreduce_switch": (allreduce_switch, "all_reduce"),
     "allgather_allpairs": (allgather_allpairs, "all_gather"),
     "allgather_allpairs_inplace": (lambda n, k=1: allgather_allpairs(n, k, inplace=True), "all_gather"),
     "reducescatter_allpairs": (reducescatter_allpairs, "reduce_scatter"),

@@ -72,7 +72,8 @@ class _Views:
         written = {c in self.written[span.rank] for c in chunks}
         if len(written) > 1:
             raise UnsupportedConstruct(step.call, f"in place, {span} holds chunks already written and chunks not yet "
-                                                  "written, which live in our output and our input: read them apart")
+                                                  "written, which live in our output and our input: read them apart",
+                                       step.src_line)
         if written == {False} and self.input_index(span.rank, chunks[0]) is not None:
             return Span(span.rank, "input", self.input_index(span.rank, chunks[0]), span.size)
         return self._output(span, chunks, step)
@@ -89,7 +90,8 @@ class _Views:
         first, last = self.output_index(span.rank, chunks[0]), self.output_index(span.rank, chunks[-1])
         if first is None or last is None:
             raise UnsupportedConstruct(step.call, f"in place, {span} lies outside rank {span.rank}'s output block; "
-                                                  "our input is read-only: write those chunks to a scratch buffer")
+                                                  "our input is read-only: write those chunks to a scratch buffer",
+                                       step.src_line)
         return Span(span.rank, "output", first, span.size)
 
     def untouched_copies(self) -> list[Step]:

@@ -9,12 +9,12 @@ from .context import user_line
 class UnsupportedConstruct(NotImplementedError):
     """An MSCCL++ DSL call (``call``) that our plans cannot express, and why (``reason``).
 
-    ``src_line`` is the program's line that made the call, when known."""
+    ``src_line`` is the program's line that made the call (by default the line running now), when known."""
 
-    def __init__(self, call: str, reason: str):
+    def __init__(self, call: str, reason: str, src_line: str | None = None):
         self.call = call
         self.reason = reason
-        self.src_line = user_line()
+        self.src_line = src_line or user_line()
         where = f" at {self.src_line}" if self.src_line else ""
         super().__init__(f"{call}{where}: {reason}")
 

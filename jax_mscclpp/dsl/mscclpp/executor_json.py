@@ -6,9 +6,10 @@ the k-th of b toward a, which our plan's channel order keeps, both ends being ma
 it writes (``remote_buffers``), and its thread blocks, each listing the channels and remote buffers it uses,
 which its operations name by position in those lists.
 
-Operations map one to one: copy ``copy``, reduce ``re``, put ``put``, put_with_signal ``pws``, put_packets
-``ppkt``, read_packets ``upkt`` (a local unpack: MSCCL++ reads packets without naming their channel),
-reduce_packets ``repkt`` (``respkt`` with remotes), reduce_put ``res``, signal, wait, flush, barrier ``nop``,
+Operations map one to one: copy ``copy``, reduce ``re``, put ``put``, put_with_signal ``pws`` (on a memory
+channel ``put`` and ``signal``: MSCCL++ runs ``pws`` on port channels only), put_packets ``ppkt``, read_packets
+``upkt`` (a local unpack: MSCCL++ reads packets without naming their channel),
+reduce_packets ``repkt`` (``respkt`` with remotes), reduce_put ``res``, signal, wait, flush (on port channels: it has no effect on memory ones), barrier ``nop``,
 switch_reduce ``glre``, switch_broadcast ``gstore``. Buffers are ``i``, ``o``, ``s``; indices and sizes count
 chunks, as in our plan.
 """
@@ -91,11 +92,24 @@ class _Rank:
                 ids.append(buffer_id)
             return {"buffer_id": ids.index(buffer_id), "index": ref["index"], "size": ref["count"]}
 
-        converted = [self._op(op, channel_id, remote) for op in ops]
+        converted = [converted_op for op in ops for converted_op in self._ops(op, channel_id, remote)]
         return {"id": tb, "ops": converted,
                 "channels": [{"channel_type": kind, "channel_ids": ids} for kind, ids in used_channels.items()],
                 "remote_buffer_refs": [{"access_channel_type": kind, "remote_buffer_ids": ids}
                                        for kind, ids in used_remotes.items()]}
+
+    def _ops(self, op: dict, channel_id, remote) -> list[dict]:
+        """The MSCCL++ operations of one of ours: one, except that MSCCL++ runs ``pws`` and ``flush`` on port
+        channels only, so on a memory channel put_with_signal is a put and a signal, and a flush nothing."""
+        name, channel = op["op"], op.get("channel")
+        kind = self.channels[channel]["type"] if channel is not None else None
+        if kind == "memory" and name == "flush":
+            return []
+        if kind == "memory" and name == "put_with_signal":
+            put = {key: value for key, value in op.items() if key != "op"}
+            return (self._ops({"op": "put", **put}, channel_id, remote)
+                    + self._ops({"op": "signal", "channel": channel}, channel_id, remote))
+        return [self._op(op, channel_id, remote)]
 
     def _op(self, op: dict, channel_id, remote) -> dict:
         name = op["op"]
@@ -116,19 +130,24 @@ class _Rank:
             return {**out, "src_buff": [_local(op["src"])],
                     "dst_buff": [{"switch_channel_id": channel_id(channel), "index": dst["index"],
                                   "size": dst["count"]}], "channel_type": "switch"}
-        src_buff, dst_buff = [], []
+        src_buff, dst_buff, through_channels = [], [], []
         for operand in spec.operands:
             into = src_buff if operand.access == "read" else dst_buff
             for ref, through in operand_refs(operand, op):
                 is_remote = operand.place == "remote" or (operand.shape == VIA and operand.access == "write")
                 into.append(remote(through, ref) if is_remote else _local(ref))
-                if operand.shape == VIA:
-                    kind = self.channels[through]["type"]
+                if through is not None:
+                    through_channels.append(through)
         if src_buff or dst_buff:
             out.update(src_buff=src_buff, dst_buff=dst_buff)
+        # Every channel an operation goes through is in its thread block's list (MSCCL++ finds the channel of a
+        # memory put there); the operation names it only for synchronization and port DMA.
+        ids = [channel_id(c) for c in dict.fromkeys(through_channels)]
+        if through_channels:
+            kind = self.channels[through_channels[0]]["type"]
+            out["channel_type"] = kind
         if channel is not None and (spec.sync is not None or kind == "port"):
-            out["channel_ids"] = [channel_id(channel)]
-        if kind is not None:
+            out["channel_ids"] = ids or [channel_id(channel)]
             out["channel_type"] = kind
         if spec.reduction:
             out["reduce_op"] = "sum"
