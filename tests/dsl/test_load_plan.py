@@ -4,7 +4,6 @@ mscclpp_json_texts.py, in the forms those tools write) load as verified plans th
 registered algorithms against lax; what our executors cannot run is refused, naming element, attribute and
 reason."""
 
-import contextlib
 import json
 
 import numpy as np
@@ -20,6 +19,7 @@ from tests.dsl import msccl_ir_texts as xml
 from tests.dsl import mscclpp_json_texts as js
 from tests.dsl.msccl_ir_texts import XmlWriter
 from tests.helpers import P, compare_with_lax, random_array, sharded
+from tests.test_plans import registered
 
 REDUCE = {"sum": np.add, "max": np.maximum}
 
@@ -46,42 +46,31 @@ def check_with_numpy(plan: dict, rng, op: str = "sum") -> None:
             np.testing.assert_allclose(ours, want, rtol=1e-12, err_msg=f"rank {rank}, {block_count} per block")
 
 
-XML_PLANS = {
-    "ring_allreduce_simple": lambda n: xml.ring_allreduce(n, "Simple"),
-    "ring_allreduce_ll_2_instances": lambda n: xml.ring_allreduce(n, "LL", instances=2),
-    "ring_allreduce_ll128_in_place": lambda n: xml.ring_allreduce(n, "LL128", inplace=True),
-    "allpairs_allreduce_simple": lambda n: xml.allpairs_allreduce(n, "Simple"),
-    "allpairs_allreduce_ll": lambda n: xml.allpairs_allreduce(n, "LL"),
-    "allpairs_allgather_simple": lambda n: xml.allpairs_allgather(n, "Simple"),
-    "ring_allgather_ll_2_instances": lambda n: xml.ring_allgather(n, "LL", instances=2),
-    "allpairs_reducescatter_simple": lambda n: xml.allpairs_reducescatter(n, "Simple"),
-    "ring_reducescatter_ll": lambda n: xml.ring_reducescatter(n, "LL"),
-    "allpairs_alltoall_simple": lambda n: xml.allpairs_alltoall(n, "Simple"),
-}
-
-JSON_PLANS = {
-    "allpairs_allreduce_packets": lambda n: js.allpairs_allreduce_packets(n),
-    "allpairs_allreduce_packets_2_instances": lambda n: js.allpairs_allreduce_packets(n, instances=2),
-    "allpairs_allreduce_simple_2_instances": lambda n: js.allpairs_allreduce_simple(n, instances=2),
-    "allpairs_allreduce_simple_in_place": lambda n: js.allpairs_allreduce_simple(n, inplace=True),
-    "allgather_port": lambda n: js.allgather_port(n),
-    "allpairs_reducescatter_packets": lambda n: js.allpairs_reducescatter_packets(n),
-    "allpairs_alltoall": lambda n: js.allpairs_alltoall(n),
+PLANS = {
+    "xml_ring_allreduce_simple": lambda n: xml.ring_allreduce(n, "Simple"),
+    "xml_ring_allreduce_ll_2_instances": lambda n: xml.ring_allreduce(n, "LL", instances=2),
+    "xml_ring_allreduce_ll128_in_place": lambda n: xml.ring_allreduce(n, "LL128", inplace=True),
+    "xml_allpairs_allreduce_simple": lambda n: xml.allpairs_allreduce(n, "Simple"),
+    "xml_allpairs_allreduce_ll": lambda n: xml.allpairs_allreduce(n, "LL"),
+    "xml_allpairs_allgather_simple": lambda n: xml.allpairs_allgather(n, "Simple"),
+    "xml_ring_allgather_ll_2_instances": lambda n: xml.ring_allgather(n, "LL", instances=2),
+    "xml_allpairs_reducescatter_simple": lambda n: xml.allpairs_reducescatter(n, "Simple"),
+    "xml_ring_reducescatter_ll": lambda n: xml.ring_reducescatter(n, "LL"),
+    "xml_allpairs_alltoall_simple": lambda n: xml.allpairs_alltoall(n, "Simple"),
+    "json_allpairs_allreduce_packets": lambda n: js.allpairs_allreduce_packets(n),
+    "json_allpairs_allreduce_packets_2_instances": lambda n: js.allpairs_allreduce_packets(n, instances=2),
+    "json_allpairs_allreduce_simple_2_instances": lambda n: js.allpairs_allreduce_simple(n, instances=2),
+    "json_allpairs_allreduce_simple_in_place": lambda n: js.allpairs_allreduce_simple(n, inplace=True),
+    "json_allgather_port": lambda n: js.allgather_port(n),
+    "json_allpairs_reducescatter_packets": lambda n: js.allpairs_reducescatter_packets(n),
+    "json_allpairs_alltoall": lambda n: js.allpairs_alltoall(n),
 }
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
-@pytest.mark.parametrize("name", sorted(XML_PLANS))
-def test_msccl_ir_plans_compute_their_collective(rng, name, n):
-    plan = load_plan(XML_PLANS[name](n))
-    assert plan["world_size"] == n
-    check_with_numpy(plan, rng, "max" if n == 3 else "sum")
-
-
-@pytest.mark.parametrize("n", [2, 3, 4])
-@pytest.mark.parametrize("name", sorted(JSON_PLANS))
-def test_mscclpp_json_plans_compute_their_collective(rng, name, n):
-    plan = load_plan(JSON_PLANS[name](n))
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_loaded_plans_compute_their_collective(rng, name, n):
+    plan = load_plan(PLANS[name](n))
     assert plan["world_size"] == n
     check_with_numpy(plan, rng, "max" if n == 3 else "sum")
 
@@ -107,15 +96,6 @@ def test_protocols_and_channels_map_as_documented():
     ring = load_plan(xml.ring_allreduce(4, "Simple", instances=3))
     assert all(len(rank["threadblocks"]) == 3 for rank in ring["ranks"])  # one per instance and channel
     assert ring["buffers"]["input"]["chunks_per_block"] == 12
-
-
-@contextlib.contextmanager
-def registered(plan, name, **kwargs):
-    jm.register_algorithm(plan, name=name, **kwargs)
-    try:
-        yield name
-    finally:
-        jm.unregister_algorithm(name)
 
 
 @pytest.mark.parametrize("source", [

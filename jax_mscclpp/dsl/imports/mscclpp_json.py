@@ -237,41 +237,39 @@ class _Translation:
                 for index, op in enumerate(_field(tb, "ops", self.plan_in.where(rank, tb_index), list)):
                     yield rank, tb_index, tb, index, op
 
+    def _packet_chunks(self, positions: dict[str, slice], key: str):
+        """(rank, thread block, where, ref, chunk) for every chunk of the packet references that the ops listed
+        in ``positions`` (op name -> positions in ``key``) name."""
+        for rank, tb_index, tb, index, op in self._ops():
+            name = op.get("name")
+            if name in positions:
+                where = self.plan_in.where(rank, tb_index, index, name)
+                for ref in self._refs(rank, tb_index, tb, op, key, where)[positions[name]]:
+                    for chunk in range(ref.index, ref.index + ref.count):
+                        yield rank, tb_index, where, ref, chunk
+
     def _packet_readers(self) -> dict[tuple[int, int], int]:
         """(rank, scratch chunk) -> the thread block that unpacks it."""
         readers: dict[tuple[int, int], int] = {}
-        for rank, tb_index, tb, index, op in self._ops():
-            name = op.get("name")
-            if name not in _PACKET_SOURCES:
-                continue
-            where = self.plan_in.where(rank, tb_index, index, name)
-            for ref in self._refs(rank, tb_index, tb, op, "src_buff", where)[_PACKET_SOURCES[name]]:
-                if ref.buffer != "scratch" or ref.remote:
-                    raise PlanImportError(where, "src_buff", "packets are read from the local scratch only")
-                for chunk in range(ref.index, ref.index + ref.count):
-                    other = readers.setdefault((rank, chunk), tb_index)
-                    if other != tb_index:
-                        raise PlanImportError(where, "src_buff", f"scratch chunk {chunk} is unpacked by thread "
-                                                                 f"blocks {other} and {tb_index}: our packets have "
-                                                                 "one reader")
+        for rank, tb_index, where, ref, chunk in self._packet_chunks(_PACKET_SOURCES, "src_buff"):
+            if ref.buffer != "scratch" or ref.remote:
+                raise PlanImportError(where, "src_buff", "packets are read from the local scratch only")
+            other = readers.setdefault((rank, chunk), tb_index)
+            if other != tb_index:
+                raise PlanImportError(where, "src_buff", f"scratch chunk {chunk} is unpacked by thread blocks "
+                                                         f"{other} and {tb_index}: our packets have one reader")
         return readers
 
     def _packet_writers(self) -> dict[tuple[int, int], tuple[int, int]]:
         """(rank, scratch chunk) -> (rank, thread block) that writes packets into it."""
         writers: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, tb_index, tb, index, op in self._ops():
-            name = op.get("name")
-            if name not in _PACKET_DESTINATIONS:
-                continue
-            where = self.plan_in.where(rank, tb_index, index, name)
-            for ref in self._refs(rank, tb_index, tb, op, "dst_buff", where)[_PACKET_DESTINATIONS[name]]:
-                for chunk in range(ref.index, ref.index + ref.count):
-                    if (ref.rank, chunk) not in self.readers:
-                        raise PlanImportError(where, "dst_buff", f"no thread block of gpu {ref.rank} unpacks the "
-                                                                 f"packets written into its scratch chunk {chunk}")
-                    if writers.setdefault((ref.rank, chunk), (rank, tb_index)) != (rank, tb_index):
-                        raise PlanImportError(where, "dst_buff", f"scratch chunk {chunk} of gpu {ref.rank} receives "
-                                                                 "packets from two thread blocks")
+        for rank, tb_index, where, ref, chunk in self._packet_chunks(_PACKET_DESTINATIONS, "dst_buff"):
+            if (ref.rank, chunk) not in self.readers:
+                raise PlanImportError(where, "dst_buff", f"no thread block of gpu {ref.rank} unpacks the packets "
+                                                         f"written into its scratch chunk {chunk}")
+            if writers.setdefault((ref.rank, chunk), (rank, tb_index)) != (rank, tb_index):
+                raise PlanImportError(where, "dst_buff", f"scratch chunk {chunk} of gpu {ref.rank} receives packets "
+                                                         "from two thread blocks")
         return writers
 
     def _temp_total(self, rank: int) -> int:

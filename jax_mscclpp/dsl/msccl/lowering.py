@@ -36,8 +36,10 @@ from ..program import Program
 from .buffers import Buffer
 from .dag import REDUCE
 from .errors import program_error
-from .program import PROTOCOLS
 from .schedule import LOCAL, RECV, SEND
+
+# MSCCLang protocol -> protocol of the plan's memory channels (PLAN.md, "Channels").
+PROTOCOLS = {"Simple": "HB", "LL": "LL", "LL128": "LL"}
 
 # A place in the plan's buffers: (buffer name, chunk index), of the rank that owns the version.
 Place = tuple

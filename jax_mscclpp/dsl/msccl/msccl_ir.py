@@ -79,7 +79,7 @@ def to_xml(prog) -> str:
         blocks.append([block for _, block in ordered])
     for rank_blocks in blocks:
         _expand_dependencies(rank_blocks, prog.dependence_nop)
-    return _write(prog, blocks, max_channels)
+    return _write(prog, blocks)
 
 
 def _refs(instruction):
@@ -142,7 +142,7 @@ def _expand_dependencies(blocks: list[_Block], dependence_nop: bool) -> None:
             step.index = index
 
 
-def _write(prog, blocks: list[list[_Block]], max_channels: int) -> str:
+def _write(prog, blocks: list[list[_Block]]) -> str:
     sizes: dict[tuple, int] = {}
     for rank, rank_blocks in enumerate(blocks):
         for block in rank_blocks:
@@ -159,7 +159,7 @@ def _write(prog, blocks: list[list[_Block]], max_channels: int) -> str:
     algo = ET.Element("algo")
     algo.set("name", prog.name)
     algo.set("proto", prog.protocol)
-    algo.set("nchannels", str(max_channels if any(blocks) else 0))
+    algo.set("nchannels", str(max([0] + [block.channel + 1 for rank_blocks in blocks for block in rank_blocks])))
     algo.set("nchunksperloop", str(max([0] + [max(sizes.get((rank, input_code), 0), sizes.get((rank, output_code), 0))
                                               for rank in range(len(blocks))])))
     algo.set("ngpus", str(len(blocks)))

@@ -23,11 +23,8 @@ from ..errors import VerificationError
 from .buffers import is_scratch
 from .dag import ChunkDAG
 from .errors import program_error
+from .lowering import PROTOCOLS
 from .refs import Ref
-
-# MSCCLang protocol -> protocol of the plan's memory channels (PLAN.md, "Channels").
-PROTOCOLS = {"Simple": "HB", "LL": "LL", "LL128": "LL"}
-
 
 class ThreadblockPolicy(enum.Enum):
     """``auto``: the scheduler places instructions on thread blocks; ``manual``: every transfer names its sender

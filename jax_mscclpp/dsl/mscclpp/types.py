@@ -5,25 +5,38 @@ from __future__ import annotations
 
 from enum import Enum
 
-from .utils import ReplicationPolicy
+
+class _Named(Enum):
+    """An enumeration whose members print as their values, as MSCCL++'s do."""
+
+    def __str__(self):
+        return self.value
 
 
-class BufferType(Enum):
+class ReplicationPolicy(_Named):
+    """How ``instances`` copies of a program share the buffers. Every policy lowers to our replication
+    (PLAN.md, "How lowering builds a plan": instance i takes its own chunks of every block, thread blocks and
+    channels), which computes the same collective; the chunk order inside a block may differ from MSCCL++'s."""
+
+    duplicated = "duplicated"
+    interleaved = "interleaved"
+    packed = "packed"
+    none = "none"
+
+
+class BufferType(_Named):
     """A rank's buffers. The chunk API calls this ``Buffer`` (``buffer.py``)."""
 
     input = "i"
     output = "o"
     scratch = "s"
 
-    def __str__(self):
-        return self.value
-
 
 # Our plan's name of each buffer.
 PLAN_BUFFER = {BufferType.input: "input", BufferType.output: "output", BufferType.scratch: "scratch"}
 
 
-class ChannelType(Enum):
+class ChannelType(_Named):
     """Channel kinds. ``nvls`` (the chunk API's name) is ``switch``; ``proxy`` and ``sm`` are the old names of
     ``port`` and ``memory``."""
 
@@ -35,19 +48,13 @@ class ChannelType(Enum):
     proxy = "port"
     sm = "memory"
 
-    def __str__(self):
-        return self.value
 
-
-class DataFormat(Enum):
+class DataFormat(_Named):
     raw = "raw"
     packet = "packet"
 
-    def __str__(self):
-        return self.value
 
-
-class SyncType(Enum):
+class SyncType(_Named):
     """Where the thread block synchronizes around a signal or wait. Our lowering places thread block barriers
     itself (PLAN.md, "Barriers"), so the value is accepted and has no effect."""
 
@@ -56,20 +63,14 @@ class SyncType(Enum):
     after = "after"
     both = "both"
 
-    def __str__(self):
-        return self.value
 
-
-class ReduceOperationType(Enum):
+class ReduceOperationType(_Named):
     """The reduction of a reduce call. A plan names no reduction (each call brings its own), so only ``sum``, the
     default, is accepted: the call's ``op`` decides."""
 
     sum = "sum"
     min = "min"
     max = "max"
-
-    def __str__(self):
-        return self.value
 
 
 __all__ = ["BufferType", "ChannelType", "DataFormat", "ReduceOperationType", "ReplicationPolicy", "SyncType"]

@@ -3,23 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from enum import Enum
+
+from .types import ReplicationPolicy
 
 __all__ = ["AlgoSpec", "ReplicationPolicy"]
-
-
-class ReplicationPolicy(Enum):
-    """How ``instances`` copies of a program share the buffers. Every policy lowers to our replication
-    (PLAN.md, "How lowering builds a plan": instance i takes its own chunks of every block, thread blocks and
-    channels), which computes the same collective; the chunk order inside a block may differ from MSCCL++'s."""
-
-    duplicated = "duplicated"
-    interleaved = "interleaved"
-    packed = "packed"
-    none = "none"
-
-    def __str__(self):
-        return self.value
 
 
 @dataclasses.dataclass(frozen=True)
