@@ -29,18 +29,6 @@ ncclResult_t null_argument(const char* function, const char* argument) {
   return fail(ncclInvalidArgument, std::string(function) + ": " + argument + " is NULL");
 }
 
-// One of ours whose setup completed with our runtime's communicator; null for any other.
-OurCommunicator* with_runtime(ncclComm_t comm) {
-  OurCommunicator* ours = our_communicator(comm);
-  return ours != nullptr && setup_state(ours) == ncclSuccess && ours->runtime != nullptr ? ours : nullptr;
-}
-
-// A query of a communicator of ours with a runtime and no real communicator, answered here.
-OurCommunicator* runtime_only(ncclComm_t comm) {
-  OurCommunicator* ours = with_runtime(comm);
-  return ours != nullptr && ours->real == nullptr ? ours : nullptr;
-}
-
 // Destroy and abort: a communicator whose setup still runs elsewhere is let go (our_runtime.h,
 // release_pending_setup); else the real library frees the communicator it made (if there is one); ours goes once
 // that succeeded (on failure the caller still holds a valid handle, to retry or abort), our runtime's part with it
@@ -394,7 +382,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, voi
         forward_to_real<decltype(&ncclCommRegister)>(ApiFunction::ncclCommRegister, comm, buff, size, &real_handle) !=
             ncclSuccess)
       real_handle = nullptr;  // NVIDIA's calls on this buffer then run unregistered, as they may
-    RegisteredRange* range = make_registered_range(buff, size, real_handle);
+    RegisteredRange* range = make_registered_range(buff, size, runtime_nranks(ours), real_handle);
     if (range == nullptr) return fail(ncclSystemError, "ncclCommRegister: out of host memory");
     *handle = range;
     clear_last_error();
@@ -431,7 +419,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, voi
                                      ApiFunction::ncclCommWindowRegister, comm, buff, size, &real_window,
                                      winFlags) != ncclSuccess)
       real_window = nullptr;
-    RegisteredRange* range = make_registered_range(buff, size, real_window);
+    RegisteredRange* range = make_registered_range(buff, size, runtime_nranks(ours), real_window);
     if (range == nullptr) return fail(ncclSystemError, "ncclCommWindowRegister: out of host memory");
     // In a group, range->window is set at the outermost ncclGroupEnd (our_runtime.h).
     if (const ncclResult_t registered = register_window(ours, buff, size, &range->window);
@@ -481,6 +469,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWind
 
 #define JAX_MSCCLPP_NCCL_ALIAS_FORWARD(return_type, name, parameters)
 #define JAX_MSCCLPP_NCCL_ALIAS_OPERATION(return_type, name, parameters)
+#define JAX_MSCCLPP_NCCL_ALIAS_DEVICE_API(return_type, name, parameters)
 #define JAX_MSCCLPP_NCCL_ALIAS_CUSTOM(return_type, name, parameters) \
   JAX_MSCCLPP_NCCL_ALIAS(return_type, name, parameters)
 #define JAX_MSCCLPP_NCCL_FUNCTION(kind, return_type, name, parameters, arguments) \

@@ -11,6 +11,7 @@ using namespace jax_mscclpp::nccl;
 
 #define JAX_MSCCLPP_NCCL_DEFINE_OPERATION(return_type, name, parameters, arguments)
 #define JAX_MSCCLPP_NCCL_DEFINE_CUSTOM(return_type, name, parameters, arguments)
+#define JAX_MSCCLPP_NCCL_DEFINE_DEVICE_API(return_type, name, parameters, arguments)
 
 // (a, b) -> , a, b and () -> nothing: the arguments after the function's id.
 #define JAX_MSCCLPP_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__

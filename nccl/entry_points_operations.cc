@@ -131,6 +131,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t
 
 #define JAX_MSCCLPP_NCCL_ALIAS_FORWARD(return_type, name, parameters)
 #define JAX_MSCCLPP_NCCL_ALIAS_CUSTOM(return_type, name, parameters)
+#define JAX_MSCCLPP_NCCL_ALIAS_DEVICE_API(return_type, name, parameters)
 #define JAX_MSCCLPP_NCCL_ALIAS_OPERATION(return_type, name, parameters) \
   JAX_MSCCLPP_NCCL_ALIAS(return_type, name, parameters)
 #define JAX_MSCCLPP_NCCL_FUNCTION(kind, return_type, name, parameters, arguments) \

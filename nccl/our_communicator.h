@@ -50,6 +50,16 @@ ncclComm_t real_communicator(ncclComm_t comm);
 inline ncclResult_t setup_state(const OurCommunicator* ours) {
   return static_cast<ncclResult_t>(ours->setup.load(std::memory_order_acquire));
 }
+// One of ours whose setup completed with our runtime's communicator; null for any other.
+inline OurCommunicator* with_runtime(ncclComm_t comm) {
+  OurCommunicator* ours = our_communicator(comm);
+  return ours != nullptr && setup_state(ours) == ncclSuccess && ours->runtime != nullptr ? ours : nullptr;
+}
+// One of ours with our runtime's communicator and no real one (its queries are answered here); null for any other.
+inline OurCommunicator* runtime_only(ncclComm_t comm) {
+  OurCommunicator* ours = with_runtime(comm);
+  return ours != nullptr && ours->real == nullptr ? ours : nullptr;
+}
 // Frees one of ours (after the real library destroyed what it wraps); its magic is cleared first.
 void release_our_communicator(OurCommunicator* ours);
 

@@ -10,31 +10,30 @@
 // without a real one answers ncclWinGetUserPtr here; the device API's calls on it are ncclInvalidUsage naming the
 // call.
 //
-// Handles are ours when they begin with kRegisteredRangeMagic and their own address, as communicators
-// (our_communicator.h).
+// A handle is ours when this process's registry of live ranges holds it: it is never read to find out. NVIDIA's
+// handles are opaque and need not be readable from the host (a window of NVIDIA's NCCL is an address in its
+// device-side window pool), so any handle the registry does not hold passes to NVIDIA's library untouched.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 
 #include "jax_mscclpp_nccl/nccl_api.h"
 
 namespace jax_mscclpp::nccl {
 
-constexpr std::uint64_t kRegisteredRangeMagic = 0x4745'5252'4353'4D4AULL;  // bytes "JMSCRREG" in memory order
-
 struct RegisteredRange {
-  std::uint64_t magic;
-  const RegisteredRange* self;
   void* buffer;
   size_t bytes;
+  int nranks;    // the communicator's size (the device API's peer checks, entry_points_device_api.cc)
   void* real;    // the real communicator's handle (a registration handle, or an ncclWindow_t), or null
   void* window;  // a window's record in our runtime (register_window), or null
 };
 
-RegisteredRange* make_registered_range(void* buffer, size_t bytes, void* real, void* window = nullptr);
-// The range behind `handle`, or null when it is not ours.
+// A new range, entered into the registry; null when memory runs out.
+RegisteredRange* make_registered_range(void* buffer, size_t bytes, int nranks, void* real);
+// The range behind `handle`, or null when the registry does not hold it (null, NVIDIA's, or released). Thread-safe.
 RegisteredRange* registered_range(const void* handle);
+// Removes the range from the registry, then frees it.
 void release_registered_range(RegisteredRange* range);
 
 }  // namespace jax_mscclpp::nccl

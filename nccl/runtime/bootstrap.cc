@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -131,33 +132,99 @@ struct RoundsAnsweredAtExit {
   }
 } rounds_answered_at_exit;
 
+// How long an accepted connection may take to say which rank it is (at most the process's timeout): a rank sends
+// its hello as soon as it connects, so this bounds only what never speaks.
+constexpr double kHelloSeconds = 5.0;
+
+// A connection accepted and not yet identified: its hello's bytes so far, and until when the rest may come.
+struct Newcomer {
+  int fd;
+  Hello hello;
+  size_t received;
+  Clock::time_point deadline;
+};
+
+// Whether a complete hello is one of this root's ranks, consistent with those already in `ranks` (empty before the
+// first: it sets the world size).
+bool accepted_hello(const Hello& hello, uint64_t nonce, const std::vector<int>& ranks) {
+  if (hello.magic != kHelloMagic || hello.nonce != nonce || hello.nranks <= 0 || hello.rank < 0 ||
+      hello.rank >= hello.nranks)
+    return false;
+  if (ranks.empty()) return true;
+  return hello.nranks == static_cast<int>(ranks.size()) && ranks[hello.rank] < 0;
+}
+
+// The accept phase: every rank's socket in rank order, or none (those that came are closed, failing their rounds)
+// when the process's timeout ends first. Connections are served concurrently: one that sends nothing, or part of a hello, holds up no
+// other, and is dropped at its own deadline (kHelloSeconds) or when every rank is there; one whose hello is not a
+// rank of this root (another nonce or protocol, a world size that differs, a rank already taken) is dropped at once.
+std::vector<int> accept_ranks(int listener, uint64_t nonce) {
+  std::vector<int> ranks;  // socket per rank, -1 while not connected; empty until the first hello says the size
+  int connected = 0;
+  std::vector<Newcomer> newcomers;
+  const auto deadline = deadline_from_now();
+  const auto hello_allowance =
+      std::chrono::milliseconds(static_cast<int64_t>(std::min(timeout_seconds(), kHelloSeconds) * 1000.0));
+  while (ranks.empty() || connected < static_cast<int>(ranks.size())) {
+    auto wake = deadline;
+    for (const Newcomer& n : newcomers) wake = std::min(wake, n.deadline);
+    std::vector<pollfd> watched{{listener, POLLIN, 0}};
+    for (const Newcomer& n : newcomers) watched.push_back({n.fd, POLLIN, 0});
+    const int ready = ::poll(watched.data(), watched.size(), milliseconds_left(wake));
+    if (ready < 0 && errno != EINTR) break;
+    const auto now = Clock::now();
+    // The newcomers first (their indices match `watched` from 1), then the listener, which may add one.
+    std::vector<Newcomer> still_waiting;
+    for (size_t i = 0; i < newcomers.size(); ++i) {
+      Newcomer& n = newcomers[i];
+      if (ready > 0 && (watched[i + 1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        const ssize_t got = ::recv(n.fd, reinterpret_cast<char*>(&n.hello) + n.received, sizeof(Hello) - n.received, 0);
+        if (got <= 0 && !(got < 0 && (errno == EINTR || errno == EAGAIN))) {
+          ::close(n.fd);
+          continue;
+        }
+        if (got > 0) n.received += static_cast<size_t>(got);
+      }
+      if (n.received == sizeof(Hello)) {
+        if (!accepted_hello(n.hello, nonce, ranks)) {
+          ::close(n.fd);
+          continue;
+        }
+        if (ranks.empty()) ranks.assign(n.hello.nranks, -1);
+        const int one = 1;
+        ::setsockopt(n.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        ranks[n.hello.rank] = n.fd;
+        ++connected;
+        continue;
+      }
+      if (now >= n.deadline) {
+        ::close(n.fd);
+        continue;
+      }
+      still_waiting.push_back(n);
+    }
+    newcomers.swap(still_waiting);
+    if (ready > 0 && (watched[0].revents & POLLIN) != 0) {
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) newcomers.push_back({fd, Hello{}, 0, now + hello_allowance});
+    }
+    if (now >= deadline) break;
+  }
+  for (const Newcomer& n : newcomers) ::close(n.fd);
+  if (ranks.empty() || connected < static_cast<int>(ranks.size())) {
+    for (int fd : ranks)
+      if (fd >= 0) ::close(fd);
+    return {};
+  }
+  return ranks;
+}
+
 // The root's thread: accepts the ranks, then serves all-gather rounds until one of them leaves.
 void serve(int listener, uint64_t nonce) {
-  std::vector<int> ranks;  // socket per rank, -1 while not connected
-  int nranks = -1, connected = 0;
-  const auto deadline = deadline_from_now();
-  while (nranks < 0 || connected < nranks) {
-    if (!wait_for(listener, POLLIN, deadline)) break;
-    const int fd = ::accept(listener, nullptr, nullptr);
-    if (fd < 0) continue;
-    Hello hello{};
-    if (!receive_all(fd, &hello, sizeof(hello), deadline) || hello.magic != kHelloMagic || hello.nonce != nonce ||
-        hello.nranks <= 0 || hello.rank < 0 || hello.rank >= hello.nranks ||
-        (nranks >= 0 && hello.nranks != nranks) || (nranks >= 0 && ranks[hello.rank] >= 0)) {
-      ::close(fd);
-      continue;
-    }
-    if (nranks < 0) {
-      nranks = hello.nranks;
-      ranks.assign(nranks, -1);
-    }
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    ranks[hello.rank] = fd;
-    ++connected;
-  }
+  std::vector<int> ranks = accept_ranks(listener, nonce);
+  const int nranks = static_cast<int>(ranks.size());
   ::close(listener);
-  bool serving = nranks > 0 && connected == nranks;
+  bool serving = nranks > 0;
   std::vector<std::string> frames(serving ? nranks : 0);
   while (serving) {
     // A round: every rank's frame (without a deadline for the first, which may come much later), then all to all.

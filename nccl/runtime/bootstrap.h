@@ -3,10 +3,11 @@
 // The process that makes an id (ncclGetUniqueId) starts a root: a listening socket and one thread serving it. Every
 // rank of the communicator connects to the root (BootstrapClient), says which rank it is, and then takes part in
 // rounds of all-gather: in round k every rank sends one frame of bytes, and once all have, the root sends every rank
-// all frames in rank order. Every rank must make the same sequence of all_gather calls (setup, splits, the barrier
-// before destruction); a rank that sends none within the process's timeout (runtime_settings.h) fails every rank's
-// pending all_gather with an error naming the ranks missing. The root's thread ends when any rank disconnects or a
-// round times out; it holds no state another communicator shares.
+// all frames in rank order. The root serves the connections it accepts at once: one that never says which rank it
+// is, or says something else, is dropped without holding up the ranks. Every rank must make the same sequence of
+// all_gather calls (setup, splits, the barrier before destruction); a rank that sends none within the process's
+// timeout (runtime_settings.h) fails every rank's pending all_gather with an error naming the ranks missing. The
+// root's thread ends when any rank disconnects or a round times out; it holds no state another communicator shares.
 #pragma once
 
 #include <atomic>

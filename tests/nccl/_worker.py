@@ -162,6 +162,48 @@ def pass_through() -> dict:
     return out
 
 
+class Team(ctypes.Structure):
+    _fields_ = [("nRanks", ctypes.c_int), ("rank", ctypes.c_int), ("stride", ctypes.c_int)]
+
+
+def nvidia_device_api() -> dict:
+    """Windows and the device API's host functions on a communicator that is NVIDIA's (made from the real library's
+    id, our runtime off). The stand-in's window handle cannot be read from the host, as NVIDIA's (an address in its
+    device-side pool) need not be: every window call must reach the stand-in with that handle, unread."""
+    ours = load(os.environ["OUR_NCCL"])
+    ours.ncclCommWindowRegister.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                            ctypes.c_int]
+    ours.ncclWinGetUserPtr.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    ours.ncclGetLsaDevicePointer.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+    ours.ncclGetMultimemDevicePointer.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]
+    ours.ncclCommWindowDeregister.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    ours.ncclTeamLsa.argtypes, ours.ncclTeamLsa.restype = [ctypes.c_void_p], Team
+    ours.ncclTeamRankToLsa.argtypes = [ctypes.c_void_p, Team, ctypes.c_int]
+    view = stand_in_view(os.environ["JAX_MSCCLPP_REAL_NCCL"])
+    uid = UniqueId()
+    comm = ctypes.c_void_p()
+    out: dict = {"init": (ours.ncclGetUniqueId(ctypes.byref(uid)), ours.ncclCommInitRank(ctypes.byref(comm), 6, uid, 4))}
+    real_comm = ours.jax_mscclpp_nccl_real_communicator(comm)
+    buffer = ctypes.create_string_buffer(256)
+    window, user, device = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    out["register"] = ours.ncclCommWindowRegister(comm, buffer, 256, ctypes.byref(window), 0)
+    out["register_saw_real"] = view.stand_in_last_comm() == real_comm
+    out["user_ptr"] = (ours.ncclWinGetUserPtr(comm, window, ctypes.byref(user)), user.value == ctypes.addressof(buffer))
+    out["lsa_pointer"] = (ours.ncclGetLsaDevicePointer(window, 16, 1, ctypes.byref(device)),
+                          device.value - ctypes.addressof(buffer))
+    out["multimem_pointer"] = (ours.ncclGetMultimemDevicePointer(window, 40, ctypes.c_void_p(0x10000),
+                                                                 ctypes.byref(device)), device.value)
+    team = ours.ncclTeamLsa(comm)
+    out["team_lsa"] = (team.nRanks, team.rank, team.stride, view.stand_in_last_comm() == real_comm)
+    out["rank_to_lsa"] = ours.ncclTeamRankToLsa(comm, team, 2)
+    out["calc_slots"] = ours.ncclLLA2ACalcSlots(5, 9)
+    out["deregister"] = ours.ncclCommWindowDeregister(comm, window)
+    out["deregister_saw_real"] = view.stand_in_last_comm() == real_comm
+    out["destroy"] = ours.ncclCommDestroy(comm)
+    out["calls"] = view.stand_in_calls().decode().split(";")
+    return out
+
+
 def concurrent_first_calls() -> dict:
     """Threads whose first calls race: the real library opens once and every call is answered."""
     ours = load(os.environ["OUR_NCCL"])
@@ -424,7 +466,7 @@ def buffers_without_gpu() -> dict:
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (pass_through, our_runtime, concurrent_first_calls, no_real_nccl, lifecycle_rank,
+SCENARIOS = {f.__name__: f for f in (pass_through, nvidia_device_api, our_runtime, concurrent_first_calls, no_real_nccl, lifecycle_rank,
                                      group_inits, simulate_end, buffers_without_gpu,
                                      enable_after_devices, enable_beside_other_nccl, enable_before_devices,
                                      enable_without_real_nccl, startup_variable, startup_without_variable)}

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef int result_t; /* ncclResult_t */
 
@@ -197,4 +198,80 @@ const char* ncclGetErrorString(result_t result) {
 const char* ncclGetLastError(void* comm) {
   last_comm = comm;
   return last_error_text;
+}
+
+/* Windows: NVIDIA's ncclWindow_t is an address in its device-side window pool, not readable from the host. The
+   stand-in's is an address of a page that cannot be read at all (PROT_NONE), so that reading it crashes. */
+static void* unreadable_window;
+static void* window_buffer;
+
+static void* unreadable_page(void) {
+  if (unreadable_window == NULL) {
+    void* page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unreadable_window = page == MAP_FAILED ? NULL : page;
+  }
+  return unreadable_window;
+}
+
+static void record_window_call(const char* function, void* comm, void* window) {
+  char line[128];
+  snprintf(line, sizeof(line), "%s(window=%s)", function, window == unreadable_window ? "stand-in's" : "other");
+  record(line);
+  last_comm = comm;
+}
+
+result_t ncclCommWindowRegister(void* comm, void* buff, size_t size, void** win, int flags) {
+  (void)size;
+  (void)flags;
+  *win = unreadable_page();
+  window_buffer = buff;
+  record_window_call("ncclCommWindowRegister", comm, *win);
+  return *win == NULL ? 2 : 0;
+}
+
+result_t ncclWinGetUserPtr(void* comm, void* win, void** user_ptr) {
+  record_window_call("ncclWinGetUserPtr", comm, win);
+  *user_ptr = win == unreadable_window ? window_buffer : NULL;
+  return 0;
+}
+
+result_t ncclGetLsaDevicePointer(void* win, size_t offset, int lsa_rank, void** out) {
+  record_window_call("ncclGetLsaDevicePointer", NULL, win);
+  *out = (char*)window_buffer + offset + (size_t)lsa_rank;
+  return 0;
+}
+
+result_t ncclCommWindowDeregister(void* comm, void* win) {
+  record_window_call("ncclCommWindowDeregister", comm, win);
+  return 0;
+}
+
+/* Host functions of the device API: the teams of the stand-in's communicator, from what it was given. */
+typedef struct {
+  int nRanks, rank, stride;
+} team_t;
+
+team_t ncclTeamLsa(void* comm) {
+  struct stand_in_comm* made = comm;
+  team_t team = {made->nranks, made->rank, 3};
+  record("ncclTeamLsa");
+  last_comm = comm;
+  return team;
+}
+
+int ncclTeamRankToLsa(void* comm, team_t team, int rank) {
+  record("ncclTeamRankToLsa");
+  last_comm = comm;
+  return 100 * team.nRanks + 10 * team.stride + rank;
+}
+
+result_t ncclGetMultimemDevicePointer(void* win, size_t offset, void* multimem_base, void** out) {
+  record_window_call("ncclGetMultimemDevicePointer", NULL, win);
+  *out = (char*)multimem_base + offset;
+  return 0;
+}
+
+int ncclLLA2ACalcSlots(int max_elements, int max_element_size) {
+  record("ncclLLA2ACalcSlots");
+  return max_elements * ((max_element_size + 7) / 8);
 }

@@ -1,9 +1,13 @@
 """The NCCL-API library's rendezvous (nccl/runtime/bootstrap.h) and unique id, through the GPU tests' harness
 module (the CUDA build; no GPU needed): ranks meet at a root and all-gather rounds of bytes in rank order; a rank
 that never comes fails every other rank's round within the timeout, with an error naming the round and the rank;
-a client of another nonce is refused; our id round-trips and the real library's is never taken for ours."""
+a client of another nonce is refused, and connections that never say who they are (or say it wrongly) neither hold
+up nor take the place of the ranks; our id round-trips and the real library's is never taken for ours."""
 
+import socket
+import struct
 import threading
+import time
 
 import pytest
 
@@ -51,6 +55,38 @@ def test_a_missing_rank_fails_the_others_within_the_timeout(harness, two_second_
         assert isinstance(results[r], RuntimeError), results[r]
         message = str(results[r])
         assert "a test round" in message and f"rank {r} of 3" in message and "did not hear from every rank" in message
+
+
+def connect_to(root) -> socket.socket:
+    """A plain TCP connection to the root (its address and port come in network byte order)."""
+    ipv4, port, _ = root
+    address = socket.inet_ntoa(struct.pack("=I", ipv4))
+    return socket.create_connection((address, struct.unpack(">H", struct.pack("=H", port))[0]), timeout=10)
+
+
+@pytest.fixture
+def five_second_timeout(harness):
+    before = harness.timeout_seconds()
+    harness.set_timeout_seconds(5.0)
+    yield
+    harness.set_timeout_seconds(before)
+
+
+def test_silent_and_foreign_connections_do_not_hold_up_the_ranks(harness, five_second_timeout):
+    root = harness.bootstrap_root()
+    silent = connect_to(root)  # connects first and never sends a byte
+    half = connect_to(root)
+    half.sendall(b"JMNB")  # the start of a hello, never finished
+    foreign = connect_to(root)
+    foreign.sendall(bytes(range(24)))  # a whole hello-sized message of another protocol
+    start = time.monotonic()
+    results = run_ranks(harness, root, 3, 2)
+    elapsed = time.monotonic() - start
+    for r in range(3):
+        assert results[r] == [[f"rank {q} round {k}".encode() * (q + 1) for q in range(3)] for k in range(2)]
+    assert elapsed < 2.5, f"the ranks waited {elapsed:.1f} s behind connections that never said who they are"
+    for connection in (silent, half, foreign):
+        connection.close()
 
 
 def test_our_unique_id(harness):

@@ -148,3 +148,32 @@ def test_without_variable_the_wheel_beside_the_package_is_looked_for(our_library
     assert "found no real NCCL to forward to" in r["last_error"]
     assert "nvidia/nccl/lib/libnccl.so.2" in r["last_error"]
     assert "set JAX_MSCCLPP_REAL_NCCL" in r["last_error"]
+
+
+@pytest.fixture(scope="module")
+def nvidia_device_api(our_library, stand_in):
+    return run_worker("nvidia_device_api", stand_in, extra_env={"OUR_NCCL": our_library})
+
+
+def test_windows_of_nvidias_communicators_pass_unread(nvidia_device_api):
+    r = nvidia_device_api
+    assert r["init"] == [NCCL_SUCCESS, NCCL_SUCCESS]
+    assert r["register"] == NCCL_SUCCESS and r["register_saw_real"]
+    assert r["user_ptr"] == [NCCL_SUCCESS, True]
+    assert r["lsa_pointer"] == [NCCL_SUCCESS, 17]
+    assert r["multimem_pointer"] == [NCCL_SUCCESS, 0x10000 + 40]
+    assert r["deregister"] == NCCL_SUCCESS and r["deregister_saw_real"]
+    assert r["destroy"] == NCCL_SUCCESS
+    window_calls = [call for call in r["calls"] if "(window=" in call]
+    assert window_calls == [f"{name}(window=stand-in's)" for name in (
+        "ncclCommWindowRegister", "ncclWinGetUserPtr", "ncclGetLsaDevicePointer", "ncclGetMultimemDevicePointer",
+        "ncclCommWindowDeregister")]
+
+
+def test_device_api_host_functions_go_to_nvidias_library(nvidia_device_api):
+    r = nvidia_device_api
+    # The stand-in's LSA team of rank 4 of 6 (stride 3), from the real communicator it was given, by value.
+    assert r["team_lsa"] == [6, 4, 3, True]
+    assert r["rank_to_lsa"] == 100 * 6 + 10 * 3 + 2
+    assert r["calc_slots"] == 5 * 2
+    assert {"ncclTeamLsa", "ncclTeamRankToLsa", "ncclLLA2ACalcSlots"} <= set(r["calls"])

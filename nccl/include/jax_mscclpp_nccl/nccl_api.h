@@ -3,12 +3,14 @@
 // ncclUniqueId and the order of ncclConfig_t's members are the ABI: they must equal the real library's.
 //
 // CUDA's types are declared opaquely (a stream is a pointer to CUDA's opaque stream struct), so this header and
-// the library need no CUDA headers. The device API's types that the exported host functions take
-// (ncclDevComm_t, ncclDevCommRequirements_t, ncclCommProperties_t) are incomplete here: this library only passes
-// pointers to them through.
+// the library need no CUDA headers. Of the device API's types that the exported host functions take (NCCL's
+// nccl_device/*.h), those passed by value (ncclTeam_t, ncclMultimemHandle_t) and the one this library fills for a
+// communicator of its runtime alone (ncclCommProperties_t) are complete, with NCCL's layout; the others are
+// incomplete here: this library only passes pointers to them through.
 #pragma once
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,7 +35,54 @@ typedef struct ncclWindow_vidmem* ncclWindow_t;
 typedef struct ncclParamHandle* ncclParamHandle_t;
 typedef struct ncclDevComm ncclDevComm_t;
 typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
-typedef struct ncclCommProperties ncclCommProperties_t;
+typedef struct ncclDevResourceRequirements ncclDevResourceRequirements_t;
+typedef struct ncclLsaBarrierHandle ncclLsaBarrierHandle_t;
+typedef struct ncclGinBarrierHandle ncclGinBarrierHandle_t;
+typedef struct ncclLLA2AHandle ncclLLA2AHandle_t;
+typedef struct ncclGinOutboxHandle ncclGinOutboxHandle_t;
+typedef struct ncclGinInboxA2AHandle ncclGinInboxA2AHandle_t;
+
+// The magic word of NCCL's versioned structs (ncclConfig_t, ncclCommProperties_t, ...).
+#define JAX_MSCCLPP_NCCL_API_MAGIC 0xcafebeefu
+
+// A set of ranks of a communicator: ranks rank - k * stride .. of nRanks, this rank being `rank`.
+typedef struct ncclTeam {
+  int nRanks;
+  int rank;
+  int stride;
+} ncclTeam_t;
+
+// A team's multicast memory (NVLink SHARP): the base of its multicast mapping.
+typedef struct ncclMultimemHandle {
+  void* mcBasePtr;
+} ncclMultimemHandle_t;
+
+// Which GPU-initiated networking a communicator has (ncclCommProperties_t).
+typedef enum {
+  NCCL_GIN_TYPE_NONE = 0,
+  NCCL_GIN_TYPE_PROXY = 2,
+  NCCL_GIN_TYPE_GDAKI = 3,
+  NCCL_GIN_TYPE_GPI = 4
+} ncclGinType_t;
+
+// What ncclCommQueryProperties reports, versioned like ncclConfig_t: callers set size, magic and version
+// (NCCL_COMM_PROPERTIES_INITIALIZER); hostRmaSupport, ginType, railedGinType and nLsaTeams are reported to callers
+// of versions after 2.29.3.
+typedef struct ncclCommProperties {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int rank;
+  int nRanks;
+  int cudaDev;
+  int nvmlDev;
+  bool deviceApiSupport;
+  bool multimemSupport;
+  ncclGinType_t ginType;
+  int nLsaTeams;
+  bool hostRmaSupport;
+  ncclGinType_t railedGinType;
+} ncclCommProperties_t;
 
 // The id that ncclGetUniqueId makes on one rank and every rank of the new communicator passes to its init.
 enum { kNcclUniqueIdBytes = 128 };
@@ -102,7 +151,7 @@ typedef enum {
 // the API magic and `version` with the version code of the header they were built with, and leave what they do
 // not set at the "undefined" values below. The real library reads only the members that its version and `size`
 // say are there, so a config passes through this library unread and unchanged.
-#define JAX_MSCCLPP_NCCL_CONFIG_MAGIC 0xcafebeefu
+#define JAX_MSCCLPP_NCCL_CONFIG_MAGIC JAX_MSCCLPP_NCCL_API_MAGIC
 #define JAX_MSCCLPP_NCCL_CONFIG_UNDEFINED_INT INT_MIN
 #define JAX_MSCCLPP_NCCL_SPLIT_NO_COLOR (-1)
 typedef struct {
