@@ -10,21 +10,10 @@ from jax_mscclpp.dsl import run_plan, verify
 from jax_mscclpp.dsl.load_plan import load_plan
 from jax_mscclpp.dsl.msccl import PROTOCOLS
 from tests.dsl import msccl_programs as programs
+from tests.dsl.test_dsl_simulate import expected_outputs
 
 BLOCK_COUNTS = (1, 7, 33)
-
-
-def expected(collective, inputs, op):
-    """Each rank's output of ``collective`` over per-rank flat ``inputs``, in numpy."""
-    n = len(inputs)
-    reduced = {"sum": np.add, "max": np.maximum}[op].reduce(np.stack(inputs), axis=0)
-    if collective == "all_reduce":
-        return [reduced] * n
-    if collective == "all_gather":
-        return [np.concatenate(inputs)] * n
-    if collective == "reduce_scatter":
-        return np.split(reduced, n)
-    return [np.concatenate([np.split(inputs[b], n)[r] for b in range(n)]) for r in range(n)]
+REDUCTIONS = {"sum": np.add, "max": np.maximum}
 
 
 def assert_computes(plan, rng, dtype="float32", op="sum"):
@@ -35,7 +24,8 @@ def assert_computes(plan, rng, dtype="float32", op="sum"):
         else:
             inputs = [rng.integers(-1000, 1000, blocks * block_count).astype(dtype) for _ in range(plan["world_size"])]
         outputs = run_plan(plan, inputs, op)
-        for rank, (ours, reference) in enumerate(zip(outputs, expected(plan["collective"], inputs, op))):
+        wanted = expected_outputs(plan["collective"], inputs, REDUCTIONS[op])
+        for rank, (ours, reference) in enumerate(zip(outputs, wanted)):
             np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}")
 
 

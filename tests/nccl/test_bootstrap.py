@@ -41,14 +41,15 @@ def test_rounds_of_all_gather_in_rank_order(harness):
 
 
 @pytest.fixture
-def two_second_timeout(harness):
+def set_timeout(harness):
+    """set_timeout(seconds): the process's timeout for this test, restored after it."""
     before = harness.timeout_seconds()
-    harness.set_timeout_seconds(2.0)
-    yield
+    yield harness.set_timeout_seconds
     harness.set_timeout_seconds(before)
 
 
-def test_a_missing_rank_fails_the_others_within_the_timeout(harness, two_second_timeout):
+def test_a_missing_rank_fails_the_others_within_the_timeout(harness, set_timeout):
+    set_timeout(2.0)
     root = harness.bootstrap_root()
     results = run_ranks(harness, root, 3, 1, ranks=[0, 1])
     for r in (0, 1):
@@ -64,15 +65,8 @@ def connect_to(root) -> socket.socket:
     return socket.create_connection((address, struct.unpack(">H", struct.pack("=H", port))[0]), timeout=10)
 
 
-@pytest.fixture
-def five_second_timeout(harness):
-    before = harness.timeout_seconds()
-    harness.set_timeout_seconds(5.0)
-    yield
-    harness.set_timeout_seconds(before)
-
-
-def test_silent_and_foreign_connections_do_not_hold_up_the_ranks(harness, five_second_timeout):
+def test_silent_and_foreign_connections_do_not_hold_up_the_ranks(harness, set_timeout):
+    set_timeout(5.0)
     root = harness.bootstrap_root()
     silent = connect_to(root)  # connects first and never sends a byte
     half = connect_to(root)

@@ -4,7 +4,7 @@ its output must hold after (``check``), and, for in-place variants, which buffer
 
 ``chunk_factor`` is the number of chunks per block (the chunks each rank contributes, or receives per peer). The
 four standard collectives also name the plan collective they lower to (``plan_collective``); a custom collective
-(a subclass of ``Collective`` that overrides ``init_buffers`` and ``check``) has none: it traces, checks,
+(a subclass of ``Collective`` that overrides ``init_buffers`` and ``expected_output`` or ``check``) has none: it traces, checks,
 simulates and writes MSCCL-IR, but no plan can run it.
 """
 
@@ -19,6 +19,8 @@ class Collective:
 
     # The plan collective (PLAN.md) this one lowers to; None for custom collectives.
     plan_collective: str | None = None
+    # The collective's name in MSCCL-IR (``coll``).
+    name = "custom"
 
     def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool):
         if not isinstance(num_ranks, int) or num_ranks < 1:
@@ -28,15 +30,26 @@ class Collective:
         self.num_ranks = num_ranks
         self.chunk_factor = chunk_factor
         self.inplace = bool(inplace)
-        self.name = "custom"
 
     def init_buffers(self) -> list[dict]:
         """Per rank, ``{Buffer.input: [...], Buffer.output: [...]}``: the slots before the program runs."""
         raise NotImplementedError(f"{type(self).__name__} must define init_buffers")
 
     def check(self, prog) -> bool:
-        """Whether ``prog.buffers`` hold the collective's result; prints what is wrong."""
-        raise NotImplementedError(f"{type(self).__name__} must define check")
+        """Whether ``prog.buffers`` hold the collective's result (``expected_output``); prints what is wrong."""
+        correct = True
+        for rank in range(self.num_ranks):
+            for index, (buffer, slot), expected, what in self.expected_output(rank):
+                found = prog.buffers[rank][buffer][slot]
+                if found != expected:
+                    print(f"Rank {rank} chunk {index} is incorrect: expected {what}, found {found}")
+                    correct = False
+        return correct
+
+    def expected_output(self, rank: int):
+        """Per output chunk of ``rank``: (its index, the (buffer, index) it really is, the chunk it must hold, that
+        chunk in words). A custom collective defines this or overrides ``check``."""
+        raise NotImplementedError(f"{type(self).__name__} must define check or expected_output")
 
     def get_buffer_index(self, rank: int, buffer, index: int):
         """The (buffer, index) that ``buffer[index]`` of ``rank`` really is (in-place collectives alias one
@@ -44,22 +57,21 @@ class Collective:
         return buffer, index
 
 
-def _report(rank: int, index: int, expected: str, found) -> None:
-    print(f"Rank {rank} chunk {index} is incorrect: expected {expected}, found {found}")
+def _fully_reduced(num_ranks: int, index: int) -> tuple[ReduceChunk, str]:
+    """Input chunk ``index`` reduced over all ranks, and in words."""
+    return ReduceChunk(-1, [Chunk(r, index) for r in range(num_ranks)]), f"input chunk {index} reduced over all ranks"
 
 
-def _fully_reduced(num_ranks: int, index: int) -> ReduceChunk:
-    return ReduceChunk(-1, [Chunk(r, index) for r in range(num_ranks)])
+def _input_chunk(rank: int, index: int) -> tuple[Chunk, str]:
+    """Input chunk ``index`` of ``rank``, and in words."""
+    return Chunk(rank, index), f"input chunk {index} of rank {rank}"
 
 
 class AllReduce(Collective):
     """Every rank ends with the reduction over ranks of every input chunk; in place, output is input."""
 
     plan_collective = "all_reduce"
-
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool):
-        super().__init__(num_ranks, chunk_factor, inplace)
-        self.name = "allreduce"
+    name = "allreduce"
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -69,15 +81,9 @@ class AllReduce(Collective):
             buffers.append({Buffer.input: inputs, Buffer.output: outputs})
         return buffers
 
-    def check(self, prog) -> bool:
-        correct = True
-        for r in range(self.num_ranks):
-            output = prog.buffers[r][Buffer.input if self.inplace else Buffer.output]
-            for c in range(self.chunk_factor):
-                if output[c] != _fully_reduced(self.num_ranks, c):
-                    _report(r, c, f"chunk {c} reduced over all ranks", output[c])
-                    correct = False
-        return correct
+    def expected_output(self, rank: int):
+        for c in range(self.chunk_factor):
+            yield (c, self.get_buffer_index(rank, Buffer.output, c), *_fully_reduced(self.num_ranks, c))
 
     def get_buffer_index(self, rank: int, buffer, index: int):
         return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
@@ -88,10 +94,7 @@ class AllGather(Collective):
     is its own block of the output."""
 
     plan_collective = "all_gather"
-
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool):
-        super().__init__(num_ranks, chunk_factor, inplace)
-        self.name = "allgather"
+    name = "allgather"
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -104,18 +107,10 @@ class AllGather(Collective):
             buffers.append({Buffer.input: inputs, Buffer.output: outputs})
         return buffers
 
-    def check(self, prog) -> bool:
-        correct = True
+    def expected_output(self, rank: int):
         cf = self.chunk_factor
-        for r in range(self.num_ranks):
-            output = prog.buffers[r][Buffer.output]
-            for index in range(self.num_ranks * cf):
-                expected = Chunk(index // cf, index % cf)
-                if output[index] != expected:
-                    _report(r, index, f"input chunk {expected.origin_index} of rank {expected.origin_rank}",
-                            output[index])
-                    correct = False
-        return correct
+        for index in range(self.num_ranks * cf):
+            yield (index, self.get_buffer_index(rank, Buffer.output, index), *_input_chunk(index // cf, index % cf))
 
     def get_buffer_index(self, rank: int, buffer, index: int):
         if self.inplace and buffer == Buffer.input:
@@ -128,10 +123,7 @@ class ReduceScatter(Collective):
     output is block r of its input."""
 
     plan_collective = "reduce_scatter"
-
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool):
-        super().__init__(num_ranks, chunk_factor, inplace)
-        self.name = "reduce_scatter"
+    name = "reduce_scatter"
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -144,17 +136,10 @@ class ReduceScatter(Collective):
             buffers.append(buffer)
         return buffers
 
-    def check(self, prog) -> bool:
-        correct = True
+    def expected_output(self, rank: int):
         cf = self.chunk_factor
-        for r in range(self.num_ranks):
-            for c in range(cf):
-                buffer, index = self.get_buffer_index(r, Buffer.output, c)
-                found = prog.buffers[r][buffer][index]
-                if found != _fully_reduced(self.num_ranks, r * cf + c):
-                    _report(r, c, f"input chunk {r * cf + c} reduced over all ranks", found)
-                    correct = False
-        return correct
+        for c in range(cf):
+            yield (c, self.get_buffer_index(rank, Buffer.output, c), *_fully_reduced(self.num_ranks, rank * cf + c))
 
     def get_buffer_index(self, rank: int, buffer, index: int):
         if self.inplace and buffer == Buffer.output:
@@ -166,10 +151,7 @@ class AllToAll(Collective):
     """Output block b of rank r is input block r of rank b; in place, output is input."""
 
     plan_collective = "all_to_all"
-
-    def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool):
-        super().__init__(num_ranks, chunk_factor, inplace)
-        self.name = "alltoall"
+    name = "alltoall"
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -180,18 +162,11 @@ class AllToAll(Collective):
             buffers.append({Buffer.input: inputs, Buffer.output: outputs})
         return buffers
 
-    def check(self, prog) -> bool:
-        correct = True
+    def expected_output(self, rank: int):
         cf = self.chunk_factor
-        for r in range(self.num_ranks):
-            for index in range(self.num_ranks * cf):
-                buffer, slot = self.get_buffer_index(r, Buffer.output, index)
-                found = prog.buffers[r][buffer][slot]
-                expected = Chunk(index // cf, r * cf + index % cf)
-                if found != expected:
-                    _report(r, index, f"input chunk {expected.origin_index} of rank {expected.origin_rank}", found)
-                    correct = False
-        return correct
+        for index in range(self.num_ranks * cf):
+            yield (index, self.get_buffer_index(rank, Buffer.output, index),
+                   *_input_chunk(index // cf, rank * cf + index % cf))
 
     def get_buffer_index(self, rank: int, buffer, index: int):
         return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
