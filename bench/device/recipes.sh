@@ -33,8 +33,9 @@
 #   nccl_traffic     the NCCL library's all-reduce, all-gather and reduce-scatter on 2, 4 and 8 ranks of one process
 #                    at 64 KiB, 16 MiB and 256 MiB, in windows (in place) and not, and the JAX path's kernel, with
 #                    the DRAM bytes of one call under ncu (bench/kernels/nccl_traffic_record.py; COMMIT names the tree)
-#   host_time        host time of one NCCL call, entry point to launch, ours on 1, 2 and 4 ranks of one process and
-#                    NVIDIA's on one rank (bench/kernels/nccl_host_time.py; COMMIT names the tree)
+#   host_time        host time of one call, entry to launch: the JAX path's call entry on 2, 4 and 8 virtual ranks,
+#                    an NCCL call of ours on 1, 2 and 4 ranks of one process and of NVIDIA's on one rank
+#                    (bench/kernels/host_time.py; COMMIT names the tree)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -108,7 +109,7 @@ kernel_record() {
 }
 
 ragged_record() { python3 bench/kernels/ragged_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
-host_time() { python3 bench/kernels/nccl_host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
+host_time() { python3 bench/kernels/host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 nccl_traffic() { python3 bench/kernels/nccl_traffic_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 
 RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"

@@ -9,7 +9,7 @@
    COLLECTIVE: all_reduce, all_gather or reduce_scatter (float32 sum; BYTES a rank's larger buffer). Prints one JSON
    object: host microseconds per rank call (median and minimum over the rounds: a round's host time over CALLS * N)
    and device microseconds per operation (a round's host time to the streams' synchronization, over CALLS: the
-   launches' time when the GPU, not the host, is slower). Built by nccl_host_time.py against CUDA's runtime; NCCL's
+   launches' time when the GPU, not the host, is slower). Built by host_time.py against CUDA's runtime; NCCL's
    functions are looked up in LIBRARY, which may be jax_mscclpp's libnccl.so.2 or NVIDIA's. */
 #include <cuda_runtime.h>
 #include <dlfcn.h>

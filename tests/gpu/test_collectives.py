@@ -363,6 +363,31 @@ def test_the_call_entry_runs_streaming_calls_in_place(cuda, rng, nranks):
         scratch.vr.close()
 
 
+@pytest.mark.parametrize("collective, asked", [("all_reduce", "1pa_ll"), ("all_reduce", "2pa_hb"),
+                                               ("all_gather", "allpairs"), ("reduce_scatter", "allpairs")])
+def test_the_timed_call_entry_computes_the_collective(cuda, rng, collective, asked):
+    """HarnessRank.time_call_entry (bench/kernels/host_time.py) runs GpuRank::run as the JAX path does: a time per
+    round, and outputs that are the collective of the inputs after every round's calls."""
+    nranks, count, calls, rounds = 4, 30_001, 3, 2
+    rk = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8)
+    try:
+        data = [random_array(rng, "float32", in_blocks(collective, nranks) * count) for _ in range(nranks)]
+        upload_inputs(rk.vr, data, 0)
+        for r in range(nranks):
+            rk.vr.fill(r, OUTPUT, POISON)
+        from tests.harness.virtual_ranks import make_params
+
+        params = make_params(cuda, "collective", collective=collective, algorithm=asked, dtype="float32",
+                             reduce_op="sum", count=count)
+        times = cuda.HarnessRank.time_call_entry(rk.vr.ranks, params, calls, rounds)
+        assert len(times) == rounds and all(t > 0 for t in times), times
+        ran = rk.vr.call_algorithm(collective, asked, dtype="float32", count=count)
+        outs = download_outputs(rk.vr, out_blocks(collective, nranks) * count * 4, "float32")
+        check_outputs(collective, ran, data, outs, count, "float32", "sum", what=f"{collective} {ran}")
+    finally:
+        rk.vr.close()
+
+
 def test_missing_context_parts_are_reported(cuda, rng):
     with VirtualRanks(2, buffer_bytes=1 << 16, scratch_bytes=1 << 16, channels_per_peer=2) as vr:
         with pytest.raises(ValueError, match="lacks"):  # no port channels for the ring

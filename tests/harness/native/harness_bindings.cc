@@ -69,6 +69,9 @@ void register_harness(nb::module_& m) {
       .def("call_algorithm", &HarnessRank::call_algorithm, nb::arg("params"),
            "the algorithm code GpuRank::run runs for this collective call (direct_algorithm: in_place where the "
            "ranks reach each other's buffers)")
+      .def_static("time_call_entry", &HarnessRank::time_call_entry, nb::arg("ranks"), nb::arg("params"),
+                  nb::arg("calls"), nb::arg("rounds"), nb::call_guard<nb::gil_scoped_release>(),
+                  "each round's host microseconds per rank call of GpuRank::run, as the JAX path calls it")
       .def("counters", &HarnessRank::counters)
       .def("capture", &HarnessRank::capture, nb::call_guard<nb::gil_scoped_release>())
       .def("replay", &HarnessRank::replay, nb::call_guard<nb::gil_scoped_release>())

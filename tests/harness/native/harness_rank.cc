@@ -1,5 +1,6 @@
 #include "harness_rank.h"
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -107,6 +108,33 @@ int32_t HarnessRank::call_algorithm(const HarnessParams& p) const {
   check_collective(p);
   return direct_algorithm(gpu().context(), p.collective, p.algorithm, input() + p.src_off, output() + p.dst_off,
                           p.count, p.dtype, p.reduce_op);
+}
+
+std::vector<double> HarnessRank::time_call_entry(const std::vector<HarnessRank*>& ranks, const HarnessParams& p,
+                                                 int calls, int rounds) {
+  if (ranks.empty() || calls < 1 || rounds < 1) throw std::invalid_argument("jax_mscclpp: no ranks, calls or rounds");
+  std::vector<CollectiveCall> entries;
+  for (HarnessRank* rank : ranks) {
+    rank->check_collective(p);
+    entries.push_back(CollectiveCall{p.collective, p.algorithm, rank->input() + p.src_off, rank->output() + p.dst_off,
+                                     p.count, p.dtype, p.reduce_op, /*max_blocks=*/0, /*plan_id=*/0,
+                                     /*peers_reach_buffers=*/true});
+  }
+  DeviceGuard g(ranks.front()->device());
+  std::vector<double> host_us;
+  for (int round = -2; round < rounds; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i)
+      for (size_t r = 0; r < ranks.size(); ++r)
+        if (const CallResult result = ranks[r]->gpu().run(entries[r], ranks[r]->stream()); !result.launched())
+          throw std::runtime_error(result.message);
+    const auto issued = std::chrono::steady_clock::now();
+    for (HarnessRank* rank : ranks) rank->synchronize();
+    if (round >= 0)
+      host_us.push_back(std::chrono::duration<double, std::micro>(issued - start).count() /
+                        (static_cast<double>(calls) * ranks.size()));
+  }
+  return host_us;
 }
 
 void HarnessRank::check_collective(const HarnessParams& p) const {

@@ -28,6 +28,13 @@ class HarnessRank : public VirtualRank {
   // The algorithm the call entry (GpuRank::run) runs for the collective call `p` over this rank's buffers
   // (collectives/collective.h, direct_algorithm): kInPlace where the ranks reach each other's buffers.
   int32_t call_algorithm(const HarnessParams& p) const;
+  // Host time of the frontends' call entry (GpuRank::run) as the JAX path calls it, on XLA's buffers
+  // (CollectiveCall::peers_reach_buffers) with the production grid: `rounds` rounds of `calls` calls of every rank
+  // of `ranks` in turn, each round timed on the host with no synchronization inside it, then every rank's stream
+  // synchronized (so the launch queue never fills: calls * ranks stays under its depth). Two rounds run untimed
+  // first. Returns each round's host microseconds per rank call; throws the call's message if one is not launched.
+  static std::vector<double> time_call_entry(const std::vector<HarnessRank*>& ranks, const HarnessParams& p, int calls,
+                                             int rounds);
   std::vector<uint64_t> counters();
 
   // Captures `p` (with p.iters calls inside, as launch() runs it) into a CUDA graph on this rank's stream, and
