@@ -75,6 +75,16 @@ void register_select_bindings(nb::module_& m) {
       "selection.def's protocol rows, in file order: [(algorithm, collective code or -1 for every one, placement "
       "code (codes.def), world or 0 for any, largest LL block in bytes, LL algorithm, HB algorithm)].");
   s.def(
+      "in_place_rules",
+      [] {
+        std::vector<std::tuple<int32_t, uint64_t>> out;
+        for (const collectives::InPlaceRow& row : select::in_place_rules())
+          out.emplace_back(row.world, row.min_rank_bytes);
+        return out;
+      },
+      "selection.def's in-place rows, in file order: [(world or 0 for any, fewest bytes a rank's buffer holds for a "
+      "streaming call between ranks of one process to run in place)].");
+  s.def(
       "protocol_of",
       [](const std::string& algorithm, const std::string& platform, uint64_t block_bytes, int32_t collective,
          int32_t world, int32_t placement) -> std::optional<std::string> {

@@ -5,7 +5,9 @@ views of its rows for what shows them (``selection.table()``, ``info()``). Match
 
 ``Rule`` is a rule as it crosses to and from the matcher; ``DEFAULT_TABLE``, the built-in rules in file order;
 ``PROTOCOL_RULES``, the protocol rows of the algorithms chosen by size on GPUs, in file order (``ProtocolRule``: the
-first row matching a call decides), which the kernels' launchers apply (``kernels/collectives/protocol.h``)."""
+first row matching a call decides), which the kernels' launchers apply (``kernels/collectives/protocol.h``);
+``in_place_min_rank_bytes``, from the in-place rows, from which bytes a streaming call between ranks of one process
+runs in place."""
 
 from __future__ import annotations
 
@@ -59,3 +61,11 @@ def protocol_rule_of(row: tuple) -> ProtocolRule:
 
 DEFAULT_TABLE = tuple(rule_of(row) for row in _select.builtin_rules())
 PROTOCOL_RULES = tuple(protocol_rule_of(row) for row in _select.protocol_rules())
+# selection.def's in-place rows: (world, or 0 for any; fewest bytes of a rank's larger buffer), in file order.
+IN_PLACE_RULES = tuple(_select.in_place_rules())
+
+
+def in_place_min_rank_bytes(world: int) -> int:
+    """The fewest bytes a rank's larger buffer holds for a streaming call on ``world`` ranks of one process to run in
+    place (the first in-place row of selection.def whose world matches)."""
+    return next(min_bytes for rule_world, min_bytes in IN_PLACE_RULES if rule_world in (0, world))

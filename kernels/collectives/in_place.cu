@@ -162,14 +162,6 @@ cudaError_t launch_in_place_kernel(const CollectiveContext& ctx, int32_t collect
   });
 }
 
-// Where the kernel in place beats streaming HB, on virtual ranks of one H200 (bench/results/collectives-N-virtual-
-// ranks-dd294ff*.json, float32, production's grid): wherever HB runs on more than 2 ranks (from 512 KiB a rank:
-// reduce_scatter on 8 ranks 9.8 against 16.3 us, all_reduce 20.3 against 29.3), and from 4 MiB a rank on 2 (below,
-// its two meets cost about a microsecond more than HB's one hop: reduce_scatter of 1 MiB 7.9 against 6.8 us; at 4
-// MiB all_reduce 9.4 against 10.7, reduce_scatter 8.2 against 7.8; at 32 MiB 47.5 against 94.1 and 38.4 against
-// 55.2). A rank's bytes: the larger of its input and output.
-constexpr uint64_t kTwoRankInPlaceMinBytes = 4ull << 20;
-
 // Whether `algorithm` runs a call's blocks as streaming HB (itself, or by its protocol rows).
 bool runs_streaming_hb(int32_t algorithm, const collectives::ProtocolCall& call) {
   const int32_t runs = collectives::protocol_algorithm(algorithm, call);
@@ -200,7 +192,7 @@ int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32
   const uint64_t block_bytes = block_count * dtype_bytes(dtype);
   if (!runs_streaming_hb(algorithm, {collective, block_bytes, ctx.nranks, ctx.placement})) return algorithm;
   const uint64_t rank_bytes = collective == codes::kAllReduce ? block_bytes : block_bytes * uint64_t(ctx.nranks);
-  if (ctx.nranks == 2 && rank_bytes < kTwoRankInPlaceMinBytes) return algorithm;
+  if (rank_bytes < collectives::in_place_min_rank_bytes(ctx.nranks)) return algorithm;  // selection.def
   if (collective == codes::kAllToAll) {  // a peer would read blocks this rank overwrites
     const uint64_t bytes = block_bytes * uint64_t(ctx.nranks);
     const char* i = static_cast<const char*>(in);

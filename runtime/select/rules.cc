@@ -162,6 +162,12 @@ const std::vector<collectives::ProtocolRow>& protocol_rules() {
   return rules;
 }
 
+const std::vector<collectives::InPlaceRow>& in_place_rules() {
+  static const std::vector<collectives::InPlaceRow> rules(std::begin(collectives::kInPlaceRows),
+                                                           std::end(collectives::kInPlaceRows));
+  return rules;
+}
+
 std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, const collectives::ProtocolCall& call) {
   if (platform != "gpu" || algorithm < 0) return std::nullopt;
   const int32_t runs_as = collectives::protocol_algorithm(algorithm, call);

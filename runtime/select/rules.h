@@ -67,6 +67,8 @@ const std::vector<Rule>& builtin_rules();
 // selection.def's protocol rows, in file order (kernels/collectives/protocol.h: an algorithm chosen by size on GPUs
 // runs a call's blocks as the first matching row says).
 const std::vector<collectives::ProtocolRow>& protocol_rules();
+// selection.def's in-place rows, in file order (kernels/collectives/protocol.h, in_place_min_rank_bytes).
+const std::vector<collectives::InPlaceRow>& in_place_rules();
 // The algorithm `algorithm` runs as on `platform` for `call` (kernels/collectives/protocol.h, as the launchers
 // apply it), or nullopt where it is its own.
 std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, const collectives::ProtocolCall& call);

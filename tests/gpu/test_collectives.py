@@ -328,9 +328,10 @@ def test_the_call_entry_runs_streaming_calls_in_place(cuda, rng, nranks):
     for bit (both fold in rank order)."""
     from jax_mscclpp import selection
     from jax_mscclpp._types import Collective
+    from jax_mscclpp.selection_table import in_place_min_rank_bytes
 
     big, small = 300_001, 5  # float32 elements per block: streaming HB sizes, LL sizes
-    two_rank_min = 4 << 20  # in place from 4 MiB a rank on 2 ranks (in_place.cu)
+    two_rank_min = in_place_min_rank_bytes(2)
     direct = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8)
     scratch = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8, direct_exchange=False)
     try:
@@ -345,7 +346,7 @@ def test_the_call_entry_runs_streaming_calls_in_place(cuda, rng, nranks):
                     "allpairs", "gpu", count * 4, collective=Collective[collective.upper()], world=nranks,
                     shares_gpu=True)
                 streams = runs in ("1pa_hb", "2pa_hb", "allpairs_hb")
-                want = "in_place" if streams and (nranks > 2 or rank_bytes >= two_rank_min) else asked
+                want = "in_place" if streams and rank_bytes >= in_place_min_rank_bytes(nranks) else asked
                 assert direct.vr.call_algorithm(collective, asked, dtype="float32", count=count) == want
                 assert scratch.vr.call_algorithm(collective, asked, dtype="float32", count=count) == asked
                 data = [random_array(rng, "float32", in_blocks(collective, nranks) * count) for _ in range(nranks)]
