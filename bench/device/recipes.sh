@@ -36,6 +36,8 @@
 #   host_time        host time of one call, entry to launch: the JAX path's call entry on 2, 4 and 8 virtual ranks,
 #                    an NCCL call of ours on 1, 2 and 4 ranks of one process and of NVIDIA's on one rank
 #                    (bench/kernels/host_time.py; COMMIT names the tree)
+#   front_ends       the two-phase all-pairs all-reduce in our DSL, MSCCLang, MSCCL++'s DSL, their MSCCL-IR and JSON
+#                    loaded back, and the hand-written kernel, on 2, 4 and 8 virtual ranks (bench/kernels/front_ends.py)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -109,11 +111,12 @@ kernel_record() {
 }
 
 ragged_record() { python3 bench/kernels/ragged_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
+front_ends() { COMMIT=${COMMIT:-} python3 bench/kernels/front_ends.py --out "$OUT/front-ends.json"; }
 host_time() { python3 bench/kernels/host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 nccl_traffic() { python3 bench/kernels/nccl_traffic_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 
 RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
-RECIPES+=" nccl_clients kernel_record ragged_record nccl_traffic host_time"
+RECIPES+=" nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then

@@ -1,0 +1,156 @@
+"""One algorithm through every front end, on the same virtual ranks of one GPU: the two-phase all-pairs all-reduce
+written in our DSL, in MSCCLang (chunk routing), in MSCCL++'s chunk API, loaded back from the MSCCL-IR and the
+MSCCL++ JSON those write, and the hand-written kernel.
+
+    python bench/kernels/front_ends.py [--nranks 2,4,8] [--out FILE] [--quick]
+
+Per protocol (LL packets, HB puts and signals), world size N and message size (bytes per rank, float32 sum
+all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1 and 4 instances, the faster
+kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks. Plans:
+
+- ``dsl``: ``jax_mscclpp.dsl.library``'s ``allreduce_2pa_ll`` / ``allreduce_2pa_hb``;
+- ``msccl``: tests/dsl/msccl_programs.py's ``allreduce_allpairs`` (protocol LL / Simple), lowered by
+  ``jax_mscclpp.dsl.msccl``; ``msccl_ir``: its ``generate_xml()`` through ``load_plan``;
+- ``mscclpp``: tests/dsl/mscclpp_chunk_programs.py's ``allreduce_allpairs_ll`` / ``allreduce_two_phase`` (one thread
+  block a rank, as written), lowered by ``jax_mscclpp.dsl.mscclpp``; ``mscclpp_json``: its ``to_json()`` through
+  ``load_plan``.
+
+Every plan and the kernel are checked once against numpy before they are timed. Timing as bench/kernels/executor.py:
+``repeats`` back-to-back calls on every rank released together from launch gates, events around them, the median
+over ``samples`` batches, microseconds per call. ``vs_dsl`` and ``vs_kernel``: a plan's time over the DSL plan's and
+the kernel's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results folder)
+
+import numpy as np  # noqa: E402
+
+from jax_mscclpp.dsl import library, load_plan  # noqa: E402
+from tests.dsl import msccl_programs, mscclpp_chunk_programs  # noqa: E402
+from tests.harness.plan_ranks import INPUT, OUTPUT, PlanRanks  # noqa: E402
+from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, device_run_header, native_cuda  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+ALL_REDUCE = COLLECTIVE_CODES["all_reduce"]
+SCRATCH = 64 * MiB
+INSTANCES = (1, 4)
+
+# protocol -> (hand-written algorithm, sizes, plan makers: name -> (n, instances) -> plan)
+PROTOCOLS = {
+    "LL": ("2pa_ll", [4 * KiB, 64 * KiB, 1 * MiB], {
+        "dsl": lambda n, k: library.PROGRAMS["allreduce_2pa_ll"](n).lower(instances=k),
+        "msccl": lambda n, k: msccl_programs.allreduce_allpairs(n, "LL", k).lower(),
+        "msccl_ir": lambda n, k: load_plan(msccl_programs.allreduce_allpairs(n, "LL", k).generate_xml()),
+        "mscclpp": lambda n, k: mscclpp_chunk_programs.allreduce_allpairs_ll(n, k).plan(),
+        "mscclpp_json": lambda n, k: load_plan(mscclpp_chunk_programs.allreduce_allpairs_ll(n, k).to_json()),
+    }),
+    "HB": ("2pa_hb", [64 * KiB, 1 * MiB, 16 * MiB], {
+        "dsl": lambda n, k: library.PROGRAMS["allreduce_2pa_hb"](n).lower(instances=k),
+        "msccl": lambda n, k: msccl_programs.allreduce_allpairs(n, "Simple", k).lower(),
+        "msccl_ir": lambda n, k: load_plan(msccl_programs.allreduce_allpairs(n, "Simple", k).generate_xml()),
+        "mscclpp": lambda n, k: mscclpp_chunk_programs.allreduce_two_phase(n, k).plan(),
+        "mscclpp_json": lambda n, k: load_plan(mscclpp_chunk_programs.allreduce_two_phase(n, k).to_json()),
+    }),
+}
+
+
+def block_count(plan: dict, nbytes: int) -> int:
+    """Elements of one block of the plan's input for a rank's `nbytes` of float32."""
+    return max(1, nbytes // 4 // plan["buffers"]["input"]["blocks"])
+
+
+def check_once(pr: PlanRanks, plan: dict, nbytes: int, rng, algorithm: int | None) -> float:
+    """One call (the plan, or the hand-written kernel) against numpy; the largest relative error."""
+    count = block_count(plan, nbytes) * plan["buffers"]["input"]["blocks"]
+    data = [rng.standard_normal(count).astype(np.float32) for _ in range(pr.nranks)]
+    for r in range(pr.nranks):
+        pr.upload(r, INPUT, data[r])
+        pr.fill(r, OUTPUT, 0xEE)
+    if algorithm is None:
+        pr.launch(block_count(plan, nbytes), "float32", "sum")
+    else:
+        pr.launch_collective(ALL_REDUCE, algorithm, count, "float32", "sum")
+    pr.synchronize()
+    want = np.sum(np.stack([d.astype(np.float64) for d in data]), axis=0)
+    worst = 0.0
+    for r in range(pr.nranks):
+        got = pr.download(r, OUTPUT, count * 4, dtype=np.float32).astype(np.float64)
+        worst = max(worst, float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)))
+    return worst
+
+
+def us(pr: PlanRanks, plan: dict, nbytes: int, args, algorithm: int | None = None) -> float:
+    count = block_count(plan, nbytes)
+    launches = pr.launch_count(count, "float32")
+    repeats = max(4, min(args.repeats, 64 // max(1, launches)))  # a full launch queue would block the gates
+    if algorithm is None:
+        times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples)
+    else:
+        times = pr.time(count * plan["buffers"]["input"]["blocks"], "float32", "sum", repeats=repeats,
+                        samples=args.samples, collective=ALL_REDUCE, algorithm=algorithm)
+    return 1e3 * float(np.median(times))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--nranks", default="2,4,8")
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--samples", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="4 ranks, the LL protocol, one size")
+    args = ap.parse_args()
+    cuda = native_cuda()
+    if cuda is None or cuda.device_count() < 1:
+        sys.exit("needs the CUDA build and a GPU")
+    rng = np.random.default_rng(0)
+    worlds = [4] if args.quick else [int(n) for n in args.nranks.split(",")]
+    rows = []
+    for protocol, (kernel, sizes, makers) in PROTOCOLS.items():
+        if args.quick and protocol != "LL":
+            continue
+        sizes = sizes[:1] if args.quick else sizes
+        for n in worlds:
+            # name -> size -> (best us, instances, error); the kernel's on the DSL plan's ranks
+            best: dict[str, dict[int, tuple]] = {}
+            for name, make in makers.items():
+                for k in INSTANCES:
+                    plan = make(n, k)
+                    with PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
+                                   timeout_s=30) as pr:
+                        for nbytes in sizes:
+                            error = check_once(pr, plan, nbytes, rng, None)
+                            t = us(pr, plan, nbytes, args)
+                            if nbytes not in best.setdefault(name, {}) or t < best[name][nbytes][0]:
+                                best[name][nbytes] = (t, k, error)
+                            if name == "dsl" and k == INSTANCES[-1]:
+                                algorithm = ALGORITHM_CODES[kernel]
+                                error = check_once(pr, plan, nbytes, rng, algorithm)
+                                best.setdefault("kernel", {})[nbytes] = (us(pr, plan, nbytes, args, algorithm), None,
+                                                                         error)
+            for nbytes in sizes:
+                dsl_us, kernel_us = best["dsl"][nbytes][0], best["kernel"][nbytes][0]
+                for name, by_size in best.items():
+                    t, k, error = by_size[nbytes]
+                    row = {"protocol": protocol, "nranks": n, "bytes": nbytes, "front_end": name, "us": round(t, 2),
+                           "instances": k, "max_rel_error": error, "vs_dsl": round(t / dsl_us, 3),
+                           "vs_kernel": round(t / kernel_us, 3)}
+                    rows.append(row)
+                    print(f"{protocol} n={n} {nbytes:>9d} B  {name:13s} {t:9.2f} us  k={k}  x{row['vs_dsl']:.2f} "
+                          f"of dsl  x{row['vs_kernel']:.2f} of kernel", flush=True)
+    result = {
+        **device_run_header("front_ends", cuda),
+        "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
+                       "samples of (events around `repeats` back-to-back calls on every rank released together) / "
+                       "repeats; a plan's best of 1 and 4 instances; vs_dsl, vs_kernel: its time over theirs",
+        "rows": rows,
+    }
+    _run.write_result(result, "front-ends", args.out)
+
+
+if __name__ == "__main__":
+    main()
