@@ -163,12 +163,21 @@ def test_model_bench(tmp_path):
     assert re.search(r"^ *rows .* us/block +speedup \(lax/ours\)", proc.stdout, re.M), proc.stdout
 
 
+def test_chunk_routing():
+    """The MSCCLang ring passes Check(), its MSCCL-IR loads back, and both serve the model's psum, matching lax."""
+    out = run_example("chunk_routing.py", [], 4)
+    assert "Check() passes" in out and "loads back as a plan" in out, out
+    assert out.count("the ring ran: True") == 2, out
+    assert out.rstrip().splitlines()[-1] == "PASS", out
+
+
 # Every example at tiny sizes, for a machine with one device (a laptop, a one-GPU box).
 ONE_DEVICE = {
     "tensor_parallel_mlp.py": ["--batch", "4", "--d-model", "64", "--d-ff", "128", "--steps", "2", "--compare"],
     "transformer_decode.py": ["--preset", "tiny", "--steps", "2", "--batch", "1"],
     "data_parallel_train.py": ["--steps", "2", "--warmup", "1"],
     "custom_algorithm.py": [],
+    "chunk_routing.py": [],
     "gspmd_train.py": ["--steps", "2", "--width", "32", "--batch", "8", "--layers", "1"],
     "ring_matmul.py": ["--steps", "2", "--layers", "1", "--rows", "2", "--d-model", "16"],
     "moe_layer.py": ["--steps", "2", "--tokens", "8", "--d-model", "16"],
