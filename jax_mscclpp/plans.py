@@ -50,7 +50,8 @@ def uses_port_channels(plan: dict) -> bool:
 
 @dataclasses.dataclass
 class PlanAlgorithm:
-    """A registered plan: a Program, a plan dict, or a function of the world size returning a Program."""
+    """A registered plan: its source is one ``register_algorithm`` takes (a program, a plan dict, or a function of
+    the world size returning one)."""
 
     name: str
     collective: Collective
@@ -72,16 +73,21 @@ class PlanAlgorithm:
 
 
 def _plan_of(source) -> dict:
-    """The verified plan of a plan dict, a ``dsl.Program`` or an MSCCLang ``MSCCLProgram``."""
+    """The verified plan of a plan dict, a ``dsl.Program``, an MSCCLang ``MSCCLProgram`` or a program written in
+    MSCCL++'s DSL (``MSCCLPPProgram``, ``CollectiveProgram``: its plan replicated ``instances`` times)."""
     from . import dsl
     from .dsl.msccl import MSCCLProgram
+    from .dsl.mscclpp import CollectiveProgram, MSCCLPPProgram
 
     if isinstance(source, dict):
         return dsl.verify(source)
     if isinstance(source, (dsl.Program, MSCCLProgram)):
         return source.lower()
-    raise TypeError("register_algorithm takes a dsl.Program, an MSCCLProgram, a plan dict, or a function of the "
-                    f"world size returning a Program or an MSCCLProgram; got {type(source).__name__}")
+    if isinstance(source, (MSCCLPPProgram, CollectiveProgram)):
+        return source.plan()
+    raise TypeError("register_algorithm takes a dsl.Program, an MSCCLang MSCCLProgram, an MSCCL++ MSCCLPPProgram or "
+                    "CollectiveProgram, a plan dict, or a function of the world size returning one of these; got "
+                    f"{type(source).__name__}")
 
 
 def _lower(source, world_size: int) -> dict | None:
@@ -98,9 +104,12 @@ def register_algorithm(program_or_plan, collective: str | None = None, *, name: 
                        min_bytes: int = 0, max_bytes: int | None = None, platforms=PLATFORMS) -> PlanAlgorithm:
     """Adds a DSL algorithm to the selection table for per-rank message sizes in [min_bytes, max_bytes].
 
-    ``program_or_plan`` is a ``dsl.Program``, an MSCCLang ``dsl.msccl.MSCCLProgram``, a lowered plan dict, or a
-    function of the world size returning a Program (as the functions of ``dsl.library`` are) or an MSCCLProgram.
-    The plan is verified before it is used. Registered algorithms are consulted before the built-in table, and
+    ``program_or_plan`` is a ``dsl.Program``, an MSCCLang ``dsl.msccl.MSCCLProgram``, a program written in
+    MSCCL++'s DSL (``dsl.mscclpp.MSCCLPPProgram`` or ``CollectiveProgram``: its ``plan()``, replicated
+    ``instances`` times), a plan dict (lowered, or from ``dsl.load_plan``), or a function of the world size
+    returning any of these (as the functions of ``dsl.library`` return Programs). A program or plan dict serves
+    its own world size only, a function every world size it is called for. The plan is verified before it is
+    used. Registered algorithms are consulted before the built-in table, and
     ``algorithm=name`` forces one. ``platforms`` says where the plan runs: "cpu" (the host backend) and "gpu" (the
     GPU executor kernel). On GPUs a plan with port channels needs a communicator made with ``port_channels=True``:
     forced without one, it is refused at trace time; by size range, it is passed over.

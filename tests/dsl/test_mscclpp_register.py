@@ -1,5 +1,8 @@
-"""Programs written in MSCCL++'s DSL run as algorithms of ours: their plans, registered with
-``jax_mscclpp.register_algorithm`` and forced with ``algorithm=name``, match lax on 8 CPU devices."""
+"""Programs written in MSCCL++'s DSL run as algorithms of ours: registered with ``jax_mscclpp.register_algorithm``
+(the written program, a function of the world size returning it, or its plan) and forced with
+``algorithm=name``, they match lax on 8 CPU devices."""
+
+import re
 
 import pytest
 from jax import lax
@@ -24,14 +27,44 @@ CALLS = {
 }
 
 
+# What is registered: world-size function of the program -> source.
+SOURCES = {
+    "program": lambda fn: fn(8, 2),
+    "function": lambda fn: lambda n: fn(n, 2),
+    "plan": lambda fn: fn(8, 2).plan(),
+}
+
+
+@pytest.mark.parametrize("source", sorted(SOURCES))
 @pytest.mark.parametrize("api,name,fn,collective", CASES, ids=[f"{c[0].__name__[15:]}-{c[1]}" for c in CASES])
-def test_registered_program_matches_lax(mesh8, rng, api, name, fn, collective):
-    algorithm = f"mscclpp_{api.__name__[15:]}_{name}"
-    jm.register_algorithm(fn(8, 2).plan(), name=algorithm)
+def test_registered_program_matches_lax(mesh8, rng, api, name, fn, collective, source):
+    algorithm = f"mscclpp_{api.__name__[15:]}_{name}_{source}"
+    entry = jm.register_algorithm(SOURCES[source](fn), name=algorithm)
     try:
+        assert entry.plan_for(8) == fn(8, 2).plan()
         ours, reference, out_spec = CALLS[collective]
         for dtype, per_rank in (("float32", 8 * 3), ("int32", 8 * 129)):
             x = random_array(rng, (8 * per_rank,), dtype)
             compare_with_lax(ours(algorithm), reference, mesh8, (x,), P("x"), out_spec)
     finally:
         jm.unregister_algorithm(algorithm)
+
+
+def test_a_function_serves_every_world_size_and_a_program_its_own():
+    fn = mscclpp_channel_programs.PROGRAMS["reducescatter_allpairs"][0]
+    for source, sizes in ((lambda n: fn(n).plan(), {2: 2, 4: 4}), (lambda n: fn(n), {2: 2, 4: 4}),
+                          (fn(4), {2: None, 4: 4})):
+        entry = jm.register_algorithm(source, name="mscclpp_world_sizes")
+        try:
+            for n, world_size in sizes.items():
+                plan = entry.plan_for(n)
+                assert (plan and plan["world_size"]) == world_size
+        finally:
+            jm.unregister_algorithm("mscclpp_world_sizes")
+
+
+def test_other_sources_are_refused_naming_what_is_taken():
+    accepted = ("register_algorithm takes a dsl.Program, an MSCCLang MSCCLProgram, an MSCCL++ MSCCLPPProgram or "
+                "CollectiveProgram, a plan dict, or a function of the world size returning one of these; got str")
+    with pytest.raises(TypeError, match=re.escape(accepted)):
+        jm.register_algorithm("allreduce", name="not_a_source")

@@ -10,7 +10,8 @@ which lowers, fuses, places barriers and verifies as ours do:
 
 * ``program.to_program()``: our Program (``jax_mscclpp.dsl.Program``);
 * ``program.plan()``: its verified execution plan, replicated ``instances`` times, for
-  ``jax_mscclpp.dsl.simulate.run_plan`` and ``jax_mscclpp.register_algorithm(program.plan(), name=...)``;
+  ``jax_mscclpp.dsl.simulate.run_plan``; ``jax_mscclpp.register_algorithm`` takes the program itself, a function
+  of the world size returning one, or the plan;
 * ``program.to_json()`` (``JSON()``, ``Json()``): that plan in MSCCL++'s executor JSON format.
 
 A call with no counterpart in our plans (a get, a remote read, a put into a peer's input or output, packets on a

@@ -19,7 +19,8 @@ class FrontEndProgram:
 
     ``to_program()`` is our Program (dsl/program.py) computing the same collective; ``plan()`` its verified
     execution plan, replicated ``instances`` times, which ``jax_mscclpp.dsl.simulate.run_plan`` runs and
-    ``jax_mscclpp.register_algorithm`` accepts; ``to_json()`` the plan in MSCCL++'s executor format.
+    ``jax_mscclpp.register_algorithm`` accepts (as it accepts the program itself); ``to_json()`` the plan in
+    MSCCL++'s executor format.
     """
 
     api: str = ""  # collectives.CHUNK_API or CHANNEL_API
