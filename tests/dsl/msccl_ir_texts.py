@@ -129,7 +129,10 @@ def ring_allgather(n: int, proto: str = "LL", instances: int = 1) -> str:
     return xml.text()
 
 
-def allpairs_reducescatter(n: int, proto: str = "Simple") -> str:
+def allpairs_reducescatter(n: int, proto: str = "Simple", into_input: bool = False) -> str:
+    """Rank r gathers block r from every peer into scratch and reduces it into output block 0 on thread block 0
+    (waiting for each peer's thread block). ``into_input``: it reduces into input block r, then copies that
+    into the output."""
     xml = XmlWriter(f"allpairs_reducescatter_{proto}", "reducescatter", n, proto, n, n, 1, s_chunks=n - 1)
     for r in range(n):
         peers = [(r + d) % n for d in range(1, n)]
@@ -137,10 +140,14 @@ def allpairs_reducescatter(n: int, proto: str = "Simple") -> str:
         for t, p in zip(tbs, peers):
             xml.step(r, t, "s", src=("i", p), dst=("s", t))
             xml.step(r, t, "r", src=("i", r), dst=("s", t))
-        xml.step(r, 0, "cpy", src=("i", r), dst=("o", 0))
-        xml.step(r, 0, "re", src=("s", 0), dst=("o", 0))
+        reduced = ("i", r) if into_input else ("o", 0)
+        if not into_input:
+            xml.step(r, 0, "cpy", src=("i", r), dst=reduced)
+        xml.step(r, 0, "re", src=("s", 0), dst=reduced)
         for t in tbs[1:]:
-            xml.step(r, 0, "re", src=("s", t), dst=("o", 0), dep=(t, 1))
+            xml.step(r, 0, "re", src=("s", t), dst=reduced, dep=(t, 1))
+        if into_input:
+            xml.step(r, 0, "cpy", src=reduced, dst=("o", 0))
     return xml.text()
 
 

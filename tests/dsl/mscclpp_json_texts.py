@@ -71,10 +71,11 @@ def _peers(r: int, n: int) -> list[int]:
     return [(r + d) % n for d in range(1, n)]
 
 
-def allpairs_allreduce_packets(n: int, instances: int = 1) -> str:
+def allpairs_allreduce_packets(n: int, instances: int = 1, into_input: bool = False) -> str:
     """LL: every rank puts chunk p as packets into rank p's scratch; rank r reduces chunk r with the packets it
     got (``respkt``) and puts the result as packets to every peer, which unpacks it. Instance i handles chunks
-    ``c * instances + i`` on its own thread blocks and scratch."""
+    ``c * instances + i`` on its own thread blocks and scratch. ``into_input``: the reduction goes into input
+    chunk r, which the reducer then copies into the output."""
     k = instances
     xml = JsonWriter("allpairs_allreduce_packets", "allreduce", n, "LL", n * k, n * k, 2 * n * k)
     for r in range(n):
@@ -85,10 +86,13 @@ def allpairs_allreduce_packets(n: int, instances: int = 1) -> str:
             for p, tb in senders.items():
                 xml.op(r, tb, "ppkt", src_buff=[local("i", p * k + i)],
                        dst_buff=[xml.remote(r, tb, p, base + r)], channel_type="memory")
+            reduced = local("i" if into_input else "o", r * k + i)
             xml.op(r, reducer, "respkt",
                    src_buff=[local("i", r * k + i)] + [local("s", base + q) for q in _peers(r, n)],
-                   dst_buff=[local("o", r * k + i)] + [xml.remote(r, reducer, p, base + n + r) for p in _peers(r, n)],
+                   dst_buff=[reduced] + [xml.remote(r, reducer, p, base + n + r) for p in _peers(r, n)],
                    channel_type="memory", reduce_op="sum")
+            if into_input:
+                xml.op(r, reducer, "copy", src_buff=[reduced], dst_buff=[local("o", r * k + i)])
             for q in _peers(r, n):
                 xml.op(r, unpacker, "upkt", src_buff=[local("s", base + n + q)], dst_buff=[local("o", q * k + i)])
     return xml.text()
@@ -149,6 +153,32 @@ def allpairs_reducescatter_packets(n: int) -> str:
                    channel_type="memory")
         xml.op(r, reducer, "repkt", src_buff=[local("i", r)] + [local("s", q) for q in _peers(r, n)],
                dst_buff=[local("o", 0)], reduce_op="sum")
+    return xml.text()
+
+
+def allpairs_reducescatter_into_input(n: int, protocol: str = "Simple", chunks: int = 2) -> str:
+    """Blocks of ``chunks`` chunks; block p of the input into rank p's scratch (Simple: ``put``, ``signal``,
+    ``wait``; LL: ``ppkt``), the own block reduced with what arrived into itself, in the input (``re``,
+    ``repkt``), then copied into the output."""
+    k = chunks
+    xml = JsonWriter(f"allpairs_reducescatter_into_input_{protocol}", "reducescatter", n, protocol, n * k, k, n * k)
+    for r in range(n):
+        tb = xml.tb(r)
+        own, arrived = local("i", r * k, k), [local("s", q * k, k) for q in _peers(r, n)]
+        if protocol == "LL":
+            for p in _peers(r, n):
+                xml.op(r, tb, "ppkt", src_buff=[local("i", p * k, k)], dst_buff=[xml.remote(r, tb, p, r * k, k)],
+                       channel_type="memory")
+            xml.op(r, tb, "repkt", src_buff=[own] + arrived, dst_buff=[own], reduce_op="sum")
+        else:
+            channels = [xml.tb_channel(r, tb, p) for p in _peers(r, n)]
+            for p in _peers(r, n):
+                xml.op(r, tb, "put", src_buff=[local("i", p * k, k)], dst_buff=[xml.remote(r, tb, p, r * k, k)],
+                       channel_type="memory")
+            xml.op(r, tb, "signal", channel_ids=channels, channel_type="memory")
+            xml.op(r, tb, "wait", channel_ids=channels, channel_type="memory")
+            xml.op(r, tb, "re", src_buff=[own] + arrived, dst_buff=[own], reduce_op="sum")
+        xml.op(r, tb, "copy", src_buff=[own], dst_buff=[local("o", 0, k)])
     return xml.text()
 
 

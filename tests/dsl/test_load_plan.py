@@ -75,6 +75,50 @@ def test_loaded_plans_compute_their_collective(rng, name, n):
     check_with_numpy(plan, rng, "max" if n == 3 else "sum")
 
 
+# Out-of-place plans whose steps write their input: world size -> text.
+WRITE_INPUT = {
+    "xml_allpairs_reducescatter_simple": lambda n: xml.allpairs_reducescatter(n, "Simple", into_input=True),
+    "xml_allpairs_reducescatter_ll": lambda n: xml.allpairs_reducescatter(n, "LL", into_input=True),
+    "json_allpairs_reducescatter_simple": lambda n: js.allpairs_reducescatter_into_input(n, "Simple"),
+    "json_allpairs_reducescatter_packets": lambda n: js.allpairs_reducescatter_into_input(n, "LL"),
+    "json_allpairs_allreduce_packets_2_instances": lambda n: js.allpairs_allreduce_packets(n, 2, into_input=True),
+}
+
+
+def foreign_thread_blocks(text: str) -> list[int]:
+    """Thread blocks per gpu of an MSCCL-IR or MSCCL++ JSON text."""
+    if text.lstrip().startswith("<"):
+        return [text.split("<gpu ")[g + 1].count("<tb ") for g in range(text.count("<gpu "))]
+    return [len(gpu["threadblocks"]) for gpu in json.loads(text)["gpus"]]
+
+
+@pytest.mark.parametrize("name", sorted(WRITE_INPUT))
+def test_plans_that_write_their_input_run_on_a_private_copy(rng, name):
+    """Each rank gets one more thread block, a prologue that copies its input into a region of scratch of the
+    input's size and releases the others; no other operation names the input, and the plan computes its
+    collective."""
+    for n in range(2, 6):
+        text = WRITE_INPUT[name](n)
+        plan = load_plan(text)
+        input_chunks = plan["buffers"]["input"]["blocks"] * plan["buffers"]["input"]["chunks_per_block"]
+        assert plan["buffers"]["scratch"]["chunks_per_block"] >= input_chunks
+        for rank, (ranked, foreign) in enumerate(zip(plan["ranks"], foreign_thread_blocks(text))):
+            assert len(ranked["threadblocks"]) == foreign + 1
+            copy, *signals = ranked["threadblocks"][-1]["ops"]
+            assert copy["op"] == "copy" and copy["src"] == {"buffer": "input", "index": 0, "count": input_chunks}
+            assert copy["dst"]["buffer"] == "scratch" and copy["dst"]["count"] == input_chunks
+            assert [op["op"] for op in signals] == ["signal"] * foreign
+            assert '"input"' not in json.dumps(ranked["threadblocks"][:-1])
+        check_with_numpy(plan, rng, "max" if n == 3 else "sum")
+
+
+def test_plans_that_do_not_write_their_input_read_it_in_place():
+    for text in (xml.allpairs_reducescatter(3), js.allpairs_reducescatter_packets(3), xml.ring_allreduce(3)):
+        plan = load_plan(text)
+        assert [len(ranked["threadblocks"]) for ranked in plan["ranks"]] == foreign_thread_blocks(text)
+        assert all('"input"' in json.dumps(ranked) for ranked in plan["ranks"])
+
+
 def test_protocols_and_channels_map_as_documented():
     """Simple travels as put + signal / wait on HB memory channels, LL and LL128 as packets on LL ones; MSCCL-IR
     dependencies become self channels; MSCCL++ port channels stay port channels."""
@@ -110,6 +154,17 @@ def test_loaded_all_reduce_matches_lax(mesh8, rng, source):
             x = random_array(rng, (8 * count,), "float32")
             compare_with_lax(lambda v: jm.psum(v, "x", algorithm=name), lambda v: lax.psum(v, "x"), mesh8, (x,),
                              P("x"), P())
+
+
+@pytest.mark.parametrize("source", ["xml_allpairs_simple", "json_allpairs_packets"])
+def test_loaded_reduce_scatter_that_writes_its_input_matches_lax(mesh8, rng, source):
+    text = {"xml_allpairs_simple": lambda: xml.allpairs_reducescatter(8, "Simple", into_input=True),
+            "json_allpairs_packets": lambda: js.allpairs_reducescatter_into_input(8, "LL")}[source]()
+    with registered(load_plan(text), "loaded_rs_" + source) as name:
+        for count in (1, 37):
+            x = random_array(rng, (8 * 8 * count,), "float32")
+            compare_with_lax(lambda v: jm.psum_scatter(v, "x", tiled=True, algorithm=name),
+                             lambda v: lax.psum_scatter(v, "x", tiled=True), mesh8, (x,), P("x"), P("x"))
 
 
 @pytest.mark.parametrize("source", ["xml_ring_ll_2_instances", "json_port"])
@@ -166,7 +221,7 @@ def test_msccl_ir_refusals_name_element_attribute_and_reason():
     refused(ring.replace('cnt="1"', 'cnt="2"', 1), "<step", "cnt", "matching send")
     refused(ring.replace("<step ", "<op ", 1), "<op>", None, "unknown element")
     in_place_rs = xml.allpairs_reducescatter(2).replace('inplace="0"', 'inplace="1"')
-    refused(in_place_rs, "<algo>", "inplace", "an in-place reduce_scatter writes into its input")
+    refused(in_place_rs, "<algo>", "inplace", "in place, reduce_scatter's output lies within its input")
     refused(xml.allpairs_alltoall(2).replace('srcoff="1"', 'srcoff="5"', 1), "<step", "srcoff", "past the 2 chunks")
     refused(xml.allpairs_allgather(3).replace('nchunksperloop="3"', 'nchunksperloop="4"'), "<algo>",
             "nchunksperloop", "do not cut")
@@ -226,13 +281,15 @@ def test_mscclpp_json_refusals_name_element_attribute_and_reason():
     refused(changed(lambda p: p["gpus"][2].update(id=5)), "gpus[2]", "id", "must have id")
     refused(changed(lambda p: p["gpus"][0]["remote_buffers"][0].update(type="o")), "dst_buff[0]", "buffer_id",
             "writes gpu 1's output")
+    refused(changed(lambda p: p["gpus"][0]["remote_buffers"][0].update(type="i")), "dst_buff[0]", "buffer_id",
+            "writes gpu 1's input: our executors only write into peers' scratch")
     refused(changed(lambda p: first_op(p, "put").update(tbg_info={"tb_id": 0, "tbg_size": 2})), "op 2",
             "tbg_info", "element ranges")
     refused(changed(lambda p: first_op(p, "put").update(name="pws")), "op 2", "channel_type", "port channels only")
     refused(changed(lambda p: p["gpus"][1].update(output_chunks=4)), "gpu 1", "output_chunks", "chunks of one size")
     refused(js.allpairs_allreduce_simple(3)[:-3], "JSON document", None, "malformed JSON")
     refused(changed(lambda p: p.update(inplace=True, collective="alltoall")), "MSCCL++ plan", "inplace",
-            "an in-place all_to_all")
+            "in place, all_to_all's output lies within its input")
     packets = json.loads(js.allpairs_reducescatter_packets(3))
     for tb in packets["gpus"][1]["threadblocks"]:
         tb["ops"] = [op for op in tb["ops"] if op["name"] != "repkt"]

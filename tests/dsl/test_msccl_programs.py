@@ -3,12 +3,16 @@ computes the collective on random data through the numpy interpreter, for severa
 one and two instances, and element counts that leave chunks short or empty. Their MSCCL-IR loads back
 (``load_plan``) into plans that compute the same."""
 
+import json
+
 import numpy as np
 import pytest
 
-from jax_mscclpp.dsl import run_plan, verify
+from jax_mscclpp.dsl import VerificationError, run_plan, verify
 from jax_mscclpp.dsl.load_plan import load_plan
-from jax_mscclpp.dsl.msccl import PROTOCOLS
+from jax_mscclpp.dsl.msccl import PROTOCOLS, Buffer, MSCCLProgram, chunk
+from jax_mscclpp.dsl.msccl.collectives import AllGather
+from jax_mscclpp.dsl.msccl.topologies import ring
 from tests.dsl import msccl_programs as programs
 from tests.dsl.test_dsl_simulate import expected_outputs
 
@@ -81,7 +85,51 @@ def test_to_program_replicates_like_the_dsl():
                                    lambda p: programs.allreduce_allpairs(3, p),
                                    lambda p: programs.allreduce_recursive_halving_doubling(4, p, 2),
                                    lambda p: programs.allgather_ring(5, p, inplace=True),
+                                   lambda p: programs.reducescatter_ring(3, p, chunk_factor=2),
+                                   lambda p: programs.allreduce_ring(3, p, inplace=False),
                                    lambda p: programs.alltoall_two_step(2, 2, p)],
-                         ids=["ring", "allpairs", "rhd", "allgather", "alltoall"])
+                         ids=["ring", "allpairs", "rhd", "allgather", "reducescatter", "ring_out_of_place",
+                              "alltoall"])
 def test_msccl_ir_loads_back(rng, build, protocol):
     assert_computes(load_plan(build(protocol).generate_xml()), rng)
+
+
+# Out of place, these reduce into input chunks, so their MSCCL-IR writes the input: (world size, protocol,
+# instances) -> MSCCLProgram.
+WRITES_INPUT = {
+    "reducescatter_ring": lambda n, p, i: programs.reducescatter_ring(n, p, i, chunk_factor=2),
+    "ring_out_of_place": lambda n, p, i: programs.allreduce_ring(n, p, i, inplace=False),
+}
+
+
+@pytest.mark.parametrize("protocol", ["Simple", "LL", "LL128"])
+@pytest.mark.parametrize("name", sorted(WRITES_INPUT))
+def test_msccl_ir_that_writes_its_input_runs_on_a_private_copy(rng, name, protocol):
+    """Each rank's input is copied into a region of its scratch by a prologue thread block that releases the
+    others; the steps read and write that copy, never the input, and the plan computes the collective."""
+    for n in range(2, 6):
+        for instances in (1, 2):
+            xml = WRITES_INPUT[name](n, protocol, instances).generate_xml()
+            assert 'dstbuf="i"' in xml
+            plan = load_plan(xml)
+            input_chunks = plan["buffers"]["input"]["blocks"] * plan["buffers"]["input"]["chunks_per_block"]
+            for rank, ranked in enumerate(plan["ranks"]):
+                prologue = ranked["threadblocks"][-1]["ops"]
+                assert prologue[0]["op"] == "copy" and prologue[0]["src"] == {"buffer": "input", "index": 0,
+                                                                              "count": input_chunks}
+                assert prologue[0]["dst"]["buffer"] == "scratch" and prologue[0]["dst"]["count"] == input_chunks
+                assert [op["op"] for op in prologue[1:]] == ["signal"] * (len(ranked["threadblocks"]) - 1)
+                assert {op.get("src_line") for op in prologue} == {f"input-copy prologue of rank {rank}"}
+                reads_input = [op for tb in ranked["threadblocks"][:-1] for op in tb["ops"]
+                               if '"input"' in json.dumps(op)]
+                assert reads_input == []
+            assert_computes(plan, rng)
+
+
+@pytest.mark.parametrize("buffer", [Buffer.input, Buffer.output])
+def test_a_copy_into_input_or_output_needs_an_index(buffer):
+    """The message names the buffer as programs do (``output``), not by its MSCCL-IR code (``o``)."""
+    with MSCCLProgram("no_index", ring(2), AllGather(2, 1, False), 1):
+        with pytest.raises(VerificationError, match=rf"\[program\] at test_msccl_programs\.py:\d+: copy into "
+                                                    rf"{buffer.name}: give an index \(only scratch buffers append\)"):
+            chunk(0, Buffer.input, 0).copy(1, buffer)

@@ -15,6 +15,7 @@ COLLECTIVE_NAMES = {
     "allreduce": "all_reduce",
     "allgather": "all_gather",
     "reducescatter": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",  # MSCCLang's name in the MSCCL-IR it writes
     "alltoall": "all_to_all",
 }
 

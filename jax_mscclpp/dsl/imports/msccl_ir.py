@@ -15,7 +15,8 @@ before reading the slot. With ``LL`` and ``LL128`` it is an LL memory channel: `
 ``src (+) arrival`` on without storing it; ``s`` sends ``src``; ``cpy`` copies; ``re`` reduces ``dst (+) src``
 into ``dst``; ``nop`` carries only its dependency. A dependency ``depid``/``deps`` (step ``deps`` of thread
 block ``depid`` of the same gpu) becomes a signal on a self channel after that step and a wait before the
-step that needs it (``thread_block_order.py``).
+step that needs it (``thread_block_order.py``). A gpu's input lives where ``input_places.py`` puts it: in place, in
+the output; out of place, in a private copy in scratch when a step of the gpu writes it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..program import Chunk, Program
 from . import in_place
 from .collectives import chunks_per_block, our_collective
 from .errors import PlanImportError
+from .input_places import InputPlaces
 from .positions import check_positions
 from .thread_block_order import ThreadBlockOrder
 
@@ -165,10 +167,8 @@ class _Algo:
         self.in_place = _int(root, "inplace", where) if root.get("inplace") is not None else 0
         if self.in_place not in (0, 1):
             raise PlanImportError(where, "inplace", f"is {self.in_place}, not 0 or 1")
-        if self.in_place and self.collective not in in_place.SUPPORTED:
-            raise PlanImportError(where, "inplace", f"an in-place {self.collective} writes into its input, which "
-                                                    f"our executors never do; in place we run "
-                                                    f"{', '.join(in_place.SUPPORTED)}")
+        if self.in_place and (reason := in_place.refusal(self.collective)):
+            raise PlanImportError(where, "inplace", reason)
         self.chunks_per_block = chunks_per_block(self.collective, self.world_size,
                                                  _int(root, "nchunksperloop", where, 1), "larger", where,
                                                  "nchunksperloop")
@@ -299,21 +299,21 @@ class _Translation:
         self.next_scratch = [gpu.scratch_chunks for gpu in algo.gpus]
         self.pipes: dict[tuple[int, int, int], MemoryChannel] = {}  # (sender, receiver, chan) -> channel
         self._match_transfers()
+        self.inputs = self._input_places()
         self.program = Program(algo.collective, algo.world_size, name=algo.name, chunks=algo.chunks_per_block,
                                scratch_chunks=max(self.next_scratch), protocol=algo.protocol)
         self.order = ThreadBlockOrder(self.program)
         self.waits_done: dict[tuple, int] = {}  # (gpu, producer tb, consumer tb) -> waits recorded
         self.signalled = self._signalled_steps()
         for gpu in algo.gpus:
-            if algo.in_place:
-                in_place.add_prologue(self.program, self.order, gpu.id, len(gpu.tbs))
+            self.inputs.add_prologue(self.program, self.order, gpu.id, len(gpu.tbs))
             for tb in gpu.tbs.values():
                 for step in tb.steps:
                     self._translate(step)
         self.plan = self.program.lower()
         check_positions(self.plan)
 
-    # Pass 1: transfers and scratch ---------------------------------------------------------------------
+    # Pass 1: transfers, scratch and where the input lives ----------------------------------------------
 
     def _allocate(self, gpu: int, count: int) -> int:
         start = self.next_scratch[gpu]
@@ -359,6 +359,15 @@ class _Translation:
                     self.temps[receive.gpu, receive.tb, receive.s, "result"] = self._allocate(receive.gpu,
                                                                                                receive.cnt)
 
+    def _input_places(self) -> InputPlaces:
+        """Out of place, a gpu a step of which writes its input runs on a private copy past its other scratch."""
+        algo = self.algo
+        input_chunks = geometry.buffer_blocks(algo.collective, algo.world_size)[0] * algo.chunks_per_block
+        copies = {gpu.id: self._allocate(gpu.id, input_chunks) for gpu in algo.gpus if not algo.in_place
+                  and any(step.dst is not None and step.dst[0] == "input" for tb in gpu.tbs.values()
+                          for step in tb.steps)}
+        return InputPlaces(algo.collective, algo.chunks_per_block, input_chunks, algo.in_place, copies)
+
     def _signalled_steps(self) -> dict[tuple, list[int]]:
         """(gpu, producer tb, consumer tb) -> the producer's steps the consumer depends on, in order."""
         steps: dict[tuple, set] = {}
@@ -380,11 +389,7 @@ class _Translation:
         return self.pipes[key]
 
     def _chunk(self, gpu: int, ref: tuple[str, int], count: int) -> Chunk:
-        buffer, index = ref
-        if self.algo.in_place and buffer == "input":
-            buffer, index = "output", in_place.output_place(self.algo.collective, gpu, self.algo.chunks_per_block,
-                                                            index)
-        return Chunk(gpu, buffer, index, count)
+        return self.inputs.chunk(gpu, *ref, count)
 
     def _translate(self, step: Step) -> None:
         first = len(self.program.operations)

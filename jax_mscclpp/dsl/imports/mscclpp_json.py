@@ -18,6 +18,9 @@ thread block only: lowering places the barriers that are needed. Packets travel 
 writing thread block to the one that unpacks them, which the plan leaves implicit: each scratch chunk is
 unpacked by one thread block, found before translation.
 
+A gpu's input lives where ``input_places.py`` puts it: in place, in the output; out of place, in a private copy
+in scratch when an op of the gpu writes it.
+
 Refused, naming the op: reads of a peer's buffer (``get``, ``rre``, ``rres``), writes into a peer's input
 or output, multi-thread-block barriers and semaphores, pipelines, switch (NVLS) operations, packets written
 into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that split chunks.
@@ -33,6 +36,7 @@ from ..program import Chunk, Program
 from . import in_place
 from .collectives import chunks_per_block, our_collective
 from .errors import PlanImportError
+from .input_places import InputPlaces
 from .positions import check_positions
 from .thread_block_order import ThreadBlockOrder
 
@@ -125,10 +129,8 @@ class _Plan:
         self.in_place = document.get("inplace", False)
         if not isinstance(self.in_place, bool):
             raise PlanImportError(where, "inplace", f"must be true or false, got {self.in_place!r}")
-        if self.in_place and self.collective not in in_place.SUPPORTED:
-            raise PlanImportError(where, "inplace", f"an in-place {self.collective} writes into its input, which "
-                                                    f"our executors never do; in place we run "
-                                                    f"{', '.join(in_place.SUPPORTED)}")
+        if self.in_place and (reason := in_place.refusal(self.collective)):
+            raise PlanImportError(where, "inplace", reason)
         self.gpus = _field(document, "gpus", where, list)
         self.world_size = len(self.gpus)
         if not self.gpus:
@@ -211,6 +213,7 @@ class _Translation:
         self.readers = self._packet_readers()
         self.writers = self._packet_writers()
         self.next_scratch = [gpu["scratch_chunks"] for gpu in plan.gpus]
+        self.inputs = self._input_places()
         total = [self.next_scratch[r] + self._temp_total(r) for r in range(plan.world_size)]
         self.program = Program(plan.collective, plan.world_size, name=plan.name, chunks=plan.chunks_per_block,
                                scratch_chunks=max(total), protocol="LL" if plan.packets else "HB")
@@ -218,8 +221,7 @@ class _Translation:
         self.pipes: dict[tuple, object] = {}
         for rank, gpu in enumerate(plan.gpus):
             tbs = _field(gpu, "threadblocks", plan.where(rank), list)
-            if plan.in_place:
-                in_place.add_prologue(self.program, self.order, rank, len(tbs))
+            self.inputs.add_prologue(self.program, self.order, rank, len(tbs))
             for tb_index, tb in enumerate(tbs):
                 self._threadblock(rank, tb_index, tb)
         self.plan = self.program.lower()
@@ -271,6 +273,18 @@ class _Translation:
                 raise PlanImportError(where, "dst_buff", f"scratch chunk {chunk} of gpu {ref.rank} receives packets "
                                                          "from two thread blocks")
         return writers
+
+    def _input_places(self) -> InputPlaces:
+        """Out of place, a gpu an op of which writes its input runs on a private copy past the scratch the plan
+        declares (temporaries come after it)."""
+        plan = self.plan_in
+        input_chunks = geometry.buffer_blocks(plan.collective, plan.world_size)[0] * plan.chunks_per_block
+        writers = set() if plan.in_place else {
+            rank for rank, _, _, _, op in self._ops() if isinstance(op, dict) and op.get("name") in OPS
+            and any(isinstance(entry, dict) and "buffer_id" not in entry and entry.get("type") == "i"
+                    for entry in op.get("dst_buff", []))}
+        copies = {rank: self._temp(rank, input_chunks).index for rank in sorted(writers)}
+        return InputPlaces(plan.collective, plan.chunks_per_block, input_chunks, plan.in_place, copies)
 
     def _temp_total(self, rank: int) -> int:
         return sum(self._temp_chunks(op) for r, _, _, _, op in self._ops() if r == rank)
@@ -329,8 +343,6 @@ class _Translation:
             if index + count > size:
                 raise PlanImportError(entry_where, "index", f"chunks {index}..{index + count - 1} are past the "
                                                             f"{size} chunks of gpu {owner}'s {buffer}")
-            if plan.in_place and buffer == "input":
-                buffer, index = "output", in_place.output_place(plan.collective, owner, plan.chunks_per_block, index)
             refs.append(Ref(owner, buffer, index, count, is_remote))
         return refs
 
@@ -479,9 +491,8 @@ class _Translation:
         if name in ("put", "pws", "pwsf", "ppkt") and len(srcs) != len(dsts):
             raise PlanImportError(where, "dst_buff", f"{name!r} pairs each source with one destination")
 
-    @staticmethod
-    def _chunk(ref: Ref) -> Chunk:
-        return Chunk(ref.rank, ref.buffer, ref.index, ref.count)
+    def _chunk(self, ref: Ref) -> Chunk:
+        return self.inputs.chunk(ref.rank, ref.buffer, ref.index, ref.count)
 
     def _runs(self, ref: Ref, owner_of) -> list[tuple[int, int, object]]:
         """(offset, length, owner) of the runs of chunks of ``ref`` that ``owner_of(chunk)`` maps alike."""

@@ -1,7 +1,8 @@
-"""Ordering between thread blocks of one rank, as foreign plans express it (MSCCL-IR ``depid``/``deps``, the
-in-place prologue): a memory channel from the rank to itself per (producer, consumer) pair of thread blocks.
-The producer signals after the step the consumer needs; the consumer waits before the step that needs it. A
-signal releases everything the producer wrote before it and the wait acquires it (PLAN.md, "Execution model").
+"""Ordering between thread blocks of one rank, as foreign plans express it (MSCCL-IR ``depid``/``deps``) and as
+the prologue that moves a rank's input needs it (``input_places.py``): a memory channel from the rank to itself
+per (producer, consumer) pair of thread blocks. The producer signals after the step the consumer needs; the
+consumer waits before the step that needs it. A signal releases everything the producer wrote before it and the
+wait acquires it (PLAN.md, "Execution model").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ returns.
 
 from __future__ import annotations
 
-from .buffers import is_scratch
+from .buffers import buffer_label, is_scratch
 from .dag import COPY, REDUCE, SlotRange
 from .errors import program_error, program_line
 
@@ -60,7 +60,7 @@ class Ref:
             buffer, index = self.buffer, self.index
         elif index == -1:
             if not is_scratch(buffer):
-                raise program_error(f"copy into {buffer}: give an index (only scratch buffers append)")
+                raise program_error(f"copy into {buffer_label(buffer)}: give an index (only scratch buffers append)")
             index = len(dag.slot_list(dst, buffer, create=True))
         buffer, index = dag.resolve(dst, buffer, index)
         self._check_link(self.rank, dst)
