@@ -21,15 +21,14 @@ import os
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _mlp import row_parallel_mlp  # examples/_mlp.py
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
 from jax_mscclpp.dsl import load_plan  # noqa: E402
@@ -76,20 +75,7 @@ def main(argv=None) -> int:
     jm.register_algorithm(lambda world: load_plan(ring_all_reduce(world).generate_xml()), name="msccl_ring_xml",
                           max_bytes=0)  # never chosen by size: forced by name below
 
-    mesh = Mesh(np.array(devices), ("tp",))
-    rng = np.random.default_rng(args.seed)
-    dtype = jnp.dtype(args.dtype)
-    x = jnp.asarray(rng.standard_normal((16, 64)), dtype)
-    w1 = jnp.asarray(rng.standard_normal((64, 32 * n)) / 8, dtype)
-    w2 = jnp.asarray(rng.standard_normal((32 * n, 64)) / 8, dtype)
-
-    def mlp(psum):
-        """A row-parallel MLP whose partial sums meet in `psum`."""
-        @jax.jit
-        @jax.shard_map(mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P())
-        def run(x, w1, w2):
-            return psum(jax.nn.gelu(x @ w1) @ w2, "tp")
-        return run
+    (x, w1, w2), mlp = row_parallel_mlp(devices, args.seed, args.dtype)
 
     reference = np.asarray(mlp(lax.psum)(x, w1, w2), np.float64)
     ok = checked

@@ -20,15 +20,14 @@ import os
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _mlp import row_parallel_mlp  # examples/_mlp.py
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
-from jax.sharding import Mesh, PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
 from jax_mscclpp import dsl  # noqa: E402
@@ -92,20 +91,7 @@ def main(argv=None) -> int:
 
     # A two-layer tensor-parallel MLP: the row-parallel matmul's partial sums meet in jm.psum, which the
     # selection table now serves with the registered plan.
-    mesh = Mesh(np.array(devices), ("tp",))
-    rng = np.random.default_rng(args.seed)
-    dtype = jnp.dtype(args.dtype)
-    x = jnp.asarray(rng.standard_normal((16, 64)), dtype)
-    w1 = jnp.asarray(rng.standard_normal((64, 32 * n)) / 8, dtype)
-    w2 = jnp.asarray(rng.standard_normal((32 * n, 64)) / 8, dtype)
-
-    def mlp(psum):
-        @jax.jit
-        @jax.shard_map(mesh=mesh, in_specs=(P(), P(None, "tp"), P("tp", None)), out_specs=P())
-        def run(x, w1, w2):
-            return psum(jax.nn.gelu(x @ w1) @ w2, "tp")
-        return run
-
+    (x, w1, w2), mlp = row_parallel_mlp(devices, args.seed, args.dtype)
     ours, ref = mlp(jm.psum)(x, w1, w2), mlp(lax.psum)(x, w1, w2)
     hlo = mlp(jm.psum).lower(x, w1, w2).as_text()
     uses_plan = "algorithm = 6" in hlo

@@ -32,11 +32,11 @@ import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library, load_plan  # noqa: E402
 from tests.dsl import msccl_programs, mscclpp_chunk_programs  # noqa: E402
-from tests.harness.plan_ranks import INPUT, OUTPUT, PlanRanks  # noqa: E402
-from tests.harness.virtual_ranks import ALGORITHM_CODES, COLLECTIVE_CODES, device_run_header, native_cuda  # noqa: E402
+from executor import ALL_REDUCE, check_once  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
+from tests.harness.plan_ranks import PlanRanks  # noqa: E402
+from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, native_cuda  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
-ALL_REDUCE = COLLECTIVE_CODES["all_reduce"]
 SCRATCH = 64 * MiB
 INSTANCES = (1, 4)
 
@@ -59,40 +59,15 @@ PROTOCOLS = {
 }
 
 
-def block_count(plan: dict, nbytes: int) -> int:
-    """Elements of one block of the plan's input for a rank's `nbytes` of float32."""
-    return max(1, nbytes // 4 // plan["buffers"]["input"]["blocks"])
-
-
-def check_once(pr: PlanRanks, plan: dict, nbytes: int, rng, algorithm: int | None) -> float:
-    """One call (the plan, or the hand-written kernel) against numpy; the largest relative error."""
-    count = block_count(plan, nbytes) * plan["buffers"]["input"]["blocks"]
-    data = [rng.standard_normal(count).astype(np.float32) for _ in range(pr.nranks)]
-    for r in range(pr.nranks):
-        pr.upload(r, INPUT, data[r])
-        pr.fill(r, OUTPUT, 0xEE)
-    if algorithm is None:
-        pr.launch(block_count(plan, nbytes), "float32", "sum")
-    else:
-        pr.launch_collective(ALL_REDUCE, algorithm, count, "float32", "sum")
-    pr.synchronize()
-    want = np.sum(np.stack([d.astype(np.float64) for d in data]), axis=0)
-    worst = 0.0
-    for r in range(pr.nranks):
-        got = pr.download(r, OUTPUT, count * 4, dtype=np.float32).astype(np.float64)
-        worst = max(worst, float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30)))
-    return worst
-
-
-def us(pr: PlanRanks, plan: dict, nbytes: int, args, algorithm: int | None = None) -> float:
-    count = block_count(plan, nbytes)
+def us(pr: PlanRanks, nbytes: int, args, algorithm: int | None = None) -> float:
+    count = nbytes // 4
     launches = pr.launch_count(count, "float32")
     repeats = max(4, min(args.repeats, 64 // max(1, launches)))  # a full launch queue would block the gates
     if algorithm is None:
         times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples)
     else:
-        times = pr.time(count * plan["buffers"]["input"]["blocks"], "float32", "sum", repeats=repeats,
-                        samples=args.samples, collective=ALL_REDUCE, algorithm=algorithm)
+        times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples, collective=ALL_REDUCE,
+                        algorithm=algorithm)
     return 1e3 * float(np.median(times))
 
 
@@ -123,15 +98,14 @@ def main() -> None:
                     with PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
                                    timeout_s=30) as pr:
                         for nbytes in sizes:
-                            error = check_once(pr, plan, nbytes, rng, None)
-                            t = us(pr, plan, nbytes, args)
+                            error = check_once(pr, nbytes // 4, rng, None)
+                            t = us(pr, nbytes, args)
                             if nbytes not in best.setdefault(name, {}) or t < best[name][nbytes][0]:
                                 best[name][nbytes] = (t, k, error)
                             if name == "dsl" and k == INSTANCES[-1]:
                                 algorithm = ALGORITHM_CODES[kernel]
-                                error = check_once(pr, plan, nbytes, rng, algorithm)
-                                best.setdefault("kernel", {})[nbytes] = (us(pr, plan, nbytes, args, algorithm), None,
-                                                                         error)
+                                error = check_once(pr, nbytes // 4, rng, algorithm)
+                                best.setdefault("kernel", {})[nbytes] = (us(pr, nbytes, args, algorithm), None, error)
             for nbytes in sizes:
                 dsl_us, kernel_us = best["dsl"][nbytes][0], best["kernel"][nbytes][0]
                 for name, by_size in best.items():
