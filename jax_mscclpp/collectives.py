@@ -65,6 +65,18 @@ def _groups_of(api_name: str, axis_name, axis_index_groups, *, equal_sizes: bool
     return checked
 
 
+def _equal_groups_call(api_name: str, axis_name, axis_index_groups):
+    """(axes, world, checked groups or None, the ranks one result spans, their name in errors) of a call that ours
+    runs, ``axis_index_groups`` over one axis all of one size (``_groups_of``); a world of one is noted for
+    ``explain``."""
+    axes, world = _axes_and_world(axis_name, api_name)
+    checked = _groups_of(api_name, axis_name, axis_index_groups, equal_sizes=True)
+    span, what = (world, "axis size") if checked is None else (checked.size, "group size")
+    if world == 1:
+        routing.one_rank(api_name, axes)
+    return axes, world, checked, span, what
+
+
 def _check_algorithm(collective: Collective, algorithm, api_name: str) -> None:
     if algorithm is not None and not isinstance(algorithm, str):
         raise TypeError(f"{api_name}: algorithm must be an algorithm's name (a string) or None; got {algorithm!r}")
@@ -272,15 +284,11 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False, to: str = "v
         with routing.lax_scope("all_gather"):
             return lax.all_gather(x, axis_name, axis=axis, tiled=tiled, axis_index_groups=axis_index_groups,
                                   **to_arg)
-    axes, world = _axes_and_world(axis_name, "all_gather")
-    checked = _groups_of("all_gather", axis_name, axis_index_groups, equal_sizes=True)
+    axes, world, checked, size, _ = _equal_groups_call("all_gather", axis_name, axis_index_groups)
     if checked is not None and to != "varying":
         raise ValueError(f"all_gather: to={to!r} with axis_index_groups of more than one group: each group "
                          "gathers its own members, so the result varies over the axis; use to='varying'")
-    size = world if checked is None else checked.size  # the ranks each result gathers
     prim = all_gather_p if to == "varying" else all_gather_invariant_p
-    if world == 1:
-        routing.one_rank("all_gather", axes)
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "all_gather", Collective.ALL_GATHER)
@@ -313,11 +321,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
         with routing.lax_scope("psum_scatter"):
             return lax.psum_scatter(x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled,
                                     axis_index_groups=axis_index_groups)
-    axes, world = _axes_and_world(axis_name, "psum_scatter")
-    checked = _groups_of("psum_scatter", axis_name, axis_index_groups, equal_sizes=True)
-    n, what = (world, "axis size") if checked is None else (checked.size, "group size")
-    if world == 1:
-        routing.one_rank("psum_scatter", axes)
+    axes, world, checked, n, what = _equal_groups_call("psum_scatter", axis_name, axis_index_groups)
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "psum_scatter", Collective.REDUCE_SCATTER)
@@ -328,9 +332,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
                 raise ValueError(
                     f"psum_scatter: dimension {d} of size {size} does not divide by the {what} {n}"
                 )
-            shape = list(leaf.shape)
-            shape[d : d + 1] = [n, size // n]
-            blocks = jnp.moveaxis(leaf.reshape(shape), d, 0)
+            blocks = _split_into_blocks(leaf, d, n)
         else:
             if size != n:
                 raise ValueError(
@@ -351,11 +353,16 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
 reduce_scatter = psum_scatter
 
 
+def _split_into_blocks(leaf, axis: int, n: int):
+    """``leaf`` with ``axis`` cut into ``n`` equal blocks, the blocks stacked along a new leading axis."""
+    shape = list(leaf.shape)
+    shape[axis : axis + 1] = [n, shape[axis] // n]
+    return jnp.moveaxis(leaf.reshape(shape), axis, 0)
+
+
 def _all_to_all_tiled(leaf, axes, world, split_axis, concat_axis, algorithm, checked=None):
     n = world if checked is None else checked.size  # the ranks exchanging pieces
-    shape = list(leaf.shape)
-    shape[split_axis : split_axis + 1] = [n, shape[split_axis] // n]
-    blocks = jnp.moveaxis(leaf.reshape(shape), split_axis, 0)
+    blocks = _split_into_blocks(leaf, split_axis, n)
     if world == 1:
         received = blocks
     elif checked is not None:  # every rank's pieces, then from each member of the group its piece for me
@@ -381,11 +388,7 @@ def all_to_all(x, axis_name, split_axis: int, concat_axis: int, *, tiled: bool =
             return jax.tree_util.tree_map(
                 lambda leaf: lax.all_to_all(leaf, axis_name, split_axis, concat_axis,
                                             axis_index_groups=axis_index_groups, tiled=tiled), x)
-    axes, world = _axes_and_world(axis_name, "all_to_all")
-    checked = _groups_of("all_to_all", axis_name, axis_index_groups, equal_sizes=True)
-    n, what = (world, "axis size") if checked is None else (checked.size, "group size")
-    if world == 1:
-        routing.one_rank("all_to_all", axes)
+    axes, world, checked, n, what = _equal_groups_call("all_to_all", axis_name, axis_index_groups)
 
     def one(leaf):
         leaf = _prepare(leaf, axes, "all_to_all", Collective.ALL_TO_ALL)
