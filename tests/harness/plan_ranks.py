@@ -140,16 +140,3 @@ class PlanRanks(RankData):
         kind = 0 if collective is None else 1
         return self.cuda.time_calls(self.ranks, kind, collective or 0, algorithm, block_count, dtype_code(dtype),
                                     REDUCE_CODES[op], repeats, samples)
-
-    # -- teardown --------------------------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        for rk in self.ranks:
-            rk.close()
-        self.ranks = []
-
-    def __enter__(self) -> "PlanRanks":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

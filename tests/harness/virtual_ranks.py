@@ -95,7 +95,8 @@ def make_params(cuda, op: str, **kw):
 
 
 class RankData:
-    """Host access to the buffers of ``self.ranks`` (native rank objects): what every virtual-ranks runner shares."""
+    """Host access to the buffers of ``self.ranks`` (native rank objects) and their closing, also as a context
+    manager: what every virtual-ranks runner shares."""
 
     def upload(self, rank: int, buffer: int, data, offset: int = 0) -> None:
         self.ranks[rank].upload(buffer, offset, np.ascontiguousarray(data).tobytes())
@@ -109,6 +110,18 @@ class RankData:
 
     def epoch(self, rank: int) -> int:
         return self.ranks[rank].epoch()
+
+    def close(self) -> None:
+        """Closes every rank; the runner holds none after."""
+        for rk in self.ranks:
+            rk.close()
+        self.ranks = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 class VirtualRanks(RankData):
@@ -252,19 +265,6 @@ class VirtualRanks(RankData):
             self.synchronize()
             times.append(first.elapsed_ms() / repeats)
         return times
-
-    # -- teardown --------------------------------------------------------------------------------------------------
-
-    def close(self) -> None:
-        for r in self.ranks:
-            r.close()
-        self.ranks = []
-
-    def __enter__(self) -> "VirtualRanks":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def device_run_header(benchmark: str, cuda) -> dict:

@@ -444,20 +444,19 @@ def gpu_name() -> str | None:
 @contextlib.contextmanager
 def _environ(**changes):
     """os.environ with ``changes`` (None: removed) inside the block, as it was after."""
+    def apply(values):
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
     saved = {k: os.environ.get(k) for k in changes}
     try:
-        for k, v in changes.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(changes)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        apply(saved)
 
 
 class ProcessesSource(kr.Source):
