@@ -52,9 +52,7 @@ def allreduce_2pa_hb(n: int) -> Program:
     pipes = all_pairs(prog, MemoryChannel)
     # scratch[p]: chunk r from rank p; scratch[n + p]: reduced chunk p.
     for r, rank in enumerate(prog.ranks):
-        for p in prog.peers(r):
-            pipes[r, p].put(prog.rank(p).scratch[r], rank.input[p])
-            pipes[r, p].signal()
+        _put_to_peers(prog, pipes, r, lambda p: rank.input[p])
         for p in prog.peers(r):
             pipes[p, r].wait()
         rank.reduce(rank.output[r], [rank.input[r]] + [rank.scratch[p] for p in prog.peers(r)])
@@ -131,20 +129,31 @@ def allreduce_2pa_nvls(n: int) -> Program:
     return prog
 
 
-def allgather_allpairs(n: int) -> Program:
-    """All-gather, all pairs: every rank puts its input into every peer's scratch and signals; each rank
-    copies what it receives into the matching output block."""
-    prog = Program("all_gather", n, name="allgather_allpairs", chunks=1, scratch_chunks=n)
+def _put_to_peers(prog: Program, pipes, r: int, piece) -> None:
+    """Rank r puts ``piece(p)`` into scratch[r] of every peer p and signals p."""
+    for p in prog.peers(r):
+        pipes[r, p].put(prog.rank(p).scratch[r], piece(p))
+        pipes[r, p].signal()
+
+
+def _exchange_allpairs(collective: str, n: int, name: str, piece) -> Program:
+    """All pairs through scratch: ``piece(rank, p)``, what a rank sends to rank p, lands in output block r of rank p
+    for every sender r (a rank's piece for itself is copied locally)."""
+    prog = Program(collective, n, name=name, chunks=1, scratch_chunks=n)
     pipes = all_pairs(prog, MemoryChannel)
     for r, rank in enumerate(prog.ranks):
-        for p in prog.peers(r):
-            pipes[r, p].put(prog.rank(p).scratch[r], rank.input[0])
-            pipes[r, p].signal()
-        rank.copy(rank.output.block(r)[0], rank.input[0])
+        _put_to_peers(prog, pipes, r, lambda p: piece(rank, p))
+        rank.copy(rank.output.block(r)[0], piece(rank, r))
         for p in prog.peers(r):
             pipes[p, r].wait()
             rank.copy(rank.output.block(p)[0], rank.scratch[p])
     return prog
+
+
+def allgather_allpairs(n: int) -> Program:
+    """All-gather, all pairs: every rank puts its input into every peer's scratch and signals; each rank
+    copies what it receives into the matching output block."""
+    return _exchange_allpairs("all_gather", n, "allgather_allpairs", lambda rank, p: rank.input[0])
 
 
 def reducescatter_allpairs(n: int) -> Program:
@@ -153,9 +162,7 @@ def reducescatter_allpairs(n: int) -> Program:
     prog = Program("reduce_scatter", n, name="reducescatter_allpairs", chunks=1, scratch_chunks=n)
     pipes = all_pairs(prog, MemoryChannel)
     for r, rank in enumerate(prog.ranks):
-        for p in prog.peers(r):
-            pipes[r, p].put(prog.rank(p).scratch[r], rank.input.block(p)[0])
-            pipes[r, p].signal()
+        _put_to_peers(prog, pipes, r, lambda p: rank.input.block(p)[0])
         for p in prog.peers(r):
             pipes[p, r].wait()
         rank.reduce(rank.output[0], [rank.input.block(r)[0]] + [rank.scratch[p] for p in prog.peers(r)])
@@ -164,17 +171,7 @@ def reducescatter_allpairs(n: int) -> Program:
 
 def alltoall_allpairs(n: int) -> Program:
     """All-to-all, all pairs: input block p of every rank goes to rank p's scratch, then to its output block."""
-    prog = Program("all_to_all", n, name="alltoall_allpairs", chunks=1, scratch_chunks=n)
-    pipes = all_pairs(prog, MemoryChannel)
-    for r, rank in enumerate(prog.ranks):
-        for p in prog.peers(r):
-            pipes[r, p].put(prog.rank(p).scratch[r], rank.input.block(p)[0])
-            pipes[r, p].signal()
-        rank.copy(rank.output.block(r)[0], rank.input.block(r)[0])
-        for p in prog.peers(r):
-            pipes[p, r].wait()
-            rank.copy(rank.output.block(p)[0], rank.scratch[p])
-    return prog
+    return _exchange_allpairs("all_to_all", n, "alltoall_allpairs", lambda rank, p: rank.input.block(p)[0])
 
 
 # Name -> program function, for selection and golden tests.
