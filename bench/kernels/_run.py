@@ -1,19 +1,14 @@
-"""What the kernel benchmarks of this folder share: the environment they run in (set on import, before CUDA or JAX
-start: NVLink multicast off, the repository on sys.path for tests.harness) and where their JSON goes
-(bench/results/<kind>-<date>.json)."""
+"""What the native-harness benchmarks of this folder share: the environment they run in (set on import, before CUDA
+or JAX start: ``_environment.py``'s, and JAX on the CPU unless told otherwise, since they run no JAX computation on
+the GPU) and where their JSON goes (bench/results/<kind>-<date>.json)."""
 
 import datetime
 import json
 import os
-import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _environment import REPO
 
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, REPO)  # tests.harness
 
 
 def write_result(result: dict, kind: str, out: str | None = None) -> str:

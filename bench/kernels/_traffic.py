@@ -9,6 +9,7 @@ in the L2 cache never reaches DRAM (small calls read low)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import ctypes
 import datetime
@@ -103,6 +104,20 @@ def write_record(kind: str, cells: list[dict], args, started: float, mode: str |
     if note:
         print(f"ncu: {note}", file=sys.stderr)
     return record
+
+
+def record_parser(description: str, kind: str, ncu_timeout: float) -> argparse.ArgumentParser:
+    """The command line every traffic record takes (what run_record and write_record read): --ranks, --sizes,
+    --ncu, --ncu-timeout, --commit, --out and the hidden --profile-only; a record adds its own options."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--ranks", default="2,4,8", type=lambda s: [int(v) for v in s.split(",")])
+    parser.add_argument("--sizes", default="64K,16M,256M", type=lambda s: [parse_size(v) for v in s.split(",")])
+    parser.add_argument("--ncu", action="store_true", help="add the DRAM bytes of one call under Nsight Compute")
+    parser.add_argument("--ncu-timeout", type=float, default=ncu_timeout)
+    parser.add_argument("--profile-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--commit", default=None)
+    parser.add_argument("--out", default=None, help=f"write {kind}-<gpu>-<date>[-<commit>].json here")
+    return parser
 
 
 def run_record(args, run_cells, profile, kind: str, **fields) -> int:

@@ -40,22 +40,26 @@ KiB, MiB = 1 << 10, 1 << 20
 SCRATCH = 64 * MiB
 INSTANCES = (1, 4)
 
-# protocol -> (hand-written algorithm, sizes, plan makers: name -> (n, instances) -> plan)
+
+def plan_makers(dsl_program: str, msccl_protocol: str, chunk_program) -> dict:
+    """name -> (n, instances) -> plan: one all-pairs all-reduce written in each front-end (the DSL library's
+    ``dsl_program``, MSCCLang's all-pairs program over ``msccl_protocol``, MSCCL++'s ``chunk_program``), each
+    front-end's program lowered directly and, for MSCCLang and MSCCL++, also through its plan file."""
+    return {
+        "dsl": lambda n, k: library.PROGRAMS[dsl_program](n).lower(instances=k),
+        "msccl": lambda n, k: msccl_programs.allreduce_allpairs(n, msccl_protocol, k).lower(),
+        "msccl_ir": lambda n, k: load_plan(msccl_programs.allreduce_allpairs(n, msccl_protocol, k).generate_xml()),
+        "mscclpp": lambda n, k: chunk_program(n, k).plan(),
+        "mscclpp_json": lambda n, k: load_plan(chunk_program(n, k).to_json()),
+    }
+
+
+# protocol -> (hand-written algorithm, sizes, plan makers)
 PROTOCOLS = {
-    "LL": ("2pa_ll", [4 * KiB, 64 * KiB, 1 * MiB], {
-        "dsl": lambda n, k: library.PROGRAMS["allreduce_2pa_ll"](n).lower(instances=k),
-        "msccl": lambda n, k: msccl_programs.allreduce_allpairs(n, "LL", k).lower(),
-        "msccl_ir": lambda n, k: load_plan(msccl_programs.allreduce_allpairs(n, "LL", k).generate_xml()),
-        "mscclpp": lambda n, k: mscclpp_chunk_programs.allreduce_allpairs_ll(n, k).plan(),
-        "mscclpp_json": lambda n, k: load_plan(mscclpp_chunk_programs.allreduce_allpairs_ll(n, k).to_json()),
-    }),
-    "HB": ("2pa_hb", [64 * KiB, 1 * MiB, 16 * MiB], {
-        "dsl": lambda n, k: library.PROGRAMS["allreduce_2pa_hb"](n).lower(instances=k),
-        "msccl": lambda n, k: msccl_programs.allreduce_allpairs(n, "Simple", k).lower(),
-        "msccl_ir": lambda n, k: load_plan(msccl_programs.allreduce_allpairs(n, "Simple", k).generate_xml()),
-        "mscclpp": lambda n, k: mscclpp_chunk_programs.allreduce_two_phase(n, k).plan(),
-        "mscclpp_json": lambda n, k: load_plan(mscclpp_chunk_programs.allreduce_two_phase(n, k).to_json()),
-    }),
+    "LL": ("2pa_ll", [4 * KiB, 64 * KiB, 1 * MiB],
+           plan_makers("allreduce_2pa_ll", "LL", mscclpp_chunk_programs.allreduce_allpairs_ll)),
+    "HB": ("2pa_hb", [64 * KiB, 1 * MiB, 16 * MiB],
+           plan_makers("allreduce_2pa_hb", "Simple", mscclpp_chunk_programs.allreduce_two_phase)),
 }
 
 

@@ -29,14 +29,8 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# Before CUDA starts: enough hardware queues for every virtual rank's stream; NVLink multicast off.
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)  # tests.harness
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _environment (also when loaded by path)
+import _environment  # noqa: E402,F401  (bench/kernels/_environment.py: CUDA's environment, tests.harness)
 
 from jax_mscclpp.tools.bench import kernel_record  # noqa: E402
 from jax_mscclpp.tools.bench import kernel_record_base as kr  # noqa: E402

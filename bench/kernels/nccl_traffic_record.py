@@ -29,22 +29,16 @@ figures of bytes moved, not multi-GPU speed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _environment, _traffic (also when loaded by path)
+import _environment  # noqa: E402,F401  (bench/kernels/_environment.py: CUDA's environment, tests.harness)
 os.environ.setdefault("JAX_MSCCLPP_TIMEOUT_S", "30")
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)  # tests.gpu, tests.harness
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _traffic
 
-from _traffic import parse_size, profile_ranges, profiler, run_record  # noqa: E402
+from _traffic import profile_ranges, profiler, record_parser, run_record  # noqa: E402
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 PATHS = ("registered", "unregistered", "jax")
@@ -254,15 +248,8 @@ def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", default="2,4,8", type=lambda s: [int(v) for v in s.split(",")])
-    parser.add_argument("--sizes", default="64K,16M,256M", type=lambda s: [parse_size(v) for v in s.split(",")])
+    parser = record_parser(__doc__.split("\n\n")[0], "nccl-traffic", ncu_timeout=300.0)
     parser.add_argument("--collectives", default=",".join(COLLECTIVES), type=lambda s: s.split(","))
-    parser.add_argument("--ncu", action="store_true", help="add the DRAM bytes of one call under Nsight Compute")
-    parser.add_argument("--ncu-timeout", type=float, default=300.0)
-    parser.add_argument("--profile-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--out", default=None, help="write nccl-traffic-<gpu>-<date>[-<commit>].json here")
     args = parser.parse_args(argv)
     if set(args.collectives) - set(COLLECTIVES):
         parser.error(f"--collectives: of {', '.join(COLLECTIVES)}")

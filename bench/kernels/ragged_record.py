@@ -34,23 +34,18 @@ multi-GPU speed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-os.environ["NCCL_NVLS_ENABLE"] = "0"
-os.environ.pop("JAX_MSCCLPP_NVLS", None)
-if REPO not in sys.path:
-    sys.path.insert(0, REPO)  # tests.harness
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _traffic, also where this file is loaded by path
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # _environment, _traffic (also when loaded by path)
+import _environment  # noqa: E402,F401  (bench/kernels/_environment.py: CUDA's environment, tests.harness)
 
 import numpy as np  # noqa: E402
 
-from _traffic import dram_bytes_per_range, parse_size, profile_ranges, profiler, run_record  # noqa: E402,F401
+from _traffic import (dram_bytes_per_range, parse_size, profile_ranges, profiler, record_parser,  # noqa: E402,F401
+                      run_record)
 
 SCRATCH = 64 << 20
 REPLAY_MS = 10.0
@@ -213,19 +208,12 @@ def profile(args, rows: list[dict]) -> tuple[str | None, str | None]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", default="2,4,8", type=lambda s: [int(v) for v in s.split(",")])
-    parser.add_argument("--sizes", default="64K,16M,256M", type=lambda s: [parse_size(v) for v in s.split(",")])
+    parser = record_parser(__doc__.split("\n\n")[0], "ragged-record", ncu_timeout=240.0)
     parser.add_argument("--row-bytes", type=int, default=4096, help="bytes of a row (4096: 2048 bfloat16)")
     parser.add_argument("--exchanges", default="direct,ring", type=lambda s: s.split(","),
                         help="direct (into the receivers' outputs) and/or ring (through the slot rings)")
     parser.add_argument("--composition-max", type=parse_size, default=parse_size("2G"),
                         help="the largest all_to_all operand per rank for the composition's figure")
-    parser.add_argument("--ncu", action="store_true", help="add the DRAM bytes of one call under Nsight Compute")
-    parser.add_argument("--ncu-timeout", type=float, default=240.0)
-    parser.add_argument("--profile-only", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--out", default=None, help="write ragged-record-<gpu>-<date>[-<commit>].json here")
     args = parser.parse_args(argv)
     if not args.exchanges or set(args.exchanges) - {"direct", "ring"}:
         parser.error("--exchanges: direct, ring or both")
