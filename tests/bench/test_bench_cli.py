@@ -4,31 +4,16 @@ import csv
 import glob
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from jax_mscclpp.tools.bench import metrics, report, sweep
+from tests.bench.bench_command import FAST, bench
 
-FAST = ["--iters", "2", "--warmup", "1", "--chain", "2", "--no-progress"]
 # Records of the module's run: all_reduce and all_gather, two sizes, each algorithm the CPU backend runs and auto.
 N_RECORDS = 2 * sum(
     len(sweep.expand_algorithms(["all"], op, "cpu")) for op in ("all_reduce", "all_gather")
 )
-
-
-def bench(*args, devices=4, timeout=120, env_extra=None):
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # the tool sets the CPU device count itself
-    env["JAX_PLATFORMS"] = "cpu"
-    env.pop("JAX_MSCCLPP_TUNING_FILE", None)
-    env.update(env_extra or {})
-    cmd = [sys.executable, "-m", "jax_mscclpp.tools.bench", *args]
-    if devices:
-        cmd += ["--devices", str(devices)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -142,6 +127,9 @@ def test_cli_range_auto_and_default_names(tmp_path):
         (["--iters", "0"], "at least 1"),
         (["--dtype", "float8"], "dtype"),
         (["--mode", "graph"], "unknown mode"),
+        (["--ops", "psum,pmin"], "different reductions"),
+        (["--ops", "pmax", "--redop", "sum"], "different reductions"),
+        (["--ops", "ppermute"], "unknown op 'ppermute'"),
     ],
 )
 def test_cli_rejects_bad_arguments(args, message):

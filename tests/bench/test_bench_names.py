@@ -7,9 +7,6 @@ algorithm it chose."""
 import dataclasses
 import glob
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -21,15 +18,7 @@ from jax_mscclpp.tools.bench import metrics, programs, report
 from jax_mscclpp.tools.bench.sweep import Record
 from jax_mscclpp.tools.soak import configs
 from jax_mscclpp.tools.soak import programs as soak_programs
-
-FAST = ["--iters", "2", "--warmup", "1", "--chain", "2", "--no-progress"]
-
-
-def bench(*args, devices=2):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_MSCCLPP_TUNING_FILE")}
-    env["JAX_PLATFORMS"] = "cpu"  # the tool sets the CPU device count itself
-    cmd = [sys.executable, "-m", "jax_mscclpp.tools.bench", *args, "--devices", str(devices)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+from tests.bench.bench_command import FAST, bench
 
 
 def test_the_drop_ins_names_are_the_fixtures_names():
@@ -63,17 +52,6 @@ def test_cli_takes_the_drop_ins_names(tmp_path):
     (path,) = glob.glob(str(tmp_path / "max" / "bench_cpu_*.json"))
     doc = json.load(open(path))
     assert doc["settings"]["redop"] == "max" and [r["redop"] for r in doc["records"]] == ["max"]
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--ops", "psum,pmin"], "different reductions"),
-    (["--ops", "pmax", "--redop", "sum"], "different reductions"),
-    (["--ops", "ppermute"], "unknown op 'ppermute'"),
-])
-def test_cli_refuses_names_that_disagree_or_are_not_benched(args, message):
-    proc = bench(*FAST, "--sizes", "1K", *args)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert message in proc.stderr
 
 
 def test_an_op_without_a_dispatch_is_an_error():
