@@ -244,16 +244,8 @@ def test_graph_replay(cuda, rng, combo):
         upload_inputs(vr, data)
         for r in range(n):
             vr.fill(r, OUTPUT, POISON)
-        from tests.harness.virtual_ranks import make_params
-
-        p = make_params(cuda, "collective", collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
+        vr.replay_graph("collective", replays, collective=collective, algorithm=algorithm, dtype=dtype, reduce_op=op,
                         count=count)
-        for r in range(n):
-            vr.ranks[r].capture(p)
-        for _ in range(replays):
-            for r in range(n):
-                vr.ranks[r].replay(1)
-        vr.synchronize()
         rk.epoch = replays * launches
         rk.check_epochs()
         outs = download_outputs(vr, out_blocks(collective, n) * count * 4, dtype)

@@ -177,8 +177,6 @@ def test_many_calls_in_flight(ranks, rng, nranks, algorithm):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_graph_replay(cuda, rng, algorithm):
     """One call captured into a CUDA graph per rank and replayed: the epoch advances in device memory only."""
-    from tests.harness.virtual_ranks import make_params
-
     n, count, dtype, replays = 4, 6000, "float32", 70
     rk = Ranks(cuda, n, scratch=64 << 10, buffer=BUFFER)
     try:
@@ -189,14 +187,8 @@ def test_graph_replay(cuda, rng, algorithm):
             vr.upload(r, INPUT, data[r])
             vr.fill(r, OUTPUT, POISON)
         lo, hi = destination_words(perm)
-        p = make_params(cuda, "permute", algorithm=algorithm, dtype=dtype, count=count, destinations_lo=lo,
+        vr.replay_graph("permute", replays, algorithm=algorithm, dtype=dtype, count=count, destinations_lo=lo,
                         destinations_hi=hi)
-        for r in range(n):
-            vr.ranks[r].capture(p)
-        for _ in range(replays):
-            for r in range(n):
-                vr.ranks[r].replay(1)
-        vr.synchronize()
         rk.epoch = replays * rk.launches("permute", algorithm, count, dtype)
         rk.check_epochs()
         check(download(vr, count * 4, dtype), expected(perm, data, n), "graph replay")

@@ -241,6 +241,18 @@ class VirtualRanks(RankData):
         code = self.ranks[rank].call_algorithm(p)
         return next(name for name, c in ALGORITHM_CODES.items() if c == code)
 
+    def replay_graph(self, op: str, replays: int, **params) -> None:
+        """Every rank captures ``op`` with ``params`` (``make_params``; ``iters`` calls in a row where set) into a CUDA
+        graph, then replays it ``replays`` times (each time every rank's graph launched before any is waited for),
+        synchronized."""
+        p = make_params(self.cuda, op, **params)
+        for rk in self.ranks:
+            rk.capture(p)
+        for _ in range(replays):
+            for rk in self.ranks:
+                rk.replay(1)
+        self.synchronize()
+
     def timed_graph(self, op: str, repeats: int, replays: int = 3, **params) -> float:
         """Milliseconds per call of ``op``: the median of ``graph_replay_times``."""
         return float(np.median(self.graph_replay_times(op, repeats, replays, **params)))
@@ -249,12 +261,7 @@ class VirtualRanks(RankData):
         """Milliseconds per call of ``op`` in each timed replay: every rank captures ``repeats`` calls into a CUDA
         graph (``iters``), replays it once to warm up, then ``replays`` times between events on rank 0's stream
         (rank 0 cannot finish before its peers, whose graphs are launched right after its own)."""
-        p = make_params(self.cuda, op, iters=repeats, **params)
-        for rk in self.ranks:
-            rk.capture(p)
-        for rk in self.ranks:
-            rk.replay(1)
-        self.synchronize()
+        self.replay_graph(op, 1, iters=repeats, **params)
         times = []
         first = self.ranks[0]
         for _ in range(replays):
