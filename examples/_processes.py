@@ -8,9 +8,11 @@ P --process-id I --result FILE`` after ``argv``, and returns the JSON each wrote
 process, or each worker's, or, in a worker, its report written to its FILE. ``initialize(port, processes, process_id)`` is what each worker calls before its first JAX
 computation: the coordinator on this host, and GPU ``process_id % local_gpus()`` as its device, so that more
 processes than GPUs share them (then only an NCCL library of ours can run XLA's collectives: NVIDIA's refuses a
-shared GPU).
+shared GPU). An example comparing ours with lax's variant (``args.variants``) takes ``add_process_arguments``'
+options and brackets ``measure`` with ``start_process`` and ``end_process``.
 """
 
+import argparse
 import glob
 import json
 import os
@@ -19,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 from typing import Callable
+
+from _devices import gpu_expected  # examples/_devices.py
 
 
 def local_gpus() -> int:
@@ -83,3 +87,42 @@ def initialize(port: int, processes: int, process_id: int) -> None:
 
     jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=processes,
                                process_id=process_id, local_device_ids=[process_id % local_gpus()])
+
+
+def add_process_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--processes N``, and the options ``worker_reports`` gives each worker (hidden)."""
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes under jax.distributed, one device each (default 1: one process, every device)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one process of --processes N
+    parser.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
+
+
+def start_process(args) -> bool:
+    """What ``measure(args)`` does before its first JAX computation: where more processes than GPUs share them and
+    lax's variant is to run, XLA's collectives through our NCCL library (NVIDIA's refuses a shared GPU; asked for
+    before JAX starts its backends); then, in one of several processes, ``initialize``. Whether the processes share
+    a GPU."""
+    shared_gpu = args.processes > 1 and gpu_expected() and args.processes > local_gpus()
+    if shared_gpu and "lax" in args.variants:
+        import jax_mscclpp
+
+        jax_mscclpp.enable_nccl_backend()
+    if args.processes > 1:
+        initialize(args.port, args.processes, args.process_id)
+    return shared_gpu
+
+
+def end_process(args, report: dict) -> None:
+    """What ``measure(args)`` does after its last JAX computation: in one of several processes, the calls our NCCL
+    library counted (where it ran XLA's collectives) into ``report``, and ``jax.distributed`` shut down."""
+    if args.processes == 1:
+        return
+    import jax
+
+    import jax_mscclpp
+
+    if jax_mscclpp.nccl_backend.runs_collectives():
+        report["nccl_library_calls"] = jax_mscclpp.nccl_backend.call_counts()
+    jax.distributed.shutdown()

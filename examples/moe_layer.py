@@ -37,8 +37,8 @@ import argparse
 import math
 import sys
 
-from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
-from _processes import initialize, local_gpus, reports_of  # examples/_processes.py
+from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _processes import add_process_arguments, end_process, reports_of, start_process  # examples/_processes.py
 
 
 def _one_process(argv) -> bool:
@@ -86,14 +86,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="the mscclpp variant's ragged_all_to_all algorithm (an all_to_all algorithm forces ours; "
                         "default: the package's choice, lax's on GPUs, ours on CPU devices)")
     parser.add_argument("--ep", type=int, default=None, help="devices on the 'ep' axis (default: all)")
-    parser.add_argument("--processes", type=int, default=1,
-                        help="processes under jax.distributed, one device each (default 1: one process, every device)")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
     add_common_arguments(parser, tp=False)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one process of --processes N
-    parser.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    add_process_arguments(parser)
     args = parser.parse_args(argv)
     if args.top_k < 1 or args.experts_per_device < 1 or args.steps < 1 or args.processes < 1:
         parser.error("--top-k, --experts-per-device, --steps and --processes must be positive")
@@ -234,11 +229,7 @@ def host_value(mesh, a) -> np.ndarray:
 
 def measure(args) -> dict:
     """Every variant in this process (one of --processes N, or the only one): checks, step times, bytes."""
-    shared_gpu = args.processes > 1 and gpu_expected() and args.processes > local_gpus()
-    if shared_gpu and "lax" in args.variants:
-        jm.enable_nccl_backend()  # NVIDIA's NCCL refuses a shared GPU; before JAX starts its backends
-    if args.processes > 1:
-        initialize(args.port, args.processes, args.process_id)
+    shared_gpu = start_process(args)
     devices = jax.devices()
     platform = devices[0].platform
     n = args.ep or len(devices)
@@ -336,10 +327,7 @@ def measure(args) -> dict:
         report["speedup"] = _report.speedup(timed["lax"]["train_step_ms"], timed["mscclpp"]["train_step_ms"])
         report["mscclpp_vs_lax_max_rel_error"] = diff
     report["passed"] = passed and bool(outputs)
-    if args.processes > 1 and jm.nccl_backend.runs_collectives():
-        report["nccl_library_calls"] = jm.nccl_backend.call_counts()
-    if args.processes > 1:
-        jax.distributed.shutdown()
+    end_process(args, report)
     return report
 
 

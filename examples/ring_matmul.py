@@ -23,8 +23,8 @@ import argparse
 import os
 import sys
 
-from _devices import add_common_arguments, configure_cpu_devices, gpu_expected  # examples/_devices.py
-from _processes import initialize, local_gpus, reports_of  # examples/_processes.py
+from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _processes import add_process_arguments, end_process, reports_of, start_process  # examples/_processes.py
 
 VARIANTS = ("mscclpp", "lax")
 
@@ -38,16 +38,11 @@ def parse(argv):
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--collectives", choices=("both", *VARIANTS), default="both")
-    p.add_argument("--processes", type=int, default=1,
-                   help="processes under jax.distributed, one device each (default 1: one process, every device)")
     p.add_argument("--profile", default=None, metavar="DIR", help="profile --profile-steps steps per variant")
     p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--out", default=None, help="write the results as JSON to this file")
     add_common_arguments(p, tp=False)
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # one process of --processes N
-    p.add_argument("--process-id", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    add_process_arguments(p)
     return p.parse_args(argv)
 
 
@@ -103,11 +98,7 @@ def reference(x, w1, w2):
 
 def measure(args) -> dict:
     """Both variants in this process (one of --processes N, or the only one): errors, step times, profiles."""
-    shared_gpu = args.processes > 1 and gpu_expected() and args.processes > local_gpus()
-    if shared_gpu and "lax" in args.variants:
-        import jax_mscclpp
-
-        jax_mscclpp.enable_nccl_backend()  # NVIDIA's NCCL refuses a shared GPU; before JAX starts its backends
+    shared_gpu = start_process(args)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -117,8 +108,6 @@ def measure(args) -> dict:
     import jax_mscclpp as jm
     from _report import header, median_ms  # examples/_report.py
 
-    if args.processes > 1:
-        initialize(args.port, args.processes, args.process_id)
     devices = jax.devices()
     n = len(devices)
     on_gpu = devices[0].platform == "gpu"
@@ -160,10 +149,7 @@ def measure(args) -> dict:
             row["profile"] = profile.summarize(profile.capture(lambda: step(*operands), args.profile_steps, logdir),
                                                args.profile_steps)
         report["results"].append(row)
-    if args.processes > 1 and jm.nccl_backend.runs_collectives():
-        report["nccl_library_calls"] = jm.nccl_backend.call_counts()
-    if args.processes > 1:
-        jax.distributed.shutdown()
+    end_process(args, report)
     return report
 
 
