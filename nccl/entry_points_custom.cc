@@ -4,6 +4,7 @@
 // buffers and their registration (registrations.h). Every body runs guarded (guarded.h): no exception leaves.
 #include <string>
 
+#include "ending_order.h"
 #include "forwarding.h"
 #include "group_depth.h"
 #include "guarded.h"
@@ -30,24 +31,25 @@ ncclResult_t null_argument(const char* function, const char* argument) {
 }
 
 // Destroy and abort: a communicator whose setup still runs elsewhere is let go (our_runtime.h,
-// release_pending_setup); else the real library frees the communicator it made (if there is one); ours goes once
-// that succeeded (on failure the caller still holds a valid handle, to retry or abort), our runtime's part with it
-// (release_runtime: destroy's barrier is bounded, abort stops the rank's kernels and returns at once).
+// release_pending_setup); else its parts end in ending_order.h's order: destroy ends the real library's
+// communicator (if there is one), then, once that succeeded, our runtime's part (release_runtime: its outstanding
+// operations complete, then a bounded barrier) and ours; abort stops our runtime's part first (its kernels stopped
+// from the host, returning at once), then the real library's abort, then ours.
 template <typename Function>
 ncclResult_t end_communicator(ApiFunction function, ncclComm_t comm) {
   OurCommunicator* ours = our_communicator(comm);
-  if (ours != nullptr && release_pending_setup(ours)) {
+  if (ours == nullptr) return forward_to_real<Function>(function, comm);
+  if (release_pending_setup(ours)) {
     clear_last_error();
     return ncclSuccess;
   }
-  const ncclResult_t result =
-      ours != nullptr && ours->real == nullptr ? ncclSuccess : forward_to_real<Function>(function, comm);
-  if (ours != nullptr && result == ncclSuccess) {
-    release_runtime(ours, function == ApiFunction::ncclCommDestroy);
-    release_our_communicator(ours);
-    clear_last_error();
-  }
-  return result;
+  return end_in_order(function == ApiFunction::ncclCommAbort,
+                      {[&] { return ours->real == nullptr ? ncclSuccess : forward_to_real<Function>(function, comm); },
+                       [&](bool orderly) { release_runtime(ours, orderly); },
+                       [&] {
+                         release_our_communicator(ours);
+                         clear_last_error();
+                       }});
 }
 
 // The group calls go to the real library unless our runtime is on and the real library was never needed (every
@@ -422,7 +424,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, voi
     RegisteredRange* range = make_registered_range(buff, size, runtime_nranks(ours), real_window);
     if (range == nullptr) return fail(ncclSystemError, "ncclCommWindowRegister: out of host memory");
     // In a group, range->window is set at the outermost ncclGroupEnd (our_runtime.h).
-    if (const ncclResult_t registered = register_window(ours, buff, size, &range->window);
+    if (const ncclResult_t registered = register_window(ours, buff, size, winFlags, &range->window);
         registered != ncclSuccess) {
       if (real_window != nullptr)
         (void)forward_to_real<decltype(&ncclCommWindowDeregister)>(ApiFunction::ncclCommWindowDeregister, comm,

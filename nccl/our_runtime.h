@@ -80,14 +80,15 @@ ncclResult_t allocate_buffer(void** ptr, size_t size);
 bool owns_buffer(void* ptr);
 ncclResult_t free_buffer(void* ptr);
 // ncclCommWindowRegister / ncclCommWindowDeregister on one of ours with a runtime (runtime/windows.h): the
-// registration is collective, and a window every rank maps serves the calls whose buffers lie in it in place
-// (collective.h, launch_in_place); *window becomes the runtime's record of it. Outside a group it is made at once
+// registration is collective, and a window every rank registered with NCCL_WIN_COLL_SYMMETRIC (`flags`, winFlags)
+// and every rank maps serves the calls whose buffers lie in it in place (collective.h, launch_in_place); *window
+// becomes the runtime's record of it. Outside a group it is made at once
 // and fails (ncclSystemError, with the last error) when a rank does not register within the timeout; inside one,
 // *window stays null until the outermost ncclGroupEnd makes the calling thread's registrations, concurrently (one
 // thread may register the windows of several ranks: run_group_windows, whose result is the first failure), and
 // ncclGroupSimulateEnd drops them (discard_group_windows: the windows stay ranges recorded only). *window must stay
 // valid until then.
-ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window);
+ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, int flags, void** window);
 ncclResult_t run_group_windows();
 void discard_group_windows();
 void deregister_window(OurCommunicator* ours, void* window);
@@ -104,8 +105,10 @@ float estimate_group_microseconds(const std::vector<Operation>& operations);
 ncclResult_t create_premulsum(OurCommunicator* ours, ncclRedOp_t* op, void* scalar, ncclDataType_t dtype,
                               ncclScalarResidence_t residence);
 ncclResult_t destroy_reduction(OurCommunicator* ours, ncclRedOp_t op);
-// Frees the runtime side of `ours` (after the real communicator, if any, is gone). `orderly` (destroy): first waits
-// for every rank at the root, at most a couple of seconds; else (abort), or where a rank did not come, the rank's
+// Frees the runtime side of `ours`. `orderly` (destroy, after the real communicator, if any, is gone): first waits
+// until the work the rank launched has ended (its outstanding operations complete, within the kernel timeout:
+// RuntimeCommunicator::wait_for_launched_work), then for every rank at the root, at most a couple of seconds; else
+// (abort, before the real communicator's abort), or where the work did not end or a rank did not come, the rank's
 // kernels are stopped from the host (every wait gives up at its next check, no trap) and the frees go to a thread
 // of their own, so the call returns at once; a new communicator can be made right after.
 void release_runtime(OurCommunicator* ours, bool orderly);

@@ -40,7 +40,7 @@ bool release_pending_setup(OurCommunicator*) { return false; }
 std::string runtime_failure(const OurCommunicator*) { return ""; }
 ncclResult_t allocate_buffer(void**, size_t) { return not_built("ncclMemAlloc"); }
 bool owns_buffer(void*) { return false; }
-ncclResult_t register_window(OurCommunicator*, void*, size_t, void**) { return not_built("ncclCommWindowRegister"); }
+ncclResult_t register_window(OurCommunicator*, void*, size_t, int, void**) { return not_built("ncclCommWindowRegister"); }
 ncclResult_t run_group_windows() { return ncclSuccess; }
 void discard_group_windows() {}
 void deregister_window(OurCommunicator*, void*) {}

@@ -3,8 +3,9 @@
 //   - a buffer registration records the range only (it is local to the rank, and our kernels copy its calls
 //     through their scratch);
 //   - a window is also registered with our runtime, collectively (our_runtime.h, register_window): where every
-//     rank maps every other's window, the calls whose buffers lie in windows run in place, without scratch
-//     (collective.h, launch_in_place); `window` is the runtime's record.
+//     rank registered it symmetric (NCCL_WIN_COLL_SYMMETRIC) and maps every other's window, the calls whose buffers
+//     lie in windows run in place, without scratch (collective.h, launch_in_place); `window` is the runtime's
+//     record.
 // Where a real communicator runs beside ours, the buffer is registered with it too, and the real handle kept inside
 // ours for the calls forwarded to it (forwarding.h unwraps windows as it unwraps communicators). A window of ours
 // without a real one answers ncclWinGetUserPtr here; the device API's calls on it are ncclInvalidUsage naming the

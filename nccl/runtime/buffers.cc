@@ -1,13 +1,17 @@
 // our_runtime.h's ncclMemAlloc / ncclMemFree: device memory of the calling thread's current GPU, from the driver's
 // virtual memory management where it is there (a physical allocation exportable as a POSIX file descriptor, mapped
-// read-write for this device, granularity-rounded: what NVIDIA's ncclMemAlloc makes, so that NVIDIA's registration
-// accepts it too), else cudaMalloc. The allocations are kept by address, so that ncclMemFree knows how to free.
+// read-write for this device and for every other device of the process that can access it as a peer
+// (cudaDeviceCanAccessPeer), granularity-rounded: what NVIDIA's ncclMemAlloc makes, so that NVIDIA's registration
+// accepts it too and ranks of this process on other GPUs may read and write it through its own address), else
+// cudaMalloc. The allocations are kept by address, so that ncclMemFree knows how to free.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "driver_api.h"
 #include "last_error.h"
@@ -35,6 +39,27 @@ std::map<void*, Allocation>& allocations() {
   return all;
 }
 
+// Read-write access for `device` and every device of the process that can access its memory as a peer.
+std::vector<CUmemAccessDesc> read_write_access(int device) {
+  std::vector<CUmemAccessDesc> access;
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) (void)cudaGetLastError();
+  devices = std::max(devices, device + 1);
+  for (int d = 0; d < devices; ++d) {
+    int peer = 0;
+    if (d != device && (cudaDeviceCanAccessPeer(&peer, d, device) != cudaSuccess || peer == 0)) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    CUmemAccessDesc desc{};
+    desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc.location.id = d;
+    desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    access.push_back(desc);
+  }
+  return access;
+}
+
 // A cuMem allocation of at least `size` bytes on `device`; false (nothing held) where the driver refuses.
 bool allocate_vmm(int device, size_t size, void** ptr, Allocation* out) {
   const DriverApi& api = cuda::driver_api();
@@ -55,15 +80,13 @@ bool allocate_vmm(int device, size_t size, void** ptr, Allocation* out) {
     api.mem_release(handle);
     return false;
   }
-  CUmemAccessDesc access{};
-  access.location = prop.location;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   if (api.mem_map(address, bytes, 0, handle, 0) != CUDA_SUCCESS) {
     api.mem_address_free(address, bytes);
     api.mem_release(handle);
     return false;
   }
-  if (api.mem_set_access(address, bytes, &access, 1) != CUDA_SUCCESS) {
+  const std::vector<CUmemAccessDesc> access = read_write_access(device);
+  if (api.mem_set_access(address, bytes, access.data(), access.size()) != CUDA_SUCCESS) {
     api.mem_unmap(address, bytes);
     api.mem_address_free(address, bytes);
     api.mem_release(handle);

@@ -36,7 +36,8 @@ namespace {
 
 constexpr int kSetupEnded = 1;
 constexpr int kOwnerGone = 2;
-// How long ncclCommDestroy waits for the other ranks to destroy theirs before it frees anyway.
+// How long ncclCommDestroy, once its own launched work ended, waits for the other ranks to destroy theirs before it
+// frees anyway.
 constexpr double kDestroyBarrierSeconds = 2.0;
 
 // The inits of the calling thread's group, set up at its outermost ncclGroupEnd.
@@ -318,8 +319,11 @@ void release_runtime(OurCommunicator* ours, bool orderly) {
   RuntimeCommunicator* runtime = ours->runtime;
   if (runtime == nullptr) return;
   ours->runtime = nullptr;
-  bool every_rank_came = false;
+  bool work_ended = false, every_rank_came = false;
   if (orderly) {
+    // NCCL's destroy completes the communicator's outstanding operations first: a peer late to a call this rank
+    // launched holds the destroy here, within the kernel timeout, and not the barrier's seconds.
+    work_ended = runtime->wait_for_launched_work();
     try {
       runtime->bootstrap().all_gather("", "ncclCommDestroy", kDestroyBarrierSeconds);
       every_rank_came = true;
@@ -327,7 +331,7 @@ void release_runtime(OurCommunicator* ours, bool orderly) {
       // A rank gone or late: its kernels with this one may never end; freed as by an abort.
     }
   }
-  free_runtime(runtime, /*kernels_may_run=*/!every_rank_came);
+  free_runtime(runtime, /*kernels_may_run=*/!(work_ended && every_rank_came));
 }
 
 namespace {
@@ -337,6 +341,7 @@ struct PendingWindow {
   OurCommunicator* ours;
   void* buffer;
   size_t bytes;
+  int flags;
   void** window;
 };
 thread_local std::vector<PendingWindow> group_windows;
@@ -344,7 +349,7 @@ thread_local std::vector<PendingWindow> group_windows;
 // The registration of one window; "" or what failed.
 std::string make_window(const PendingWindow& w) {
   try {
-    *w.window = w.ours->runtime->register_window(w.buffer, w.bytes);
+    *w.window = w.ours->runtime->register_window(w.buffer, w.bytes, w.flags);
     return "";
   } catch (const std::exception& error) {
     return std::string("ncclCommWindowRegister on rank ") + std::to_string(w.ours->runtime->rank()) + ": " +
@@ -354,13 +359,13 @@ std::string make_window(const PendingWindow& w) {
 
 }  // namespace
 
-ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, void** window) {
+ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, int flags, void** window) {
   *window = nullptr;
   if (group_depth() > 0) {
-    group_windows.push_back({ours, buffer, bytes, window});
+    group_windows.push_back({ours, buffer, bytes, flags, window});
     return ncclSuccess;
   }
-  if (const std::string failed = make_window({ours, buffer, bytes, window}); !failed.empty())
+  if (const std::string failed = make_window({ours, buffer, bytes, flags, window}); !failed.empty())
     return fail(ncclSystemError, failed);
   return ncclSuccess;
 }

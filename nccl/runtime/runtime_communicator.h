@@ -13,6 +13,10 @@
 //     instead of trapping, and its failed and recorded words are set (call_inbox.cuh), so every SpinBound of its
 //     kernels, running or queued, gives up at its next check and no record is written. kernels_stopped(): the
 //     words have reached the device (the kernels give up from then on).
+//   - wait_for_launched_work(): the host waits until the work this rank launched has ended on every stream it
+//     launched on (an event recorded after each launch; launches into a stream being captured are the graph's, not
+//     waited for), at most the rank's kernel timeout (a kernel whose peer never comes gives up by then); false when
+//     some has not ended by then. ncclCommDestroy's wait for its outstanding operations.
 //   - shares_gpu(): two ranks drive one physical GPU (processes sharing a device), where NVIDIA's NCCL refuses to
 //     run; then every operation we have a kernel for runs here at any size.
 //   - Every launch goes through the rank's one call entry (run: GpuRank::run), on the operation's stream,
@@ -26,7 +30,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agreement.h"
@@ -55,6 +61,7 @@ class RuntimeCommunicator {
   BootstrapClient& bootstrap() { return *bootstrap_; }
   void stop_kernels();
   bool kernels_stopped() const;
+  bool wait_for_launched_work();
 
   // ---- what the operations (operations.cc, compositions.cc) run on this rank ----
   // The tuning file's rules of the topology the communicator spans (selection.h, tuned_rules), beneath which the
@@ -68,8 +75,9 @@ class RuntimeCommunicator {
   // kernels stop. A collective kernel needs every rank to run the same sequence; a point-to-point group only the
   // ranks it names; a fold (compositions.h) only this rank.
   cuda::CallResult run(const cuda::Call& call, cudaStream_t stream);
-  // ncclCommWindowRegister / ncclCommWindowDeregister of the communicator (windows.h: add is collective).
-  Window* register_window(void* buffer, size_t bytes);
+  // ncclCommWindowRegister / ncclCommWindowDeregister of the communicator (windows.h: add is collective; `flags`
+  // is winFlags).
+  Window* register_window(void* buffer, size_t bytes, int flags);
   void deregister_window(Window* window);
   // This rank's staging buffer for composed reductions (compositions.h): staging_bytes() of device memory, allocated
   // at the first use; null when it cannot be allocated.
@@ -82,10 +90,15 @@ class RuntimeCommunicator {
   std::string failure() const;
 
  private:
+  void note_launch(cudaStream_t stream);
+
   std::unique_ptr<BootstrapClient> bootstrap_;
   int device_ = 0;
   cudaStream_t abort_stream_ = nullptr;
   std::array<uint64_t, 2> abort_words_{};  // the failed and recorded words stop_kernels copies, kept until freed
+  // Per stream launched on, an event recorded after its latest launch (note_launch, wait_for_launched_work).
+  std::mutex launched_mutex_;
+  std::vector<std::pair<cudaStream_t, cudaEvent_t>> launched_;
   bool shares_gpu_ = false;
   // The grid cap of the streaming and in-place kernels: the rank's stream blocks shared by the most ranks one
   // process drives on one GPU, whose kernels must all be resident at once (the same on every rank).

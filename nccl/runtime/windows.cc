@@ -9,16 +9,23 @@
 #include <string>
 
 #include "check.h"
+#include "jax_mscclpp_nccl/nccl_api.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
 
-// A rank's frame of the first round: its range's size, then its memory handle (one that only its own process maps
-// where CUDA IPC does not export the memory: cuMem's), or none where the range is no device memory.
-std::string handle_frame(void* buffer, size_t bytes, int device) {
-  std::string frame(sizeof(uint64_t), '\0');
-  const uint64_t size = bytes;
-  std::memcpy(frame.data(), &size, sizeof(size));
+// A rank's frame of the first round: its range's size and its winFlags, then, where it asked for a symmetric window,
+// its memory handle (one that only its own process maps where CUDA IPC does not export the memory: cuMem's), or
+// none where the range is no device memory.
+struct FrameHead {
+  uint64_t size;
+  uint64_t flags;
+};
+
+std::string handle_frame(void* buffer, size_t bytes, int flags, int device) {
+  const FrameHead head{bytes, static_cast<uint64_t>(static_cast<uint32_t>(flags))};
+  std::string frame(reinterpret_cast<const char*>(&head), sizeof(head));
+  if ((flags & NCCL_WIN_COLL_SYMMETRIC) == 0) return frame;
   try {
     frame += cuda::MemoryHandle::make(buffer, bytes, device, /*local_only=*/true).serialize();
   } catch (const std::exception&) {
@@ -27,30 +34,43 @@ std::string handle_frame(void* buffer, size_t bytes, int device) {
   return frame;
 }
 
+FrameHead frame_head(const std::string& frame) {
+  FrameHead head{0, 0};
+  if (frame.size() >= sizeof(head)) std::memcpy(&head, frame.data(), sizeof(head));
+  return head;
+}
+
 }  // namespace
 
-Window* Windows::add(BootstrapClient& bootstrap, int device, void* buffer, size_t bytes) {
+Window* Windows::add(BootstrapClient& bootstrap, int device, void* buffer, size_t bytes, int flags) {
   auto window = std::make_unique<Window>();
   window->buffer = static_cast<char*>(buffer);
   window->bytes = bytes;
   const int nranks = bootstrap.nranks(), rank = bootstrap.rank();
-  const std::vector<std::string> frames =
-      bootstrap.all_gather(handle_frame(buffer, bytes, device), "ncclCommWindowRegister (the ranks' ranges)");
+  const std::vector<std::string> frames = bootstrap.all_gather(handle_frame(buffer, bytes, flags, device),
+                                                               "ncclCommWindowRegister (the ranks' ranges)");
+  window->reach = bytes;
+  window->symmetric = true;
+  for (const std::string& frame : frames) {
+    const FrameHead head = frame_head(frame);
+    window->reach = std::min<size_t>(window->reach, head.size);
+    window->symmetric = window->symmetric && (head.flags & NCCL_WIN_COLL_SYMMETRIC) != 0;
+  }
+  if (!window->symmetric) {  // every rank reads the same frames: none maps, none runs the second round
+    windows_.push_back(std::move(window));
+    return windows_.back().get();
+  }
   window->mappings.resize(nranks);
   window->ranges.assign(nranks, nullptr);
-  window->reach = bytes;
   bool mapped = buffer != nullptr && bytes > 0;
   for (int q = 0; q < nranks && mapped; ++q) {
-    uint64_t size = 0;
-    std::memcpy(&size, frames[q].data(), sizeof(size));
-    window->reach = std::min<size_t>(window->reach, size);
     if (q == rank) {
       window->ranges[q] = window->buffer;
       continue;
     }
     try {
       window->mappings[q] =
-          cuda::MappedMemory(cuda::MemoryHandle::deserialize(frames[q].substr(sizeof(uint64_t))), device);
+          cuda::MappedMemory(cuda::MemoryHandle::deserialize(frames[q].substr(sizeof(FrameHead))), device);
       window->ranges[q] = window->mappings[q].get();
     } catch (const std::exception&) {
       (void)cudaGetLastError();
@@ -79,7 +99,7 @@ void Windows::remove(Window* window) {
 const Window* Windows::holding(const void* p, size_t bytes) const {
   const char* at = static_cast<const char*>(p);
   for (const std::unique_ptr<Window>& w : windows_) {
-    if (!w->mapped || at < w->buffer) continue;
+    if (!w->mapped || at < w->buffer) continue;  // mapped: symmetric, the peers' offsets are this rank's
     const size_t offset = static_cast<size_t>(at - w->buffer);
     if (offset <= w->reach && bytes <= w->reach - offset) return w.get();
   }

@@ -42,6 +42,7 @@ OP_CODES = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 SCALAR_DEVICE, SCALAR_HOST_IMMEDIATE = 0, 1
 SIM_INFO_MAGIC = 0x74685283  # NCCL_SIM_INFO_INITIALIZER's
 NCCL_VERSION_CODE = 23007
+NCCL_WIN_DEFAULT, NCCL_WIN_COLL_SYMMETRIC = 0, 1  # ncclCommWindowRegister's winFlags
 NUMPY_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int32": np.int32, "uint32": np.uint32, "int64": np.int64,
                 "uint64": np.uint64, "float16": np.float16, "float32": np.float32, "float64": np.float64,
                 "bfloat16": ml_dtypes.bfloat16, "float8_e4m3": ml_dtypes.float8_e4m3fn,
@@ -307,12 +308,14 @@ class Case:
         return b
 
     def window(self, b: Buffer):
-        """Registers `b` (its guard included) as a window of the communicator: collective, so every rank's case
-        registers its windows in the same order; deregistered after the batch (World.release_windows)."""
+        """Registers `b` (its guard included) as a symmetric window of the communicator (NCCL_WIN_COLL_SYMMETRIC:
+        every rank's buffer is its whole window, so calls pass them at the same offsets): collective, so every
+        rank's case registers its windows in the same order; deregistered after the batch (World.release_windows)."""
         w = self.world
         handle = ctypes.c_void_p()
         self.returned("ncclCommWindowRegister", w.lib.ncclCommWindowRegister(w.comm, b.ptr, b.nbytes + GUARD_BYTES,
-                                                                             ctypes.byref(handle), 0))
+                                                                             ctypes.byref(handle),
+                                                                             NCCL_WIN_COLL_SYMMETRIC))
         w.windows.append(handle)
 
     def output(self, label: str, want: np.ndarray, tol=None, buffer: Buffer | None = None,

@@ -19,7 +19,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
-from tests.gpu._nccl_api_worker import DTYPE_CODES, NCCL_SUCCESS, OP_CODES, UniqueId, call_counts, load_library
+from tests.gpu._nccl_api_worker import (DTYPE_CODES, NCCL_SUCCESS, NCCL_WIN_COLL_SYMMETRIC, OP_CODES, UniqueId,
+                                        call_counts, load_library)
 
 FUNCTIONS = {"all_reduce": "ncclAllReduce", "all_gather": "ncclAllGather", "reduce_scatter": "ncclReduceScatter",
              "all_to_all": "ncclAlltoAll"}
@@ -80,13 +81,16 @@ class NcclRanks:
             raise errors[0]
         return results
 
-    def register_windows(self, buffers: list[int], nbytes: int, grouped: bool = False) -> list:
-        """Every rank's window over its buffer: from a thread per rank, or (`grouped`) from this thread in one
-        group, as NCCL lets one thread register the windows of several ranks."""
+    def register_windows(self, buffers: list[int], nbytes: int, grouped: bool = False,
+                         flags: int = NCCL_WIN_COLL_SYMMETRIC) -> list:
+        """Every rank's window over its buffer, registered with winFlags `flags` (symmetric unless told: the calls
+        pass every rank's buffers at the same offsets in the windows): from a thread per rank, or (`grouped`) from
+        this thread in one group, as NCCL lets one thread register the windows of several ranks."""
         def register(r):
             self.cp.cuda.Device(0).use()
             window = ctypes.c_void_p()
-            self.check(self.lib.ncclCommWindowRegister(self.comms[r], buffers[r], nbytes, ctypes.byref(window), 0),
+            self.check(self.lib.ncclCommWindowRegister(self.comms[r], buffers[r], nbytes, ctypes.byref(window),
+                                                       flags),
                        f"ncclCommWindowRegister on rank {r}", self.comms[r])
             return window
         if not grouped:

@@ -1,7 +1,9 @@
 """The lifecycle of jax_mscclpp's libnccl.so.2 communicators on one GPU, in processes sharing GPU 0 (our runtime's
 alone): ncclCommAbort of a communicator whose kernel waits for a rank that never comes returns within a second, the
 kernel gives up (no trap: the abort is made visible to the device from the host) and a new communicator then works;
-ncclCommDestroy with a peer gone returns within seconds; a non-blocking init reports ncclInProgress, then success;
+ncclCommDestroy with a peer gone returns within seconds; ncclCommDestroy right after launching an all-reduce that a
+peer joins seconds later (longer than the destroy's barrier waits) completes it first: both outputs are right and
+both contexts go on; a non-blocking init reports ncclInProgress, then success;
 one thread inits two ranks inside a group. The worker: tests/gpu/_nccl_lifecycle_worker.py (ctypes and cupy).
 
 Kernels trap on failure here (the default): an abort that let a wait time out would kill the process's context.
@@ -57,6 +59,21 @@ def test_destroy_with_a_peer_gone_returns_within_seconds(gpus, tmp_path):
     reports = run("destroy_peer_gone", 2, tmp_path)
     assert all(r["all_reduce"] == [0, True] for r in reports), reports
     assert reports[0]["destroy"] == 0 and reports[0]["destroy_s"] < 5.0, reports[0]
+
+
+def test_destroy_completes_an_all_reduce_a_late_peer_joins(gpus, tmp_path):
+    from tests.gpu._nccl_lifecycle_worker import LATE_PEER_S
+
+    reports = run("destroy_in_flight", 2, tmp_path)
+    for r in reports:
+        assert r["init"] == 0 and r["backend"].startswith("jax_mscclpp's runtime"), r
+        assert r["launch"] == 0 and r["destroy"] == 0, r
+        assert r["stream_done_at_destroy"], f"the all-reduce was still running when the destroy returned: {r}"
+        assert r["all_reduce_ok"] and r["nan_outputs"] == 0, f"rank {r['rank']}'s all-reduce is wrong: {r}"
+        assert r["context_usable"], r
+        assert r["init_again"] == 0 and r["all_reduce_again"] == [0, True] and r["destroy_again"] == 0, r
+    early = reports[0]
+    assert early["destroy_s"] > 0.75 * LATE_PEER_S, f"rank 0's destroy returned before rank 1 joined: {early}"
 
 
 @pytest.mark.parametrize("nproc", [2, 3])

@@ -1,14 +1,19 @@
-"""Windows of jax_mscclpp's libnccl.so.2 (ncclCommWindowRegister): calls whose buffers lie in every rank's window run
-in place (collective.h, launch_in_place: no scratch), here with 2 and 4 ranks of one process on GPU 0
-(tests/gpu/_nccl_ranks.py), against numpy: all-reduce, reduce-scatter, all-gather and all-to-all, several dtypes,
-reductions and odd sizes, NCCL's in-place layouts, windows inside larger allocations, at odd offsets and in
-ncclMemAlloc's memory, registered from a thread per rank and from one thread in a group; a call outside the windows, an all-to-all in place (whose blocks a peer still reads) and a
-call after the windows are deregistered run the table's algorithm instead, as jax_mscclpp_nccl_call_counts() shows.
-Windows between processes (CUDA IPC): tests/gpu/test_nccl_operations.py.
+"""Windows of jax_mscclpp's libnccl.so.2 (ncclCommWindowRegister): calls whose buffers lie in every rank's symmetric
+window (NCCL_WIN_COLL_SYMMETRIC) run in place (collective.h, launch_in_place: no scratch), here with 2 and 4 ranks of
+one process on GPU 0 (tests/gpu/_nccl_ranks.py), against numpy: all-reduce, reduce-scatter, all-gather and
+all-to-all, several dtypes, reductions and odd sizes, NCCL's in-place layouts, windows inside larger allocations, at
+odd offsets and in ncclMemAlloc's memory, registered from a thread per rank and from one thread in a group; a call
+outside the windows, an all-to-all in place (whose blocks a peer still reads) and a call after the windows are
+deregistered run the table's algorithm instead, as jax_mscclpp_nccl_call_counts() shows. Default windows (winFlags
+0), whose buffers NCCL lets each rank pass at its own offset, run the table's algorithm too: correct outputs, and
+nothing of any rank's memory written but its output. ncclMemAlloc's memory is read-write for its own GPU and every
+GPU of the process that can access it as a peer (cuMemGetAccess). Windows between processes (CUDA IPC):
+tests/gpu/test_nccl_operations.py.
 
 Kernels stop instead of trapping (JAX_MSCCLPP_TRAP_ON_FAILURE=0) and give up after 20 s, so a bug fails the case.
 """
 
+import ctypes
 import importlib.util
 import os
 import zlib
@@ -21,8 +26,9 @@ pytestmark = pytest.mark.gpu
 if importlib.util.find_spec("cupy") is None:
     pytest.skip("the NCCL ranks need cupy for device buffers and streams", allow_module_level=True)
 
-from tests.gpu._nccl_api_worker import (GUARD_BYTES, GUARD_PATTERN, NUMPY_DTYPES, compare, poison_for,  # noqa: E402
-                                        rank_data, reduce_reference, tolerance)
+from tests.gpu._nccl_api_worker import (GUARD_BYTES, GUARD_PATTERN, NCCL_WIN_COLL_SYMMETRIC,  # noqa: E402
+                                        NCCL_WIN_DEFAULT, NUMPY_DTYPES, compare, poison_for, rank_data,
+                                        reduce_reference, tolerance)
 from tests.gpu._nccl_ranks import FUNCTIONS  # noqa: E402
 
 WINDOW_SLACK = 256  # bytes of each rank's allocation before and after its window
@@ -166,3 +172,138 @@ def test_windows_registered_in_one_group_by_one_thread(ranks):
 def test_what_windows_do_not_serve_runs_the_tables_algorithm(ranks):
     assert run_case(ranks, "all_to_all", "float32", "sum", 1023, layout="same") == 0  # in place would race
     assert run_case(ranks, "all_reduce", "float32", "sum", 4099, windowed=False) == 0
+
+
+POISON = 0x5A  # every byte of a rank's allocation that is neither its input nor its output
+
+
+def run_offsets_case(ranks, collective, name, op, count, offsets, flags):
+    """One call of every rank whose input starts `offsets[r]` bytes into rank r's window (registered with winFlags
+    `flags`) and whose output follows it after a gap; every other byte of each allocation, inside the window and
+    around it, is poison. Checks every rank's output against numpy and every other byte of its allocation (its input
+    included) bit for bit; returns the in-place calls it added."""
+    cp, n = ranks.cp, ranks.n
+    itemsize = np.dtype(NUMPY_DTYPES[name]).itemsize
+    in_count, out_count = sizes(collective, count, n)
+    in_bytes, out_bytes = in_count * itemsize, out_count * itemsize
+    seed = zlib.crc32(f"offsets/{collective}/{name}/{count}/{offsets}".encode())
+    blocks = [rank_data(seed, r, in_count, name) for r in range(n)]
+    window_bytes = max(offsets) + in_bytes + GUARD_BYTES + out_bytes + GUARD_BYTES
+    total = WINDOW_SLACK + window_bytes + WINDOW_SLACK
+    arrays = [cp.empty(total, dtype=cp.uint8) for _ in range(n)]
+    bases = [a.data.ptr for a in arrays]
+    images, places, sends, recvs = [], [], [], []
+    for r in range(n):
+        want, tol = expected(collective, blocks, name, op, r, n)
+        s0 = WINDOW_SLACK + offsets[r]
+        r0 = s0 + in_bytes + GUARD_BYTES
+        image = np.full(total, POISON, np.uint8)
+        image[s0:s0 + in_bytes] = blocks[r].view(np.uint8)
+        image[r0:r0 + out_bytes] = poison_for(want)
+        cp.cuda.runtime.memcpy(bases[r], image.ctypes.data, total, cp.cuda.runtime.memcpyHostToDevice)
+        images.append(image)
+        places.append((want, tol, r0))
+        sends.append(bases[r] + s0)
+        recvs.append(bases[r] + r0)
+    windows = ranks.register_windows([b + WINDOW_SLACK for b in bases], window_bytes, flags=flags)
+    before = ranks.calls().get(FUNCTIONS[collective], {}).get("in_place", 0)
+    try:
+        ranks.collective(collective, sends, recvs, count, name, op)
+        ranks.synchronize()
+    finally:
+        ranks.deregister_windows(windows)
+    added = ranks.calls().get(FUNCTIONS[collective], {}).get("in_place", 0) - before
+    problems = []
+    for r in range(n):
+        want, tol, r0 = places[r]
+        data = np.empty(total, np.uint8)
+        cp.cuda.runtime.memcpy(data.ctypes.data, bases[r], total, cp.cuda.runtime.memcpyDeviceToHost)
+        differs = compare(data[r0:r0 + out_bytes].view(want.dtype), want, tol)
+        if differs:
+            problems.append(f"rank {r} (its input {offsets[r]} bytes into its window): {differs}")
+        rest = np.ones(total, bool)
+        rest[r0:r0 + out_bytes] = False
+        written = np.flatnonzero(data[rest] != images[r][rest])
+        if written.size:
+            first = int(np.flatnonzero(rest)[written[0]])
+            problems.append(f"rank {r}: {written.size} bytes outside its output were written, the first at byte "
+                            f"{first} of its allocation (its input at {WINDOW_SLACK + offsets[r]}, its output at {r0})")
+    del arrays
+    assert not problems, (f"{collective} {name} {op} count={count} offsets={offsets} flags={flags}: " +
+                          "; ".join(problems))
+    return added
+
+
+OFFSET_CASES = [("all_reduce", "float32", "sum", 4099), ("all_reduce", "bfloat16", "max", 65541),
+                ("all_reduce", "int32", "sum", 1023), ("reduce_scatter", "float32", "sum", 1023),
+                ("reduce_scatter", "int8", "sum", 4097), ("all_gather", "float32", "sum", 1001),
+                ("all_gather", "bfloat16", "sum", 65541)]
+
+
+def differing_offsets(n: int) -> list[int]:
+    """Every rank's input at another offset in its window (multiples of 8 bytes, apart by more than a block)."""
+    return [64 + 1064 * r for r in range(n)]
+
+
+@pytest.mark.parametrize("collective,name,op,count", OFFSET_CASES, ids=lambda v: str(v))
+def test_default_windows_at_different_offsets_run_correctly_and_write_only_the_outputs(ranks, collective, name, op,
+                                                                                       count):
+    offsets = differing_offsets(ranks.n)
+    assert run_offsets_case(ranks, collective, name, op, count, offsets, NCCL_WIN_DEFAULT) == 0, \
+        "a call on default windows must not assume the peers' buffers at its own offsets"
+
+
+@pytest.mark.parametrize("collective,name,op,count", OFFSET_CASES[:1] + OFFSET_CASES[3:4] + OFFSET_CASES[5:6],
+                         ids=lambda v: str(v))
+def test_default_windows_at_equal_offsets_run_the_tables_algorithm(ranks, collective, name, op, count):
+    assert run_offsets_case(ranks, collective, name, op, count, [64] * ranks.n, NCCL_WIN_DEFAULT) == 0
+
+
+@pytest.mark.parametrize("collective,name,op,count", OFFSET_CASES[:1] + OFFSET_CASES[3:4] + OFFSET_CASES[5:6],
+                         ids=lambda v: str(v))
+def test_symmetric_windows_at_equal_offsets_run_in_place(ranks, collective, name, op, count):
+    offsets = [1128] * ranks.n
+    assert run_offsets_case(ranks, collective, name, op, count, offsets, NCCL_WIN_COLL_SYMMETRIC) == ranks.n
+
+
+# CUDA's driver API, as cuMemGetAccess takes it.
+CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 1, 3
+
+
+class CuMemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+def access_flags(driver, ptr: int, device: int) -> int:
+    """cuMemGetAccess's flags of `device` on the allocation at `ptr` (0: no access)."""
+    flags = ctypes.c_ulonglong(0)
+    location = CuMemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device)
+    result = driver.cuMemGetAccess(ctypes.byref(flags), ctypes.byref(location), ctypes.c_ulonglong(ptr))
+    assert result == 0, f"cuMemGetAccess of device {device} returned {result}"
+    return flags.value
+
+
+def test_ncclmemalloc_memory_is_read_write_for_its_gpu_and_every_peer_gpu(ranks):
+    cp = ranks.cp
+    driver = ctypes.CDLL("libcuda.so.1")
+    driver.cuMemGetAccess.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(CuMemLocation),
+                                      ctypes.c_ulonglong]
+    driver.cuMemGetAccess.restype = ctypes.c_int
+    driver.cuMemRetainAllocationHandle.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_void_p]
+    driver.cuMemRetainAllocationHandle.restype = ctypes.c_int
+    driver.cuMemRelease.argtypes = [ctypes.c_ulonglong]
+    cp.cuda.Device(0).use()
+    ptr = ranks.mem_alloc(3 << 20)
+    try:
+        handle = ctypes.c_ulonglong(0)
+        if driver.cuMemRetainAllocationHandle(ctypes.byref(handle), ctypes.c_void_p(ptr)) != 0:
+            pytest.skip("ncclMemAlloc made cudaMalloc memory here (the driver has no virtual memory management)")
+        driver.cuMemRelease(handle)
+        assert access_flags(driver, ptr, 0) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        peers = [d for d in range(1, cp.cuda.runtime.getDeviceCount()) if cp.cuda.runtime.deviceCanAccessPeer(d, 0)]
+        for d in peers:
+            assert access_flags(driver, ptr, d) == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, f"GPU {d}, a peer of GPU 0"
+        if not peers:
+            pytest.skip("GPU 0's own access checked; no other GPU here can access it as a peer")
+    finally:
+        ranks.mem_free(ptr)

@@ -32,6 +32,11 @@ typedef struct ncclComm* ncclComm_t;
 // ncclCommSplit's color of a rank that joins no new communicator.
 #define NCCL_SPLIT_NOCOLOR -1
 typedef struct ncclWindow_vidmem* ncclWindow_t;
+// ncclCommWindowRegister's winFlags: NCCL_WIN_COLL_SYMMETRIC promises that every rank registers its window and
+// passes a collective's buffers at the same offsets in it.
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_STRICT_ORDERING 0x02
 typedef struct ncclParamHandle* ncclParamHandle_t;
 typedef struct ncclDevComm ncclDevComm_t;
 typedef struct ncclDevCommRequirements ncclDevCommRequirements_t;
