@@ -9,7 +9,8 @@ process, or each worker's, or, in a worker, its report written to its FILE. ``in
 computation: the coordinator on this host, and GPU ``process_id % local_gpus()`` as its device, so that more
 processes than GPUs share them (then only an NCCL library of ours can run XLA's collectives: NVIDIA's refuses a
 shared GPU). An example comparing ours with lax's variant (``args.variants``) takes ``add_process_arguments``'
-options and brackets ``measure`` with ``start_process`` and ``end_process``.
+options, brackets ``measure`` with ``start_process`` and ``end_process``, and reads its processes' reports as one
+(``combined_report``).
 """
 
 import argparse
@@ -80,6 +81,22 @@ def reports_of(script: str, argv: list, args, measure: Callable, what: str) -> l
     if args.processes == 1:
         return [measure(args)]
     return worker_reports(script, argv, args.processes, what)
+
+
+def combined_report(reports: list, passed: str, largest: tuple) -> dict:
+    """The first of the processes' reports (each with the same ``results`` rows), each row that ran (``ran`` not
+    false) passing where every process's passed (key ``passed``) and holding the largest of the processes' values of
+    each key in ``largest`` (per entry where the value is a dict)."""
+    report = reports[0]
+    for i, row in enumerate(report["results"]):
+        if row.get("ran", True):
+            rows = [r["results"][i] for r in reports]
+            row[passed] = all(r[passed] for r in rows)
+            for key in largest:
+                values = [r[key] for r in rows]
+                row[key] = ({name: max(v[name] for v in values) for name in values[0]}
+                            if isinstance(values[0], dict) else max(values))
+    return report
 
 
 def initialize(port: int, processes: int, process_id: int) -> None:

@@ -38,7 +38,8 @@ import math
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
-from _processes import add_process_arguments, end_process, reports_of, start_process  # examples/_processes.py
+from _processes import (add_process_arguments, combined_report, end_process, reports_of,  # examples/_processes.py
+                        start_process)
 
 
 def _one_process(argv) -> bool:
@@ -380,20 +381,12 @@ def main(argv=None) -> int:
     reports = reports_of(__file__, argv, args, measure, "moe_layer run")
     if not reports:
         return 0
-    report = reports[0]
-    if len(reports) > 1:
-        # Every process checked the whole (gathered) values: the run passes where every one of them did.
-        for i, row in enumerate(report["results"]):
-            if row["ran"]:
-                row["passed"] = all(r["results"][i]["passed"] for r in reports)
-                for key in ("output_max_rel_error", "grad_max_rel_error"):
-                    row[key] = max(r["results"][i][key] for r in reports)
-                row["grad_rel_error_by_param"] = {
-                    name: max(r["results"][i]["grad_rel_error_by_param"][name] for r in reports)
-                    for name in row["grad_rel_error_by_param"]}
-        if "mscclpp_vs_lax_max_rel_error" in report:
-            report["mscclpp_vs_lax_max_rel_error"] = max(r["mscclpp_vs_lax_max_rel_error"] for r in reports)
-        report["passed"] = all(r["passed"] for r in reports)
+    # Every process checked the whole (gathered) values: the run passes where every one of them did.
+    report = combined_report(reports, "passed",
+                             ("output_max_rel_error", "grad_max_rel_error", "grad_rel_error_by_param"))
+    if "mscclpp_vs_lax_max_rel_error" in report:
+        report["mscclpp_vs_lax_max_rel_error"] = max(r["mscclpp_vs_lax_max_rel_error"] for r in reports)
+    report["passed"] = all(r["passed"] for r in reports)
     print_report(report)
     _report.write(report, args.out)
     print("PASS" if report["passed"] else "FAIL")

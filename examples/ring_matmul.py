@@ -24,7 +24,8 @@ import os
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
-from _processes import add_process_arguments, end_process, reports_of, start_process  # examples/_processes.py
+from _processes import (add_process_arguments, combined_report, end_process, reports_of,  # examples/_processes.py
+                        start_process)
 
 VARIANTS = ("mscclpp", "lax")
 
@@ -187,12 +188,8 @@ def main(argv=None) -> int:
     reports = reports_of(__file__, argv, args, measure, "ring_matmul run")
     if not reports:
         return 0
-    report = reports[0]
-    if len(reports) > 1:
-        # Every process checked its own rows: the run passes where every one of them did.
-        for i, row in enumerate(report["results"]):
-            row["pass"] = all(r["results"][i]["pass"] for r in reports)
-            row["max_relative_error"] = max(r["results"][i]["max_relative_error"] for r in reports)
+    # Every process checked its own rows: the run passes where every one of them did.
+    report = combined_report(reports, "pass", ("max_relative_error",))
     ok = print_report(report, args.processes)
     if args.out:
         from _report import write
