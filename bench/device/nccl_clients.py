@@ -205,16 +205,6 @@ def make_record(client: str, processes: int, cases: list[dict], meta: dict, seco
             "seconds": round(seconds, 1), **extra}
 
 
-def parse_counts(text: str) -> dict[str, dict[str, int]]:
-    """Lines "function algorithm count" (jax_mscclpp_nccl_call_counts()) as {function: {algorithm: count}}."""
-    counts: dict[str, dict[str, int]] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[2].isdigit():
-            counts.setdefault(fields[0], {})[fields[1]] = int(fields[2])
-    return counts
-
-
 def merge_counts(parts) -> dict[str, dict[str, int]]:
     merged: dict[str, dict[str, int]] = {}
     for part in parts:
@@ -231,6 +221,7 @@ def forwarded_of(counts: dict[str, dict[str, int]]) -> int:
 def read_counts_dir(directory: str) -> tuple[int | None, dict, int]:
     """(forwarded, calls, processes that reported) from the *.counts files the exit hooks wrote."""
     files = sorted(glob.glob(os.path.join(directory, "*.counts")))
+    parse_counts = load_worker().parse_counts  # the worker reads the same lines from our library in its process
     parts = []
     for path in files:
         try:
