@@ -21,6 +21,9 @@ class Collective:
     plan_collective: str | None = None
     # The collective's name in MSCCL-IR (``coll``).
     name = "custom"
+    # In place, (the buffer whose slots live in the other, that other buffer, whether slot i of the first is slot
+    # i of the rank's own block of the other rather than slot i); None where no buffer aliases another.
+    in_place_alias: tuple | None = None
 
     def __init__(self, num_ranks: int, chunk_factor: int, inplace: bool):
         if not isinstance(num_ranks, int) or num_ranks < 1:
@@ -53,7 +56,10 @@ class Collective:
 
     def get_buffer_index(self, rank: int, buffer, index: int):
         """The (buffer, index) that ``buffer[index]`` of ``rank`` really is (in-place collectives alias one
-        buffer into the other)."""
+        buffer into the other: ``in_place_alias``)."""
+        if self.inplace and self.in_place_alias is not None and buffer == self.in_place_alias[0]:
+            _, host, at_own_block = self.in_place_alias
+            return host, rank * self.chunk_factor + index if at_own_block else index
         return buffer, index
 
 
@@ -72,6 +78,7 @@ class AllReduce(Collective):
 
     plan_collective = "all_reduce"
     name = "allreduce"
+    in_place_alias = (Buffer.output, Buffer.input, False)
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -85,9 +92,6 @@ class AllReduce(Collective):
         for c in range(self.chunk_factor):
             yield (c, self.get_buffer_index(rank, Buffer.output, c), *_fully_reduced(self.num_ranks, c))
 
-    def get_buffer_index(self, rank: int, buffer, index: int):
-        return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
-
 
 class AllGather(Collective):
     """Output block r (chunks ``r*chunk_factor ..``) of every rank is rank r's input; in place, a rank's input
@@ -95,6 +99,7 @@ class AllGather(Collective):
 
     plan_collective = "all_gather"
     name = "allgather"
+    in_place_alias = (Buffer.input, Buffer.output, True)
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -112,11 +117,6 @@ class AllGather(Collective):
         for index in range(self.num_ranks * cf):
             yield (index, self.get_buffer_index(rank, Buffer.output, index), *_input_chunk(index // cf, index % cf))
 
-    def get_buffer_index(self, rank: int, buffer, index: int):
-        if self.inplace and buffer == Buffer.input:
-            return Buffer.output, rank * self.chunk_factor + index
-        return buffer, index
-
 
 class ReduceScatter(Collective):
     """Rank r ends with block r (input chunks ``r*chunk_factor ..``) reduced over all ranks; in place, its
@@ -124,6 +124,7 @@ class ReduceScatter(Collective):
 
     plan_collective = "reduce_scatter"
     name = "reduce_scatter"
+    in_place_alias = (Buffer.output, Buffer.input, True)
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -141,17 +142,13 @@ class ReduceScatter(Collective):
         for c in range(cf):
             yield (c, self.get_buffer_index(rank, Buffer.output, c), *_fully_reduced(self.num_ranks, rank * cf + c))
 
-    def get_buffer_index(self, rank: int, buffer, index: int):
-        if self.inplace and buffer == Buffer.output:
-            return Buffer.input, rank * self.chunk_factor + index
-        return buffer, index
-
 
 class AllToAll(Collective):
     """Output block b of rank r is input block r of rank b; in place, output is input."""
 
     plan_collective = "all_to_all"
     name = "alltoall"
+    in_place_alias = (Buffer.output, Buffer.input, False)
 
     def init_buffers(self) -> list[dict]:
         buffers = []
@@ -167,6 +164,3 @@ class AllToAll(Collective):
         for index in range(self.num_ranks * cf):
             yield (index, self.get_buffer_index(rank, Buffer.output, index),
                    *_input_chunk(index // cf, rank * cf + index % cf))
-
-    def get_buffer_index(self, rank: int, buffer, index: int):
-        return (Buffer.input, index) if self.inplace and buffer == Buffer.output else (buffer, index)
