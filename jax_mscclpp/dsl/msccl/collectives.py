@@ -38,6 +38,22 @@ class Collective:
         """Per rank, ``{Buffer.input: [...], Buffer.output: [...]}``: the slots before the program runs."""
         raise NotImplementedError(f"{type(self).__name__} must define init_buffers")
 
+    def rank_buffers(self, rank: int, inputs: list, output_chunks: int) -> dict:
+        """The buffers of ``rank`` before the program runs, for a standard collective: ``inputs`` and
+        ``output_chunks`` empty output slots; in place, the aliased buffer (``in_place_alias``) has no slots of its
+        own: the output is the input, holds it at the rank's block, or lives at the rank's block of the input."""
+        if not self.inplace:
+            return {Buffer.input: inputs, Buffer.output: [None] * output_chunks}
+        aliased, _, at_own_block = self.in_place_alias
+        if not at_own_block:
+            return {Buffer.input: inputs, Buffer.output: inputs}
+        if aliased == Buffer.output:
+            return {Buffer.input: inputs}
+        cf = self.chunk_factor
+        outputs = [None] * output_chunks
+        outputs[rank * cf:(rank + 1) * cf] = inputs
+        return {Buffer.input: inputs, Buffer.output: outputs}
+
     def check(self, prog) -> bool:
         """Whether ``prog.buffers`` hold the collective's result (``expected_output``); prints what is wrong."""
         correct = True
@@ -81,12 +97,8 @@ class AllReduce(Collective):
     in_place_alias = (Buffer.output, Buffer.input, False)
 
     def init_buffers(self) -> list[dict]:
-        buffers = []
-        for r in range(self.num_ranks):
-            inputs = [Chunk(r, c, -1, c) for c in range(self.chunk_factor)]
-            outputs = inputs if self.inplace else [None] * self.chunk_factor
-            buffers.append({Buffer.input: inputs, Buffer.output: outputs})
-        return buffers
+        cf = self.chunk_factor
+        return [self.rank_buffers(r, [Chunk(r, c, -1, c) for c in range(cf)], cf) for r in range(self.num_ranks)]
 
     def expected_output(self, rank: int):
         for c in range(self.chunk_factor):
@@ -102,15 +114,9 @@ class AllGather(Collective):
     in_place_alias = (Buffer.input, Buffer.output, True)
 
     def init_buffers(self) -> list[dict]:
-        buffers = []
         cf = self.chunk_factor
-        for r in range(self.num_ranks):
-            inputs = [Chunk(r, c, -1, r * cf + c) for c in range(cf)]
-            outputs = [None] * (self.num_ranks * cf)
-            if self.inplace:
-                outputs[r * cf:(r + 1) * cf] = inputs
-            buffers.append({Buffer.input: inputs, Buffer.output: outputs})
-        return buffers
+        return [self.rank_buffers(r, [Chunk(r, c, -1, r * cf + c) for c in range(cf)], self.num_ranks * cf)
+                for r in range(self.num_ranks)]
 
     def expected_output(self, rank: int):
         cf = self.chunk_factor
@@ -127,15 +133,9 @@ class ReduceScatter(Collective):
     in_place_alias = (Buffer.output, Buffer.input, True)
 
     def init_buffers(self) -> list[dict]:
-        buffers = []
         cf = self.chunk_factor
-        for r in range(self.num_ranks):
-            inputs = [Chunk(r, i, i // cf, i % cf) for i in range(self.num_ranks * cf)]
-            buffer = {Buffer.input: inputs}
-            if not self.inplace:
-                buffer[Buffer.output] = [None] * cf
-            buffers.append(buffer)
-        return buffers
+        return [self.rank_buffers(r, [Chunk(r, i, i // cf, i % cf) for i in range(self.num_ranks * cf)], cf)
+                for r in range(self.num_ranks)]
 
     def expected_output(self, rank: int):
         cf = self.chunk_factor
@@ -151,13 +151,9 @@ class AllToAll(Collective):
     in_place_alias = (Buffer.output, Buffer.input, False)
 
     def init_buffers(self) -> list[dict]:
-        buffers = []
-        cf = self.chunk_factor
-        for r in range(self.num_ranks):
-            inputs = [Chunk(r, i, i // cf, r * cf + i % cf) for i in range(self.num_ranks * cf)]
-            outputs = inputs if self.inplace else [None] * (self.num_ranks * cf)
-            buffers.append({Buffer.input: inputs, Buffer.output: outputs})
-        return buffers
+        cf, n = self.chunk_factor, self.num_ranks
+        return [self.rank_buffers(r, [Chunk(r, i, i // cf, r * cf + i % cf) for i in range(n * cf)], n * cf)
+                for r in range(n)]
 
     def expected_output(self, rank: int):
         cf = self.chunk_factor
