@@ -38,6 +38,20 @@ struct StreamTuning {
   int32_t slots;         // slots per (peer, block)
 };
 
+// The outputs a launch poisons should its rank have failed by the launch's end (collectives/failed_outputs.cuh):
+// where a rank's failing kernels stop rather than trap (jax_mscclpp/error_record.cuh), its call entry sets them
+// for each call (runtime/gpu/call.h), so that the outputs of a failed call, and of every call after it, cannot pass
+// for results: every block of the call's kernel, after its last write of them, reads the rank's failed word
+// (jax_mscclpp/call_inbox.cuh) and, set, sets every bit of every region (NaN in every floating type). The
+// kernel does it itself: no launch is added to the call. `failed` null (trap mode, the default): nothing is
+// poisoned and no block reads the word. A region with bytes 0 is none.
+constexpr int kFailedOutputRegions = 2;
+struct FailedOutputs {
+  const uint64_t* failed;  // the rank's failed word, or null
+  char* out[kFailedOutputRegions];
+  uint64_t bytes[kFailedOutputRegions];
+};
+
 struct CollectiveContext {
   int32_t rank;
   int32_t nranks;
@@ -68,6 +82,11 @@ struct CollectiveContext {
   // peers' device addresses are valid here, so the ranks may post their buffers to each other (kInPlace through
   // launch_collective, direct_algorithm; the ragged all-to-all's direct exchange decides per peer, P2PPeerHandle).
   int32_t direct;
+  // Set per call by the call entry (FailedOutputs above); zero in the context a rank builds. Every kernel that ends
+  // in the collectives' launch end (launch_collective's, launch_permute's, launch_in_place's, the plan executor's,
+  // launch_all_reduce_epilogue's) and launch_ragged_all_to_all's poison out[] / bytes[]; launch_p2p_group's kernel
+  // poisons the receives of its launch instead (its regions are ignored).
+  FailedOutputs failed_outputs;
 };
 
 // Collective, algorithm, dtype and op codes: jax_mscclpp/codes.def (as int32_t: jax_mscclpp/codes.h).
@@ -150,6 +169,10 @@ constexpr int kP2PMaxMessages = 1024;
 // Errors (nothing is enqueued): cudaErrorInvalidValue for a peer out of range, a receive flag other than 0 / 1, a
 // null buffer with bytes > 0, count < 0 or more than kP2PMaxMessages, unmatched self messages or self sizes that
 // differ; cudaErrorNotReady when a message to another rank moves bytes and the context has no p2p resources.
+// Launches: one kernel where a message to another rank moves bytes, none otherwise, plus a device copy per self
+// pair that moves bytes. Where ctx.failed_outputs.failed is set, the kernel poisons every receive of the launch,
+// the self receives included (FailedOutputs); self messages with no kernel are copies on this GPU, right whatever
+// the rank's state, and are not poisoned.
 // The protocol and why it cannot deadlock: docs/architecture.md, "Point-to-point groups".
 cudaError_t launch_p2p_group(const CollectiveContext& ctx, const P2PMessage* messages, int count,
                              cudaStream_t stream);
@@ -226,17 +249,7 @@ cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collect
 int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
                          const void* out, uint64_t block_count, int32_t dtype, int32_t op);
 
-// For ranks whose failing kernels stop rather than trap (jax_mscclpp/error_record.cuh): enqueues, after a call, a
-// kernel that sets every bit of `bytes` of `out` (NaN in every floating type) when the rank's failed word is set
-// by then, so that the outputs of a failed call, and of every call after it, cannot pass for results. Nothing is
-// written otherwise. `out` null or `bytes` 0: nothing to do.
-cudaError_t poison_outputs_if_failed(const CollectiveContext& ctx, void* out, uint64_t bytes, cudaStream_t stream);
-
-// Loads poison_outputs_if_failed's kernel on the current device now. CUDA loads a kernel's code at its first launch
-// (lazy loading), and a load waits for the kernels in flight on the device: a rank's first poisoning, enqueued
-// right after its collective kernel, would wait in the host call until that kernel ends, and a kernel waiting for
-// a peer whose launch comes next from the same thread (virtual ranks) ends only at its timeout. A rank calls this
-// at setup, before any of its kernels is in flight.
-cudaError_t load_poison_kernel();
+// The rank's failed word (jax_mscclpp/call_inbox.cuh) in a context whose scratch is allocated: FailedOutputs::failed.
+const uint64_t* rank_failed_word(const CollectiveContext& ctx);
 
 }  // namespace jax_mscclpp

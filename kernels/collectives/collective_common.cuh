@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "collectives/collective.h"
+#include "collectives/failed_outputs.cuh"
 #include "jax_mscclpp/packet.cuh"
 #include "jax_mscclpp/epoch.cuh"
 #include "jax_mscclpp/reduce.cuh"
@@ -132,7 +133,8 @@ JAX_MSCCLPP_DEVICE_INLINE uint64_t begin_launch(const CollectiveContext& c) {
 
 // Every thread of every block, at the end of a launch: block 0 checks that every peer's launch `e` belongs to
 // the same call (if not: every rank's failed word is set, so that peers waiting for data stop at once, and this
-// rank traps naming both calls), then epoch `e` becomes the count the next launch reads.
+// rank traps naming both calls), then epoch `e` becomes the count the next launch reads, then the call's outputs
+// are poisoned should the rank have failed (c.failed_outputs; failed_outputs.cuh).
 JAX_MSCCLPP_DEVICE_INLINE void finish_launch(const CollectiveContext& c, uint64_t e) {
   if (blockIdx.x == 0) {
     const uint64_t offset = call_inbox_offset(c.scratch_bytes);
@@ -145,6 +147,7 @@ JAX_MSCCLPP_DEVICE_INLINE void finish_launch(const CollectiveContext& c, uint64_
       if (q != c.rank) check_call(inbox, q, e, c.call, mem_channel(c, q, 0).semaphore.site, fail);
   }
   ::jax_mscclpp::publish_epoch(c.epoch, e);
+  ::jax_mscclpp::poison_failed_outputs(c.failed_outputs);
 }
 
 // Block-wide (every thread calls): signal every peer on channel b, thread k - 1 signalling peer rank + k, so the

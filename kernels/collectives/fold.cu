@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "collectives/fold.h"
+#include "jax_mscclpp/atomics.cuh"
 #include "jax_mscclpp/reduce.cuh"
 
 namespace jax_mscclpp {
@@ -93,8 +94,12 @@ __device__ T scalar_of(const FoldScalar& scalar) {
 
 template <class T, FoldOp kOp>
 __global__ void fold_kernel(const char* blocks, uint64_t stride, int n, char* out, uint64_t count, FoldScalar scalar,
-                            int divisor) {
+                            int divisor, const uint64_t* failed) {
   using Tr = FoldTraits<T>;
+  // A block that starts after the rank failed writes poison (fold.h); one load for the block.
+  int set = 0;
+  if (failed != nullptr && threadIdx.x == 0) set = load_relaxed_sys(failed) != 0;
+  const bool poisoned = failed != nullptr && __syncthreads_or(set) != 0;
   using A = typename Tr::Acc;
   A factor{};
   if constexpr (kOp == FoldOp::kPreMulSum) {
@@ -104,6 +109,10 @@ __global__ void fold_kernel(const char* blocks, uint64_t stride, int n, char* ou
   }
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count; i += step) {
+    if (poisoned) {
+      *reinterpret_cast<Bits<T>*>(out + i * sizeof(T)) = static_cast<Bits<T>>(~Bits<T>{0});
+      continue;
+    }
     const char* at = blocks + i * sizeof(T);
     A acc{};
     for (int q = 0; q < n; ++q) {
@@ -130,7 +139,7 @@ __global__ void fold_kernel(const char* blocks, uint64_t stride, int n, char* ou
 
 template <class T>
 cudaError_t launch_typed(const char* blocks, uint64_t stride, int n, char* out, uint64_t count, FoldOp op,
-                         FoldScalar scalar, int divisor, cudaStream_t stream) {
+                         FoldScalar scalar, int divisor, const uint64_t* failed, cudaStream_t stream) {
   if ((reinterpret_cast<uintptr_t>(blocks) | reinterpret_cast<uintptr_t>(out) | stride) % sizeof(T) != 0)
     return cudaErrorInvalidValue;
   constexpr int kThreads = 256;
@@ -138,7 +147,7 @@ cudaError_t launch_typed(const char* blocks, uint64_t stride, int n, char* out, 
   if (grid > 1024) grid = 1024;
   const dim3 g(static_cast<unsigned>(grid)), b(kThreads);
   const auto go = [&](auto kernel) {
-    kernel<<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor);
+    kernel<<<g, b, 0, stream>>>(blocks, stride, n, out, count, scalar, divisor, failed);
     return cudaGetLastError();
   };
   switch (op) {
@@ -165,11 +174,12 @@ int fold_element_bytes(FoldElement element) {
 }
 
 cudaError_t launch_fold_blocks(const char* blocks, uint64_t block_stride, int nblocks, char* out, uint64_t count,
-                               FoldElement element, FoldOp op, FoldScalar scalar, int divisor, cudaStream_t stream) {
+                               FoldElement element, FoldOp op, FoldScalar scalar, int divisor,
+                               const uint64_t* failed, cudaStream_t stream) {
   if (nblocks < 1 || (op == FoldOp::kAvg && divisor < 1)) return cudaErrorInvalidValue;
   if (count == 0) return cudaSuccess;
   const auto go = [&](auto t) {
-    return launch_typed<decltype(t)>(blocks, block_stride, nblocks, out, count, op, scalar, divisor, stream);
+    return launch_typed<decltype(t)>(blocks, block_stride, nblocks, out, count, op, scalar, divisor, failed, stream);
   };
   switch (element) {
     case FoldElement::kS8: return go(int8_t{});

@@ -33,9 +33,13 @@ struct FoldScalar {
 // Bytes of one element.
 int fold_element_bytes(FoldElement element);
 
-// Enqueues the fold on `stream`. cudaErrorInvalidValue for nblocks < 1, an unknown element or op, a kAvg divisor
-// below 1, or operands not aligned to the element. count 0 launches nothing.
+// Enqueues the fold on `stream`: one kernel. cudaErrorInvalidValue for nblocks < 1, an unknown element or op, a kAvg
+// divisor below 1, or operands not aligned to the element. count 0 launches nothing. `failed`: the rank's failed word
+// where its failing kernels stop rather than trap (collectives/collective.h, FailedOutputs), else null: a block of
+// the fold that starts with it set writes every bit of its share of `out` instead of the fold (its blocks came from
+// the rank's kernels before it on the stream, which failed), so that the fold's output cannot pass for a result.
 cudaError_t launch_fold_blocks(const char* blocks, uint64_t block_stride, int nblocks, char* out, uint64_t count,
-                               FoldElement element, FoldOp op, FoldScalar scalar, int divisor, cudaStream_t stream);
+                               FoldElement element, FoldOp op, FoldScalar scalar, int divisor, const uint64_t* failed,
+                               cudaStream_t stream);
 
 }  // namespace jax_mscclpp

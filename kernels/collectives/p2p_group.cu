@@ -26,10 +26,16 @@
 // peer (WaitOp kP2PData or kP2PCredit; the bound restarts at each progress, so the limit is on time without
 // progress): a peer that never makes its call ends in a record naming rank, peer and op, and, where the rank stops
 // on failure, the kernel ends (its counters stored as far as it got).
+//
+// Failed outputs. Where the rank stops on failure (CollectiveContext::failed_outputs), each block ends by poisoning
+// every receive of the launch should the rank have failed by then (failed_outputs.cuh): the messages of its receive
+// groups and the self receives, whose copies precede the kernel on the stream, carried after the messages the
+// groups hold (parts the kernel does not move).
 #include <algorithm>
 #include <cstring>
 
 #include "collectives/collective.h"
+#include "collectives/failed_outputs.cuh"
 #include "collectives/stream_service.cuh"
 #include "jax_mscclpp/atomics.cuh"
 #include "jax_mscclpp/copy.cuh"
@@ -64,11 +70,12 @@ struct P2PGroupEntry {
 
 struct P2PHeader {
   const P2PPeerHandle* peers;
+  const uint64_t* failed;  // the rank's failed word where the launch poisons its receives (failed_outputs.cuh)
   uint64_t chunk;
   int32_t slots;
   int32_t groups;
   int32_t streams;
-  int32_t unused;
+  int32_t self_receives;  // parts after the groups' messages: the self receives, poisoned only
 };
 
 template <int kMax>
@@ -202,15 +209,26 @@ __global__ void __launch_bounds__(kP2PThreads) p2p_group_kernel(const __grid_con
     const StreamState& s = states[i];
     block.words(s)[s.receive ? kP2PReceived : kP2PSent] = s.counter;
   }
+  if (!block_saw_failure(a.h.failed)) return;
+  int parts = 0;
+  for (int g = 0; g < a.h.groups; ++g) {
+    const P2PGroupEntry& group = a.groups[g];
+    parts = group.first + group.count;
+    if (!group.receive) continue;
+    for (int m = group.first; m < parts; ++m) poison_bytes(a.messages[m].buffer, a.messages[m].bytes);
+  }
+  for (int m = parts; m < parts + a.h.self_receives; ++m) poison_bytes(a.messages[m].buffer, a.messages[m].bytes);
 }
 
-// Host: the launch of this rank's messages to other ranks (bytes > 0), `order` their indices.
+// Host: the launch of this rank's messages to other ranks (bytes > 0), `order` their indices; where the launch
+// poisons its receives, the self receives (`selves`, `nselves` of them) follow them among the parts.
 template <int kMax>
 cudaError_t launch_streams(const CollectiveContext& ctx, const P2PMessage* messages, const int* order, int count,
-                           cudaStream_t stream) {
+                           const int* selves, int nselves, cudaStream_t stream) {
   P2PLaunchParams<kMax> a;
   std::memset(&a.h, 0, sizeof(a.h));
   a.h.peers = ctx.p2p;
+  a.h.failed = ctx.failed_outputs.failed;
   a.h.chunk = ctx.p2p_layout.chunk;
   a.h.slots = ctx.p2p_layout.slots;
   int groups = 0, streams = 0;
@@ -233,6 +251,10 @@ cudaError_t launch_streams(const CollectiveContext& ctx, const P2PMessage* messa
   }
   a.h.groups = groups;
   a.h.streams = streams;
+  if (a.h.failed != nullptr) {
+    for (int j = 0; j < nselves; ++j) a.messages[count + j] = {messages[selves[j]].buffer, messages[selves[j]].bytes};
+    a.h.self_receives = nselves;
+  }
   // One block per stream up to the context's cap (the blocks must be co-resident: their peers' blocks wait for
   // them), and never more streams a block than its shared memory holds.
   int grid = streams < ctx.p2p_blocks ? streams : ctx.p2p_blocks;
@@ -280,8 +302,10 @@ cudaError_t launch_p2p_group(const CollectiveContext& ctx, const P2PMessage* mes
     const P2PMessage &a = messages[x], &b = messages[y];
     return a.peer != b.peer ? a.peer < b.peer : a.receive < b.receive;
   });
-  return nremote <= kP2PSmallMessages ? launch_streams<kP2PSmallMessages>(ctx, messages, remote, nremote, stream)
-                                      : launch_streams<kP2PMaxMessages>(ctx, messages, remote, nremote, stream);
+  const int parts = nremote + (ctx.failed_outputs.failed != nullptr ? nreceives : 0);  // at most count
+  return parts <= kP2PSmallMessages
+             ? launch_streams<kP2PSmallMessages>(ctx, messages, remote, nremote, self_receives, nreceives, stream)
+             : launch_streams<kP2PMaxMessages>(ctx, messages, remote, nremote, self_receives, nreceives, stream);
 }
 
 }  // namespace jax_mscclpp

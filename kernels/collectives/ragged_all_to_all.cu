@@ -468,6 +468,7 @@ __global__ void __launch_bounds__(kRaggedThreads) ragged_all_to_all_kernel(const
       peer_failed(site, WaitOp::kRaggedPosted, s.counter + 1, s.seen, 0, s.peer);
     }
   }
+  poison_failed_outputs(a.ctx.failed_outputs);
 }
 
 }  // namespace

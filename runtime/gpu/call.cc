@@ -1,4 +1,5 @@
-// GpuRank::run (call.h): refusal, the order of calls across streams, launch, poisoning, for every kind of call.
+// GpuRank::run (call.h): refusal, the order of calls across streams, and the launch of every kind of call on a
+// context that names its outputs (their poisoning by its kernels, where failing kernels stop).
 #include "call.h"
 
 #include <mutex>
@@ -32,12 +33,12 @@ std::string plan_where(int64_t plan_id) { return "plan " + std::to_string(plan_i
 
 }  // namespace
 
-CallResult launch_result(cudaError_t error, const std::string& what) {
+CallResult launch_result(cudaError_t error, const char* what) {
   if (error == cudaSuccess) return {};
   CallResult result;
   result.status = CallStatus::kLaunchFailed;
   result.error = error;
-  result.message = "launching " + what + " failed: " + cudaGetErrorString(error) + launch_hint(error);
+  result.message = std::string("launching ") + what + " failed: " + cudaGetErrorString(error) + launch_hint(error);
   return result;
 }
 
@@ -67,8 +68,19 @@ CallResult GpuRank::run(const Call& call, cudaStream_t stream) {
   return launch_result(order_.after(stream), "the record of the call's end (for a call on another stream)");
 }
 
+CollectiveContext GpuRank::call_context(void* out, uint64_t bytes, void* second_out, uint64_t second_bytes) const {
+  CollectiveContext c = device_;
+  if (!ctx_->config().stops_on_failure()) return c;
+  c.failed_outputs.failed = rank_failed_word(device_);
+  c.failed_outputs.out[0] = static_cast<char*>(out);
+  c.failed_outputs.bytes[0] = out == nullptr ? 0 : bytes;
+  c.failed_outputs.out[1] = static_cast<char*>(second_out);
+  c.failed_outputs.bytes[1] = second_out == nullptr ? 0 : second_bytes;
+  return c;
+}
+
 CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
-  // The launch, then the poisoning of the outputs it writes.
+  // One launch per call kind (per piece, where a call is cut into pieces), its outputs in the context it runs on.
   return std::visit(
       [&](const auto& c) -> CallResult {
         using Kind = std::decay_t<decltype(c)>;
@@ -89,79 +101,56 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
                           collective_name(static_cast<Collective>(c.collective)) + " has " +
                           std::to_string(input_blocks(c.collective, world)) + " and " +
                           std::to_string(output_blocks(c.collective, world))};
-            CallResult launched = launch_result(
-                launch_plan(device_, dp, c.in, c.out, c.block_count, c.dtype, c.op, stream),
-                plan_where(c.plan_id) + " ('" + bound->plan().name + "')");
-            if (!launched.launched()) return launched;
-            return launch_result(poison_outputs_if_failed(c.out, c.block_count * dp.output_blocks * element, stream),
-                                 "the failed-output check");
+            const CollectiveContext ctx = call_context(c.out, c.block_count * dp.output_blocks * element);
+            return launch_result(launch_plan(ctx, dp, c.in, c.out, c.block_count, c.dtype, c.op, stream),
+                                 [&] { return plan_where(c.plan_id) + " ('" + bound->plan().name + "')"; });
           }
           // Between ranks of one process the bandwidth-bound calls run in place on the posted buffers.
           const int32_t algorithm =
               c.peers_reach_buffers
                   ? direct_algorithm(device_, c.collective, c.algorithm, c.in, c.out, c.block_count, c.dtype, c.op)
                   : c.algorithm;
-          CallResult launched =
-              launch_result(launch_collective(device_, c.collective, algorithm, c.in, c.out, c.block_count, c.dtype,
-                                              c.op, stream, c.max_blocks),
-                            std::string(collective_name(static_cast<Collective>(c.collective))) +
-                                (algorithm == codes::kInPlace ? " in place" : ""));
-          if (!launched.launched()) return launched;
           const uint64_t out_bytes = output_blocks(c.collective, size_t(device_.nranks)) * c.block_count * element;
-          return launch_result(poison_outputs_if_failed(c.out, out_bytes, stream), "the failed-output check");
+          return launch_result(launch_collective(call_context(c.out, out_bytes), c.collective, algorithm, c.in, c.out,
+                                                 c.block_count, c.dtype, c.op, stream, c.max_blocks),
+                               [&] {
+                                 return std::string(collective_name(static_cast<Collective>(c.collective))) +
+                                        (algorithm == codes::kInPlace ? " in place" : "");
+                               });
         } else if constexpr (std::is_same_v<Kind, PermuteCall>) {
-          CallResult launched = launch_result(launch_permute(device_, c.algorithm, c.in, c.out, c.block_count, c.dtype,
-                                                             c.send_to, c.recv_from, stream, c.max_blocks),
-                                              "permute");
-          if (!launched.launched()) return launched;
-          return launch_result(poison_outputs_if_failed(c.out, c.block_count * dtype_bytes(c.dtype), stream),
-                               "the failed-output check");
+          return launch_result(launch_permute(call_context(c.out, c.block_count * dtype_bytes(c.dtype)), c.algorithm,
+                                              c.in, c.out, c.block_count, c.dtype, c.send_to, c.recv_from, stream,
+                                              c.max_blocks),
+                               "permute");
         } else if constexpr (std::is_same_v<Kind, PointToPointCall>) {
           if (c.count == 0) return {};
-          CallResult launched =
-              launch_result(launch_p2p_group(device_, c.messages, c.count, stream), "a point-to-point group");
-          if (!launched.launched()) return launched;
-          for (int i = 0; i < c.count; ++i) {
-            if (!c.messages[i].receive) continue;
-            CallResult poisoned = launch_result(
-                poison_outputs_if_failed(c.messages[i].buffer, c.messages[i].bytes, stream), "the failed-output check");
-            if (!poisoned.launched()) return poisoned;
-          }
-          return {};
+          // The receives are the outputs: launch_p2p_group's kernel poisons them (collective.h).
+          return launch_result(launch_p2p_group(call_context(nullptr, 0), c.messages, c.count, stream),
+                               "a point-to-point group");
         } else if constexpr (std::is_same_v<Kind, InPlaceCall>) {
-          CallResult launched = launch_result(
-              launch_in_place(device_, c.collective, c.buffers, c.block_count, c.dtype, c.op, stream, c.max_blocks),
-              std::string(collective_name(static_cast<Collective>(c.collective))) + " in place");
-          if (!launched.launched()) return launched;
           const uint64_t out_bytes =
               output_blocks(c.collective, size_t(device_.nranks)) * c.block_count * dtype_bytes(c.dtype);
-          return launch_result(poison_outputs_if_failed(c.buffers.out[device_.rank], out_bytes, stream),
-                               "the failed-output check");
+          return launch_result(launch_in_place(call_context(c.buffers.out[device_.rank], out_bytes), c.collective,
+                                               c.buffers, c.block_count, c.dtype, c.op, stream, c.max_blocks),
+                               [&] {
+                                 return std::string(collective_name(static_cast<Collective>(c.collective))) +
+                                        " in place";
+                               });
         } else if constexpr (std::is_same_v<Kind, FoldCall>) {
-          CallResult launched =
-              launch_result(launch_fold_blocks(c.blocks, c.block_stride, c.nblocks, c.out, c.count, c.element, c.op,
-                                               c.scalar, c.divisor, stream),
-                            "a local fold");
-          if (!launched.launched()) return launched;
-          return launch_result(
-              poison_outputs_if_failed(c.out, c.count * static_cast<uint64_t>(fold_element_bytes(c.element)), stream),
-              "the failed-output check");
+          const uint64_t* failed = ctx_->config().stops_on_failure() ? rank_failed_word(device_) : nullptr;
+          return launch_result(launch_fold_blocks(c.blocks, c.block_stride, c.nblocks, c.out, c.count, c.element, c.op,
+                                                  c.scalar, c.divisor, failed, stream),
+                               "a local fold");
         } else if constexpr (std::is_same_v<Kind, RaggedAllToAllCall>) {
-          CallResult launched =
-              launch_result(launch_ragged_all_to_all(device_, c.ragged, stream), "ragged_all_to_all");
-          if (!launched.launched()) return launched;
-          return launch_result(poison_outputs_if_failed(c.ragged.output, c.ragged.output_rows * c.ragged.row_bytes,
-                                                        stream),
-                               "the failed-output check");
+          return launch_result(
+              launch_ragged_all_to_all(call_context(c.ragged.output, c.ragged.output_rows * c.ragged.row_bytes),
+                                       c.ragged, stream),
+              "ragged_all_to_all");
         } else {
-          CallResult launched = launch_result(launch_all_reduce_epilogue(device_, c.kind, c.call, c.dtype, stream),
-                                              "the fused all_reduce");
-          if (!launched.launched()) return launched;
           const uint64_t bytes = c.call.count * dtype_bytes(c.dtype);
-          CallResult poisoned =
-              launch_result(poison_outputs_if_failed(c.call.new_residual, bytes, stream), "the failed-output check");
-          if (!poisoned.launched() || c.call.normed == nullptr) return poisoned;
-          return launch_result(poison_outputs_if_failed(c.call.normed, bytes, stream), "the failed-output check");
+          const CollectiveContext ctx = call_context(c.call.new_residual, bytes, c.call.normed, bytes);
+          return launch_result(launch_all_reduce_epilogue(ctx, c.kind, c.call, c.dtype, stream),
+                               "the fused all_reduce");
         }
       },
       call);

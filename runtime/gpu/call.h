@@ -13,8 +13,10 @@
 //     CollectiveCall whose buffers the peers may reach runs the algorithm direct_algorithm gives (collective.h): in
 //     place on the buffers the ranks post, where they are all of one process and the asked algorithm would stream
 //     through scratch.
-//   - Then, where the rank's failing kernels stop rather than trap, the poisoning of every output the call writes
-//     (collective.h, poison_outputs_if_failed), so that a failed call's outputs cannot pass for results.
+//   - Where the rank's failing kernels stop rather than trap, the call's kernels poison every output the call
+//     writes should the rank have failed by their end (collective.h, FailedOutputs; fold.h for a fold), so that a
+//     failed call's outputs cannot pass for results. No launch is added for it: a call enqueues its own kernels
+//     only (one per piece of the call, collective.h), and a device copy where it moves bytes within the rank.
 //   - In issue order across streams: a call on a stream other than the rank's previous call's waits for it on the
 //     device first (issue_order.h), as NCCL orders a communicator's operations.
 //   - Capture-safe, as the launches are: the only host state per call is where the previous call was issued, and
@@ -25,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <variant>
 
 #include "collectives/collective.h"
@@ -130,6 +133,14 @@ struct CallResult {
 };
 
 // The launch's error as a CallResult (kLaunchFailed; kLaunched for cudaSuccess), `what` naming what was launched.
-CallResult launch_result(cudaError_t error, const std::string& what);
+CallResult launch_result(cudaError_t error, const char* what);
+// The same, what was launched named by `describe()`, called only where the launch failed: a launch that succeeds
+// builds no message.
+template <class Describe>
+  requires std::is_invocable_r_v<std::string, Describe&>
+CallResult launch_result(cudaError_t error, Describe&& describe) {
+  if (error == cudaSuccess) return {};
+  return launch_result(error, describe().c_str());
+}
 
 }  // namespace jax_mscclpp::cuda

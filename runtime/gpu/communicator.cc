@@ -98,11 +98,6 @@ std::vector<std::string> GpuCommunicator::errors() {
   return out;
 }
 
-cudaError_t GpuRank::poison_outputs_if_failed(void* out, size_t bytes, cudaStream_t stream) {
-  if (!ctx_->config().stops_on_failure()) return cudaSuccess;
-  return ::jax_mscclpp::poison_outputs_if_failed(device_, out, bytes, stream);
-}
-
 bool GpuCommunicator::stopped_on_failure() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [device, rank] : ranks_)

@@ -42,7 +42,7 @@ class GpuRank {
   bool port_channels() const { return port_channels_; }
   // The one call entry of both frontends (call.h): refuses the call where an earlier kernel of this rank failed
   // and stopped, else launches it on `stream`, after the rank's previous call where that was on another stream
-  // (issue_order.h), and enqueues the poisoning of its outputs. Needs finalize().
+  // (issue_order.h), its kernels poisoning its outputs where failing kernels stop. Needs finalize().
   CallResult run(const Call& call, cudaStream_t stream);
   // Why every call is refused (kRefused, with the failure's record), or kLaunched where calls may run.
   CallResult refusal() const;
@@ -59,11 +59,12 @@ class GpuRank {
   std::string plan_name(uint32_t fingerprint) const;
 
  private:
-  // After a call launched on `stream`: where this rank's failing kernels stop rather than trap, enqueues the
-  // poisoning of `bytes` of its output `out` should the rank have failed by the end of the call
-  // (collectives/collective.h, poison_outputs_if_failed); nothing otherwise.
-  cudaError_t poison_outputs_if_failed(void* out, size_t bytes, cudaStream_t stream);
-  // run's launch and poisoning, for each kind of call.
+  // The context a call's kernels run on: context(), and where this rank's failing kernels stop rather than trap,
+  // the call's outputs (`bytes` at `out`, and `second_bytes` at `second_out`; null: none) as the outputs its kernels
+  // poison should the rank have failed by their end (collectives/collective.h, FailedOutputs).
+  CollectiveContext call_context(void* out, uint64_t bytes, void* second_out = nullptr,
+                                 uint64_t second_bytes = 0) const;
+  // run's launch, for each kind of call.
   CallResult launch(const Call& call, cudaStream_t stream);
 
   std::unique_ptr<RankContext> ctx_;

@@ -41,10 +41,6 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
                                            ? p2p_region_offset(opts.scratch_bytes, opts.nranks) + p2p_layout_.region_bytes
                                            : inbox_end);
   config_->set_call_inbox(scratch_.get() + call_inbox_offset(opts.scratch_bytes));
-  {
-    DeviceGuard on(opts.device);
-    JAX_MSCCLPP_CUDA_CHECK(load_poison_kernel());  // before any call: collective.h says why
-  }
   const size_t words = p2p_word(opts.nranks, 0);
   pool_ = DeviceBuffer(opts.device, words * sizeof(uint64_t));
   peer_scratch_.resize(opts.nranks);

@@ -313,9 +313,11 @@ RaggedAllToAll HarnessRank::with_tables(RaggedAllToAll call, char* at) const {
 }
 
 cudaError_t HarnessRank::launch_ragged(const RaggedAllToAll& call) {
-  const cudaError_t e = launch_ragged_all_to_all(gpu().context(), call, stream());
-  if (e != cudaSuccess || !gpu().rank_context().config().stops_on_failure()) return e;
-  return poison_outputs_if_failed(gpu().context(), call.output, call.output_rows * call.row_bytes, stream());
+  CollectiveContext ctx = gpu().context();
+  if (gpu().rank_context().config().stops_on_failure())
+    ctx.failed_outputs = {rank_failed_word(ctx), {static_cast<char*>(call.output), nullptr},
+                          {call.output_rows * call.row_bytes, 0}};
+  return launch_ragged_all_to_all(ctx, call, stream());
 }
 
 void HarnessRank::raise_ragged_error(cudaError_t e) const {

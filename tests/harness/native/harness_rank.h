@@ -63,11 +63,11 @@ class HarnessRank : public VirtualRank {
                                   std::vector<int64_t>>;
   // Launches `call` on this rank's stream (asynchronous; the host never waits for the stream): its tables are
   // written into the rank's one table buffer by a kernel on the stream just before, so a call after it may reuse
-  // the buffer. Where the rank stops on failure, the output's rows are then poisoned should the rank have failed
-  // (poison_outputs_if_failed), as GpuRank::run does.
+  // the buffer. Where the rank stops on failure, the kernel poisons the output should the rank have failed by its
+  // end (collective.h, FailedOutputs), as GpuRank::run has it do.
   void ragged_all_to_all(const RaggedSpec& call);
   // Writes the tables of `calls` into a table buffer of the capture (one region per call), waits for them, then
-  // captures the calls (and their poisoning) one after another into a CUDA graph; replay() replays it. The graph
+  // captures the calls one after another into a CUDA graph; replay() replays it. The graph
   // reads the tables from device memory at every replay. Waits for the rank's stream first.
   void capture_ragged_all_to_all(const std::vector<RaggedSpec>& calls);
   // Rewrites the tables of the captured calls (one entry per call, in order) in the capture's table buffer, and
