@@ -9,7 +9,10 @@ Paths (a cell's ``path``):
 - ``jax``: the JAX path's call entry, GpuRank::run as XLA's handlers call it on XLA's buffers (the handler's own work
   before it is decoding XLA's arguments and one lookup of the rank), on N virtual ranks of tests/harness with the
   grid production gives N ranks sharing a GPU (HarnessRank.time_call_entry), for the algorithm that runs where
-  lax cannot (``algorithm``: what the call entry ran, ``in_place`` between ranks of one process);
+  lax cannot (``algorithm``: what the call entry ran, ``in_place`` between ranks of one process). That algorithm is
+  the selection's for ranks sharing a GPU with lax ruled out (``jax_plan``: the tuning file's first rule of ours,
+  else selection.def's shared-GPU rows), the one our runtime runs when it must run the call itself; a call the
+  selection still leaves to lax (no algorithm of ours for it on GPUs) is a cell with ``skipped`` (why) and no time;
 - ``nccl``: an NCCL operation call in jax_mscclpp's libnccl.so.2 (``library`` jax_mscclpp) and in NVIDIA's
   (``library`` nvidia), entry point to launch.
 
@@ -85,32 +88,58 @@ def buffer_count(collective: str, size: int, n: int) -> int:
     return size // 4 if collective == "all_reduce" else size // 4 // n
 
 
-def jax_cells(ranks: list[int], sizes: list[int], collectives: list[str], calls: int, rounds: int) -> list[dict]:
-    """The JAX path's call entry on virtual ranks (module docstring)."""
-    import numpy as np
+PLATFORM = "gpu"  # the selection's platform of a CUDA device (the JAX path's, the rules' and selection.def's)
+JAX_NOTE = ("jax cells time the algorithm the selection gives ranks sharing a GPU where lax cannot run (the tuning "
+            "file's first rule of ours, else selection.def's shared-GPU rows): what our call entry runs when it must "
+            "run the call itself; a call the selection still leaves to lax is a cell with skipped and no time")
 
+
+def jax_plan(ranks: list[int], sizes: list[int], collectives: list[str]) -> list[dict]:
+    """The JAX path's cells to time, without a GPU: per world, collective and size the algorithm the call entry is
+    asked for (module docstring), or ``skipped`` (why) where the selection names no kernel algorithm of ours."""
     from jax_mscclpp import selection
     from jax_mscclpp._codes import Collective
+    from tests.harness.virtual_ranks import ALGORITHM_CODES
+
+    plan = []
+    for n in ranks:
+        for collective in collectives:
+            for size in sizes:
+                cell = {"path": "jax", "collective": collective, "ranks": n, "bytes": size}
+                asked = selection._ours_where_lax_cannot_run(Collective[collective.upper()], PLATFORM, size, n)
+                if asked == "lax":
+                    cell["skipped"] = "the selection leaves this call to lax even where lax cannot run"
+                elif asked not in ALGORITHM_CODES:
+                    cell["skipped"] = f"the selection runs it as {asked!r}, not one kernel algorithm of the call entry"
+                else:
+                    cell["algorithm"] = asked
+                plan.append(cell)
+    return plan
+
+
+def jax_cells(ranks: list[int], sizes: list[int], collectives: list[str], calls: int, rounds: int) -> list[dict]:
+    """The JAX path's call entry on virtual ranks, the cells of ``jax_plan`` (module docstring)."""
+    import numpy as np
+
     from tests.harness import native_module
     from tests.harness.virtual_ranks import VirtualRanks, make_params
 
+    plan = jax_plan(ranks, sizes, collectives)
     cells = []
     for n in ranks:
         with VirtualRanks(n, buffer_bytes=max(sizes) + 4096, scratch_bytes=SCRATCH, channels_per_peer=8,
                           timeout_s=30.0, stream_blocks=native_module().production_stream_blocks(n)) as vr:
-            for collective in collectives:
-                for size in sizes:
-                    asked = selection._ours_where_lax_cannot_run(Collective[collective.upper()], "cuda", size, n)
-                    params = dict(collective=collective, algorithm=asked, dtype="float32", reduce_op="sum",
-                                  count=buffer_count(collective, size, n))
-                    ran = vr.call_algorithm(**params)
+            for cell in (c for c in plan if c["ranks"] == n):
+                if "skipped" not in cell:
+                    params = dict(collective=cell["collective"], algorithm=cell["algorithm"], dtype="float32",
+                                  reduce_op="sum", count=buffer_count(cell["collective"], cell["bytes"], n))
+                    cell["algorithm"] = vr.call_algorithm(**params)
                     rounds_us = vr.cuda.HarnessRank.time_call_entry(vr.ranks, make_params(vr.cuda, "collective",
                                                                                           **params), calls, rounds)
-                    cell = {"path": "jax", "collective": collective, "ranks": n, "bytes": size, "algorithm": ran,
-                            "host_us_per_rank_call": round(float(np.median(rounds_us)), 3),
-                            "host_us_per_rank_call_min": round(float(min(rounds_us)), 3)}
-                    cells.append(cell)
-                    print(json.dumps(cell), flush=True)
+                    cell["host_us_per_rank_call"] = round(float(np.median(rounds_us)), 3)
+                    cell["host_us_per_rank_call_min"] = round(float(min(rounds_us)), 3)
+                cells.append(cell)
+                print(json.dumps(cell), flush=True)
     return cells
 
 
@@ -149,7 +178,7 @@ def main(argv=None) -> int:
     cells += jax_cells([int(r) for r in args.jax_ranks.split(",")], sizes, args.collectives.split(","), args.calls,
                        args.rounds)
     write_record("host-time", cells, args, started, None, None, record="jax_mscclpp.host_time/1", calls=args.calls,
-                 rounds=args.rounds)
+                 rounds=args.rounds, notes=[JAX_NOTE])
     return 1 if any("error" in c for c in cells) else 0
 
 
