@@ -106,7 +106,8 @@ ncclResult_t create_premulsum(OurCommunicator* ours, ncclRedOp_t* op, void* scal
                               ncclScalarResidence_t residence);
 ncclResult_t destroy_reduction(OurCommunicator* ours, ncclRedOp_t op);
 // Frees the runtime side of `ours`. `orderly` (destroy, after the real communicator, if any, is gone): first waits
-// until the work the rank launched has ended (its outstanding operations complete, within the kernel timeout:
+// until the work the rank launched has ended (its outstanding operations complete, within the kernel timeout: one
+// event, recorded after the rank's latest call, that completes after all its calls on every stream:
 // RuntimeCommunicator::wait_for_launched_work), then for every rank at the root, at most a couple of seconds; else
 // (abort, before the real communicator's abort), or where the work did not end or a rank did not come, the rank's
 // kernels are stopped from the host (every wait gives up at its next check, no trap) and the frees go to a thread

@@ -18,9 +18,6 @@
 namespace jax_mscclpp::nccl {
 namespace {
 
-// How many streams' latest launches a rank keeps events of before it forgets those whose launches ended.
-constexpr size_t kMostStreamsRecorded = 64;
-
 // The tuning file's rules in force, as one agreement field (agreement.h): every rank must select alike.
 AgreementField tuning_field(const std::vector<select::Rule>& rules) {
   std::string bytes;
@@ -90,7 +87,6 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
 
 RuntimeCommunicator::~RuntimeCommunicator() {
   if (abort_stream_ != nullptr) JAX_MSCCLPP_CUDA_IGNORE(cudaStreamDestroy(abort_stream_));
-  for (const auto& [stream, event] : launched_) JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(event));
 }
 
 void RuntimeCommunicator::stop_kernels() {
@@ -122,54 +118,16 @@ std::string RuntimeCommunicator::failure() const {
 
 cuda::CallResult RuntimeCommunicator::run(const cuda::Call& call, cudaStream_t stream) {
   cuda::DeviceGuard guard(device_);
-  cuda::CallResult result = rank_->run(call, stream);
-  note_launch(stream);
-  return result;
-}
-
-void RuntimeCommunicator::note_launch(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-    (void)cudaGetLastError();
-    return;
-  }
-  std::lock_guard<std::mutex> lock(launched_mutex_);
-  auto found = std::find_if(launched_.begin(), launched_.end(), [stream](const auto& e) { return e.first == stream; });
-  if (found == launched_.end()) {
-    if (launched_.size() >= kMostStreamsRecorded) {
-      // Streams whose latest launch has ended are forgotten (the events of streams long gone with them).
-      launched_.erase(std::remove_if(launched_.begin(), launched_.end(),
-                                     [](const auto& e) {
-                                       if (cudaEventQuery(e.second) == cudaErrorNotReady) return false;
-                                       JAX_MSCCLPP_CUDA_IGNORE(cudaEventDestroy(e.second));
-                                       return true;
-                                     }),
-                      launched_.end());
-      (void)cudaGetLastError();
-    }
-    cudaEvent_t event = nullptr;
-    if (cudaEventCreateWithFlags(&event, cudaEventDisableTiming) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return;
-    }
-    found = launched_.insert(launched_.end(), {stream, event});
-  }
-  if (cudaEventRecord(found->second, stream) != cudaSuccess) (void)cudaGetLastError();
+  return rank_->run(call, stream);
 }
 
 bool RuntimeCommunicator::wait_for_launched_work() {
-  std::vector<cudaEvent_t> events;
-  {
-    std::lock_guard<std::mutex> lock(launched_mutex_);
-    for (const auto& [stream, event] : launched_) events.push_back(event);
-  }
+  // One event marks the end of all of the rank's issued work (the header's contract): the rank's issue order's.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration<double>(rank_->rank_context().config().timeout_seconds());
-  for (cudaEvent_t event : events) {
-    while (cudaEventQuery(event) == cudaErrorNotReady) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+  while (rank_->issued_work() == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   (void)cudaGetLastError();  // an event whose work failed answers with the failure, which the frees report anyway
   return true;

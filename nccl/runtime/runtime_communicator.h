@@ -14,9 +14,14 @@
 //     kernels, running or queued, gives up at its next check and no record is written. kernels_stopped(): the
 //     words have reached the device (the kernels give up from then on).
 //   - wait_for_launched_work(): the host waits until the work this rank launched has ended on every stream it
-//     launched on (an event recorded after each launch; launches into a stream being captured are the graph's, not
-//     waited for), at most the rank's kernel timeout (a kernel whose peer never comes gives up by then); false when
-//     some has not ended by then. ncclCommDestroy's wait for its outstanding operations.
+//     launched on, at most the rank's kernel timeout (a kernel whose peer never comes gives up by then); false when
+//     some has not ended by then. ncclCommDestroy's wait for its outstanding operations. It waits on one event, the
+//     rank's issue order's (runtime/gpu/issue_order.h, GpuRank::issued_work): recorded after every call run()
+//     issues, each eager call waiting on the device for the one before it where their streams differ, so the
+//     latest call's event completes only after every call issued before it, on any stream. Launches into a stream
+//     being captured are the graph's (run when it is launched), not waited for. A device copy a composition
+//     enqueues outside run() (compositions.cc) is covered where a later call follows it on its stream; a last one
+//     moves bytes within the rank, waiting for no peer, and is not waited for here. No event of its own is recorded.
 //   - shares_gpu(): two ranks drive one physical GPU (processes sharing a device), where NVIDIA's NCCL refuses to
 //     run; then every operation we have a kernel for runs here at any size.
 //   - Every launch goes through the rank's one call entry (run: GpuRank::run), on the operation's stream,
@@ -30,9 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "agreement.h"
@@ -90,15 +93,10 @@ class RuntimeCommunicator {
   std::string failure() const;
 
  private:
-  void note_launch(cudaStream_t stream);
-
   std::unique_ptr<BootstrapClient> bootstrap_;
   int device_ = 0;
   cudaStream_t abort_stream_ = nullptr;
   std::array<uint64_t, 2> abort_words_{};  // the failed and recorded words stop_kernels copies, kept until freed
-  // Per stream launched on, an event recorded after its latest launch (note_launch, wait_for_launched_work).
-  std::mutex launched_mutex_;
-  std::vector<std::pair<cudaStream_t, cudaEvent_t>> launched_;
   bool shares_gpu_ = false;
   // The grid cap of the streaming and in-place kernels: the rank's stream blocks shared by the most ranks one
   // process drives on one GPU, whose kernels must all be resident at once (the same on every rank).

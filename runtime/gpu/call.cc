@@ -64,8 +64,16 @@ CallResult GpuRank::run(const Call& call, cudaStream_t stream) {
       !joined.launched())
     return joined;
   CallResult launched = launch(call, stream);
+  // Recorded after a failed launch too: pieces launched before the one that failed may be enqueued, and the next
+  // call and the end of the rank's issued work (issued_work) follow them all the same.
+  const cudaError_t recorded = order_.after(stream);
   if (!launched.launched()) return launched;
-  return launch_result(order_.after(stream), "the record of the call's end (for a call on another stream)");
+  return launch_result(recorded, "the record of the call's end (for a call on another stream)");
+}
+
+cudaError_t GpuRank::issued_work() {
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  return order_.eager_work();
 }
 
 CollectiveContext GpuRank::call_context(void* out, uint64_t bytes, void* second_out, uint64_t second_bytes) const {

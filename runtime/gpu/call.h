@@ -18,7 +18,9 @@
 //     failed call's outputs cannot pass for results. No launch is added for it: a call enqueues its own kernels
 //     only (one per piece of the call, collective.h), and a device copy where it moves bytes within the rank.
 //   - In issue order across streams: a call on a stream other than the rank's previous call's waits for it on the
-//     device first (issue_order.h), as NCCL orders a communicator's operations.
+//     device first (issue_order.h), as NCCL orders a communicator's operations: an eager call for the previous
+//     eager call, a captured one for the previous call of its capture. The event that records a call's end is
+//     recorded after a failed launch too, so GpuRank::issued_work covers whatever of it was enqueued.
 //   - Capture-safe, as the launches are: the only host state per call is where the previous call was issued, and
 //     a wait between calls is made only inside one capture (issue_order.h).
 #pragma once

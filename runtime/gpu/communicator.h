@@ -44,6 +44,11 @@ class GpuRank {
   // and stopped, else launches it on `stream`, after the rank's previous call where that was on another stream
   // (issue_order.h), its kernels poisoning its outputs where failing kernels stop. Needs finalize().
   CallResult run(const Call& call, cudaStream_t stream);
+  // Whether the work of every call run() issued outside a stream capture has ended on the device (issue_order.h,
+  // IssueOrder::eager_work: the latest such call's end event, which completes after every call issued before it,
+  // whatever its stream): cudaSuccess, cudaErrorNotReady while some still runs, else the error the query answered.
+  // Never blocks.
+  cudaError_t issued_work();
   // Why every call is refused (kRefused, with the failure's record), or kLaunched where calls may run.
   CallResult refusal() const;
 

@@ -7,9 +7,10 @@ Scenarios (every process runs the same one; ids and flags travel through files i
   abort_stuck        rank 0 launches an all-reduce rank 1 never joins (its kernel waits), aborts it, and times the
                      abort and the stream's end; then both make a new communicator and check an all-reduce.
   destroy_peer_gone  an all-reduce, then rank 1 exits without destroying; rank 0 times its destroy.
-  destroy_in_flight  rank 0 launches an all-reduce and destroys its communicator at once; rank 1 joins the
-                     all-reduce LATE_PEER_S later and destroys too; both check their outputs (rank 0's stream must be
-                     done when its destroy returns), then make a new communicator and check an all-reduce on it.
+  destroy_in_flight  rank 0 launches two all-reduces, on two streams, and destroys its communicator at once; rank 1
+                     joins them LATE_PEER_S later and destroys too; both check their outputs (both of rank 0's
+                     streams must be done when its destroy returns: the destroy waits for the rank's work on every
+                     stream), then make a new communicator and check an all-reduce on it.
   nonblocking        a non-blocking config: ncclInProgress, ncclCommGetAsyncError until success, an all-reduce.
   group_inits        one process, one thread, inits two ranks inside a group, then an all-reduce on both.
 Prints "RESULT " + JSON last.
@@ -149,33 +150,35 @@ LATE_PEER_S = 4.0  # twice the destroy's barrier
 def destroy_in_flight(lib, rank, nranks, workdir):
     import cupy as cp
 
-    stream = cp.cuda.Stream(non_blocking=True)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
     comm = ctypes.c_void_p()
     out = {"init": lib.ncclCommInitRank(ctypes.byref(comm), nranks, shared_id(lib, rank, workdir, "id1"), rank)}
     out["backend"] = lib.jax_mscclpp_nccl_backend(comm).decode()
     count = 1 << 18
-    inputs = [np.random.default_rng(23 + r).standard_normal(count).astype(np.float32) for r in range(nranks)]
-    send = cp.asarray(inputs[rank])
-    recv = cp.full(count, np.nan, np.float32)
-    cp.cuda.Device().synchronize()  # the rank's stream does not wait for cupy's
+    inputs = [[np.random.default_rng(seed + r).standard_normal(count).astype(np.float32) for r in range(nranks)]
+              for seed in (23, 29)]
+    sends = [cp.asarray(x[rank]) for x in inputs]
+    recvs = [cp.full(count, np.nan, np.float32) for _ in inputs]
+    cp.cuda.Device().synchronize()  # the rank's streams do not wait for cupy's
     if rank != 0:
         time.sleep(LATE_PEER_S)
-    out["launch"] = lib.ncclAllReduce(send.data.ptr, recv.data.ptr, count, FLOAT32, SUM, comm, stream.ptr)
+    out["launch"] = [lib.ncclAllReduce(send.data.ptr, recv.data.ptr, count, FLOAT32, SUM, comm, stream.ptr)
+                     for send, recv, stream in zip(sends, recvs, streams)]
     t0 = time.monotonic()
     out["destroy"] = lib.ncclCommDestroy(comm)
     out["destroy_s"] = time.monotonic() - t0
-    out["stream_done_at_destroy"] = stream.done
-    stream.synchronize()
-    expected = np.sum(inputs, axis=0, dtype=np.float64).astype(np.float32)
-    got = cp.asnumpy(recv)
-    out["all_reduce_ok"] = bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5))
-    out["nan_outputs"] = int(np.isnan(got).sum())
+    out["stream_done_at_destroy"] = [stream.done for stream in streams]
+    cp.cuda.Device().synchronize()
+    got = [cp.asnumpy(recv) for recv in recvs]
+    out["all_reduce_ok"] = [bool(np.allclose(g, np.sum(x, axis=0, dtype=np.float64).astype(np.float32), rtol=1e-5,
+                                             atol=1e-5)) for g, x in zip(got, inputs)]
+    out["nan_outputs"] = sum(int(np.isnan(g).sum()) for g in got)
     check = cp.arange(1000, dtype=cp.float32) * 2  # the context still runs kernels
     cp.cuda.Device().synchronize()
     out["context_usable"] = float(check.sum()) == 999_000.0
     again = ctypes.c_void_p()
     out["init_again"] = lib.ncclCommInitRank(ctypes.byref(again), nranks, shared_id(lib, rank, workdir, "id2"), rank)
-    out["all_reduce_again"] = all_reduce_checked(lib, again, rank, nranks, 100_003, stream)
+    out["all_reduce_again"] = all_reduce_checked(lib, again, rank, nranks, 100_003, streams[0])
     out["destroy_again"] = lib.ncclCommDestroy(again)
     return out
 
