@@ -93,6 +93,16 @@ def all_reduce_checked(lib, comm, rank, nranks, count, stream, seed=7):
     return code, bool(np.allclose(cp.asnumpy(recv), expected, rtol=1e-5, atol=1e-5))
 
 
+def checked_new_communicator(lib, rank, nranks, workdir, stream):
+    """A new communicator (id "id2") made, checked with an all-reduce on `stream` and destroyed: the report's
+    init_again, all_reduce_again and destroy_again."""
+    again = ctypes.c_void_p()
+    out = {"init_again": lib.ncclCommInitRank(ctypes.byref(again), nranks, shared_id(lib, rank, workdir, "id2"), rank)}
+    out["all_reduce_again"] = all_reduce_checked(lib, again, rank, nranks, 100_003, stream)
+    out["destroy_again"] = lib.ncclCommDestroy(again)
+    return out
+
+
 def abort_stuck(lib, rank, nranks, workdir):
     import cupy as cp
 
@@ -117,10 +127,7 @@ def abort_stuck(lib, rank, nranks, workdir):
         t0 = time.monotonic()
         out["abort"] = lib.ncclCommAbort(comm)
         out["abort_s"] = time.monotonic() - t0
-    again = ctypes.c_void_p()
-    out["init_again"] = lib.ncclCommInitRank(ctypes.byref(again), nranks, shared_id(lib, rank, workdir, "id2"), rank)
-    out["all_reduce_again"] = all_reduce_checked(lib, again, rank, nranks, 100_003, stream)
-    out["destroy_again"] = lib.ncclCommDestroy(again)
+    out.update(checked_new_communicator(lib, rank, nranks, workdir, stream))
     return out
 
 
@@ -176,10 +183,7 @@ def destroy_in_flight(lib, rank, nranks, workdir):
     check = cp.arange(1000, dtype=cp.float32) * 2  # the context still runs kernels
     cp.cuda.Device().synchronize()
     out["context_usable"] = float(check.sum()) == 999_000.0
-    again = ctypes.c_void_p()
-    out["init_again"] = lib.ncclCommInitRank(ctypes.byref(again), nranks, shared_id(lib, rank, workdir, "id2"), rank)
-    out["all_reduce_again"] = all_reduce_checked(lib, again, rank, nranks, 100_003, streams[0])
-    out["destroy_again"] = lib.ncclCommDestroy(again)
+    out.update(checked_new_communicator(lib, rank, nranks, workdir, streams[0]))
     return out
 
 
