@@ -78,6 +78,8 @@ def _check(name: str, kind: str, default: str) -> None:
         _positive_integer(name, f"a whole, positive number (unset: {default})")
     elif kind == "kZeroOrOne":
         _one_of(name, ("0", "1"), f"0 or 1 (unset: {default})")
+    elif kind == "kWaitOrFail":
+        _one_of(name, ("wait", "fail"), f"wait or fail (unset: {default})")
     elif kind == "kAbsolutePath" and not os.path.isabs(value):
         _refuse(name, value, f"an absolute path (unset: {default})")
     elif kind == "kIPv4Address":

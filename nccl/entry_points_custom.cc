@@ -189,6 +189,8 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, nccl
     if (asyncError == nullptr) return null_argument("ncclCommGetAsyncError", "asyncError");
     if (const OurCommunicator* ours = our_communicator(comm)) {
       const ncclResult_t state = setup_state(ours);
+      // A late peer is no error, as in NVIDIA's NCCL, which waits: its warning, once (our_runtime.h).
+      if (state == ncclSuccess && ours->runtime != nullptr) report_late_wait(ours);
       if (state != ncclSuccess || (ours->runtime != nullptr && runtime_failed(ours)) || ours->real == nullptr) {
         *asyncError = state != ncclSuccess ? state : ours->runtime != nullptr && runtime_failed(ours) ? ncclRemoteError
                                                                                                       : ncclSuccess;

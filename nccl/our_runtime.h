@@ -119,6 +119,12 @@ int runtime_nranks(const OurCommunicator* ours);
 // Whether a kernel of the runtime's rank failed and stopped (JAX_MSCCLPP_TRAP_ON_FAILURE=0): every later operation
 // on the communicator is refused with ncclRemoteError and its record.
 bool runtime_failed(const OurCommunicator* ours);
+// A wait of the runtime's rank that passed the timeout and goes on (TimeoutPolicy::kWait, the library's default:
+// runtime/timeout_policy.h): prints its one warning line to stderr, once per late report (taking the report re-arms
+// it for the next late wait); nothing otherwise, and never a failure. Called where clients poll or call anyway:
+// ncclCommGetAsyncError (whose answer stays ncclSuccess) and every operation's entry (submit). `ours` has a runtime
+// whose setup completed.
+void report_late_wait(const OurCommunicator* ours);
 int runtime_device(const OurCommunicator* ours);
 // "function algorithm count" lines: the calls our runtime ran, and those of our communicators it forwarded
 // (algorithm "nccl").

@@ -48,6 +48,7 @@ ncclResult_t free_buffer(void*) { return not_built("ncclMemFree"); }
 int runtime_rank(const OurCommunicator*) { return 0; }
 int runtime_nranks(const OurCommunicator*) { return 0; }
 bool runtime_failed(const OurCommunicator*) { return false; }
+void report_late_wait(const OurCommunicator*) {}
 int runtime_device(const OurCommunicator*) { return 0; }
 std::string call_counts() { return ""; }
 

@@ -139,6 +139,7 @@ bool submit(ncclComm_t comm, const Operation& operation, ncclResult_t* result) {
   if (ours == nullptr || ours->runtime == nullptr) return false;
   RuntimeCommunicator& runtime = *ours->runtime;
   try {
+    report_late_wait(ours);  // a wait of an earlier operation past the timeout: its warning, once
     const RouteContext context{runtime.nranks(), ours->real != nullptr, runtime.shares_gpu(), runtime.tuned_rules(),
                                runtime.reductions()};
     Route r = route(context, operation);

@@ -3,6 +3,7 @@
 // shrinks, the ending of communicators and the queries (operations.cc: the operations and the group queue).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "our_runtime.h"
 #include "real_nccl.h"
 #include "runtime_communicator.h"
+#include "timeout_policy.h"
 #include "unique_id.h"
 
 namespace jax_mscclpp::nccl {
@@ -400,6 +402,11 @@ int runtime_rank(const OurCommunicator* ours) { return ours->runtime->rank(); }
 int runtime_nranks(const OurCommunicator* ours) { return ours->runtime->nranks(); }
 bool runtime_failed(const OurCommunicator* ours) { return !ours->runtime->failure().empty(); }
 std::string runtime_failure(const OurCommunicator* ours) { return ours->runtime->failure(); }
+void report_late_wait(const OurCommunicator* ours) {
+  if (ours == nullptr || ours->runtime == nullptr) return;
+  const std::string late = ours->runtime->take_late_report();
+  if (!late.empty()) std::fprintf(stderr, "%s\n", late_wait_warning(late).c_str());
+}
 int runtime_device(const OurCommunicator* ours) { return ours->runtime->device(); }
 
 }  // namespace jax_mscclpp::nccl

@@ -14,6 +14,7 @@
 #include "rank_setup.h"
 #include "select/tuning_file.h"
 #include "selection.h"
+#include "timeout_policy.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
@@ -55,8 +56,8 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
     : bootstrap_(std::move(bootstrap)) {
   const int rank = bootstrap_->rank(), nranks = bootstrap_->nranks();
   JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
-  const cuda::RankOptions options =
-      cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
+  cuda::RankOptions options = cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
+  options.on_timeout = library_timeout_policy();
   rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
   // The topology (and so the tuning file) follows from the identities, the same on every rank; its rules are
   // compared in the endpoint round, the first that knows them.
@@ -115,6 +116,8 @@ std::string RuntimeCommunicator::failure() const {
   const cuda::RuntimeConfigHost& config = rank_->rank_context().config();
   return config.stopped_on_failure() ? config.error_message() : std::string();
 }
+
+std::string RuntimeCommunicator::take_late_report() { return rank_->rank_context().config().take_late_report(); }
 
 cuda::CallResult RuntimeCommunicator::run(const cuda::Call& call, cudaStream_t stream) {
   cuda::DeviceGuard guard(device_);

@@ -91,6 +91,10 @@ class RuntimeCommunicator {
   // The record of this rank's kernel that failed and stopped (error_record.cuh), "" when none did. Every call
   // is then refused (CallStatus::kRefused).
   std::string failure() const;
+  // The late report of a wait of this rank that passed the timeout and goes on (TimeoutPolicy::kWait, the
+  // library's default: timeout_policy.h), worded once: "" until a later late wait reports again
+  // (RuntimeConfigHost::take_late_report). Not a failure: nothing is refused for it.
+  std::string take_late_report();
 
  private:
   std::unique_ptr<BootstrapClient> bootstrap_;

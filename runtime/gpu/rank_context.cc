@@ -31,7 +31,7 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
   if (opts.nranks < 1 || opts.rank < 0 || opts.rank >= opts.nranks || opts.channels_per_peer < 1 ||
       opts.stream_blocks < 0 || opts.stream_blocks > kEpochSlots)
     throw std::invalid_argument("jax_mscclpp: bad rank options");
-  config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s, opts.stop_on_failure);
+  config_ = std::make_unique<RuntimeConfigHost>(opts.rank, opts.timeout_s, opts.stop_on_failure, opts.on_timeout);
   if (opts_.p2p_bytes < 0) opts_.p2p_bytes = static_cast<int64_t>(p2p_default_bytes(opts.scratch_bytes));
   p2p_layout_ = P2PLayout::of(opts.nranks, static_cast<uint64_t>(opts_.p2p_bytes));
   // The registered scratch, then the call inbox the kernels' call checks use (jax_mscclpp/call_check.cuh), then

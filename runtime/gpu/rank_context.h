@@ -55,6 +55,9 @@ struct RankOptions {
   double timeout_s = 0;       // <= 0: the process's setting (runtime_settings.h)
   // A failing kernel stops instead of trapping (error_record.cuh): the process's JAX_MSCCLPP_TRAP_ON_FAILURE=0.
   bool stop_on_failure = stop_on_failure_setting();
+  // What a wait past the timeout does (error_record.cuh): kFail, the JAX path's, a failure as stop_on_failure says;
+  // kWait, the NCCL-API library's default (nccl/runtime/timeout_policy.h), reported late and waited on.
+  TimeoutPolicy on_timeout = TimeoutPolicy::kFail;
   // Bytes of slots of the point-to-point engine (kernels/collectives/p2p_layout.h), after the call inbox in the
   // scratch allocation: < 0 p2p_default_bytes(scratch_bytes), 0 none (launch_p2p_group refuses). The same on
   // every rank of a communicator (connect checks).

@@ -51,6 +51,23 @@ std::string describe_call(const CallWords& words, const PlanNames& plan_name) {
   return out;
 }
 
+// "; rank r was in <call> (launch epoch e), peer p's latest call is <call> (launch epoch f)" for a wait's record
+// (or "peer p has posted no call"), with the mismatch advice where both calls are of one epoch and differ; "" where
+// the rank posted no call (a primitive kernel, or no inbox).
+std::string calls_clause(const ErrorRecord& rec, const PlanNames& plan_name) {
+  if (rec.mine_epoch == 0) return {};
+  std::string msg = "; rank " + std::to_string(rec.rank) + " was in " + describe_call(rec.mine, plan_name) +
+                    " (launch epoch " + std::to_string(rec.mine_epoch) + ")";
+  if (rec.theirs_epoch == 0) return msg + ", peer " + std::to_string(rec.peer) + " has posted no call";
+  msg += ", peer " + std::to_string(rec.peer) + "'s latest call is " + describe_call(rec.theirs, plan_name) +
+         " (launch epoch " + std::to_string(rec.theirs_epoch) + ")";
+  const bool same = rec.mine.call == rec.theirs.call && rec.mine.count == rec.theirs.count &&
+                    rec.mine.variant == rec.theirs.variant;
+  if (rec.mine_epoch == rec.theirs_epoch && !same)
+    msg += std::string(": mismatched collective calls; ") + host::kSameCallsAdvice;
+  return msg;
+}
+
 }  // namespace
 
 std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name) {
@@ -105,21 +122,25 @@ std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const Pl
                 "waited for %llu (epoch/flag/position), last saw %llu [block %d, thread %d]",
                 rec.rank, waited, limit, op_name(rec.op), peer.c_str(), static_cast<unsigned long long>(rec.epoch),
                 static_cast<unsigned long long>(rec.observed), rec.block, rec.thread);
-  std::string msg = buf;
-  if (rec.mine_epoch == 0) return msg;  // no call posted (a primitive kernel, or no inbox)
-  msg += "; rank " + std::to_string(rec.rank) + " was in " + mine + " (launch epoch " +
-         std::to_string(rec.mine_epoch) + ")";
-  if (rec.theirs_epoch == 0)
-    return msg + ", peer " + std::to_string(rec.peer) + " has posted no call";
-  msg += ", peer " + std::to_string(rec.peer) + "'s latest call is " + theirs + " (launch epoch " +
-         std::to_string(rec.theirs_epoch) + ")";
-  const bool same = rec.mine.call == rec.theirs.call && rec.mine.count == rec.theirs.count &&
-                    rec.mine.variant == rec.theirs.variant;
-  if (rec.mine_epoch == rec.theirs_epoch && !same) msg += ": mismatched collective calls" + same_calls;
-  return msg;
+  return buf + calls_clause(rec, plan_name);
 }
 
-RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s, bool stop_on_failure) : rank_(rank) {
+std::string describe_late(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name) {
+  if (rec.valid == 0) return {};
+  char buf[512];
+  const double limit = static_cast<double>(timeout_ns == 0 ? kDefaultTimeoutNs : timeout_ns) * 1e-9;
+  const std::string peer = rec.peer >= 0 ? "peer " + std::to_string(rec.peer) : std::string("the proxy");
+  std::snprintf(buf, sizeof(buf),
+                "jax_mscclpp: rank %d has waited %.3f s for %s in %s, past its timeout of %g s "
+                "(JAX_MSCCLPP_TIMEOUT_S): waiting for %llu (epoch/flag/position), last saw %llu [block %d, thread %d]",
+                rec.rank, static_cast<double>(rec.waited_ns) * 1e-9, peer.c_str(), op_name(rec.op), limit,
+                static_cast<unsigned long long>(rec.epoch), static_cast<unsigned long long>(rec.observed), rec.block,
+                rec.thread);
+  return buf + calls_clause(rec, plan_name);
+}
+
+RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s, bool stop_on_failure, TimeoutPolicy on_timeout)
+    : rank_(rank) {
   void* p = nullptr;
   JAX_MSCCLPP_CUDA_CHECK(cudaHostAlloc(&p, sizeof(RuntimeConfig), cudaHostAllocMapped | cudaHostAllocPortable));
   host_ = static_cast<RuntimeConfig*>(p);
@@ -132,6 +153,7 @@ RuntimeConfigHost::RuntimeConfigHost(int rank, double timeout_s, bool stop_on_fa
   }
   device_ = static_cast<RuntimeConfig*>(d);
   host_->stop_on_failure = stop_on_failure ? 1u : 0u;
+  host_->on_timeout = static_cast<uint32_t>(on_timeout);
   set_timeout_seconds(timeout_s > 0 ? timeout_s : jax_mscclpp::timeout_seconds());
 }
 
@@ -172,6 +194,26 @@ std::string RuntimeConfigHost::error_message(const PlanNames& plan_name) const {
   ErrorRecord rec;
   std::memcpy(&rec, const_cast<const ErrorRecord*>(&host_->error), sizeof(rec));
   return describe_error(rec, host_->timeout_ns, plan_name);
+}
+
+TimeoutPolicy RuntimeConfigHost::timeout_policy() const {
+  return static_cast<TimeoutPolicy>(reinterpret_cast<volatile uint32_t*>(&host_->on_timeout)[0]);
+}
+
+std::string RuntimeConfigHost::take_late_report(const PlanNames& plan_name) {
+  std::lock_guard<std::mutex> lock(late_mutex_);
+  LateReport* late = &host_->late;
+  if (reinterpret_cast<volatile uint32_t*>(&late->wait.valid)[0] == 0) return {};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  ErrorRecord rec;
+  std::memcpy(&rec, const_cast<const ErrorRecord*>(&late->wait), sizeof(rec));
+  const std::string message = describe_late(rec, host_->timeout_ns, plan_name);
+  // Re-armed: valid first, so that a wait that claims it next publishes a whole record again (LateReport).
+  reinterpret_cast<volatile uint32_t*>(&late->wait.valid)[0] = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  reinterpret_cast<volatile uint32_t*>(&late->wait.claimed)[0] = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return message;
 }
 
 void RuntimeConfigHost::clear_error() {

@@ -1,9 +1,11 @@
 // Host owner of one rank's RuntimeConfig (kernels/include/jax_mscclpp/error_record.cuh): the device-visible
-// timeout, whether a failing kernel traps or stops, and the error record it fills first.
+// timeout, whether a wait past it fails (TimeoutPolicy), whether a failing kernel traps or stops, the error record it
+// fills first, and the late report of a wait that passed the timeout without failing.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 
 #include "jax_mscclpp/error_record.cuh"
@@ -17,11 +19,18 @@ using PlanNames = std::function<std::string(uint32_t fingerprint)>;
 // (plans named by `plan_name` where it knows them). Empty if the record is not valid.
 std::string describe_error(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name = {});
 
+// One line for a late report's record (LateReport::wait): the rank, the peer (or the proxy), the operation, the
+// seconds waited past the timeout `timeout_ns`, the values seen and, where posted, both ranks' latest calls. Empty if
+// the record is not valid.
+std::string describe_late(const ErrorRecord& rec, uint64_t timeout_ns, const PlanNames& plan_name = {});
+
 class RuntimeConfigHost {
  public:
   // Pinned, mapped host memory; `timeout_s` <= 0 means the process's setting (runtime_settings.h).
   // `stop_on_failure`: a failing kernel of this rank stops (its waits give up) rather than traps.
-  RuntimeConfigHost(int rank, double timeout_s, bool stop_on_failure);
+  // `on_timeout`: whether a wait past the timeout fails or goes on, reported late (error_record.cuh).
+  RuntimeConfigHost(int rank, double timeout_s, bool stop_on_failure,
+                    TimeoutPolicy on_timeout = TimeoutPolicy::kFail);
   ~RuntimeConfigHost();
   RuntimeConfigHost(const RuntimeConfigHost&) = delete;
   RuntimeConfigHost& operator=(const RuntimeConfigHost&) = delete;
@@ -49,10 +58,17 @@ class RuntimeConfigHost {
   std::string error_message(const PlanNames& plan_name = {}) const;
   void clear_error();
 
+  TimeoutPolicy timeout_policy() const;
+  // The late report a wait of this rank published (TimeoutPolicy::kWait), as describe_late words it, once: taking it
+  // re-arms the report (LateReport), so this returns it to one caller, and "" until a later late wait publishes
+  // again. Any thread may call it; "" when there is none. Never a failure: nothing else changes.
+  std::string take_late_report(const PlanNames& plan_name = {});
+
  private:
   int rank_;
   RuntimeConfig* host_ = nullptr;
   RuntimeConfig* device_ = nullptr;
+  std::mutex late_mutex_;  // take_late_report: one taker at a time
 };
 
 }  // namespace jax_mscclpp::cuda

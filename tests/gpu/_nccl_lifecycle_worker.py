@@ -13,6 +13,9 @@ Scenarios (every process runs the same one; ids and flags travel through files i
                      stream), then make a new communicator and check an all-reduce on it.
   nonblocking        a non-blocking config: ncclInProgress, ncclCommGetAsyncError until success, an all-reduce.
   group_inits        one process, one thread, inits two ranks inside a group, then an all-reduce on both.
+  late_peer          rank 0 launches an all-reduce at once and polls ncclCommGetAsyncError until its stream is done;
+                     rank 1 launches it LATE_S later; both check it, print "STREAM DONE", run another all-reduce and
+                     destroy (the test sets a timeout shorter than LATE_S and the library's wait policy).
 Prints "RESULT " + JSON last.
 """
 
@@ -244,6 +247,55 @@ def group_inits(lib, rank, nranks, workdir):
     for t in threads:
         t.join()
     out["destroys"] = destroys
+    return out
+
+
+LATE_S = 8.0  # rank 1's delay in late_peer: past the 3 s timeout its test sets
+
+
+def barrier(workdir, name, rank, nranks):
+    """Every process has reached `name` (a file each in `workdir`)."""
+    open(os.path.join(workdir, f"{name}{rank}"), "w").close()
+    for r in range(nranks):
+        wait_for(os.path.join(workdir, f"{name}{r}"))
+
+
+def late_peer(lib, rank, nranks, workdir):
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    count = 65_537
+    inputs = [np.random.default_rng(31 + r).standard_normal(count).astype(np.float32) for r in range(nranks)]
+    send = cp.asarray(inputs[rank])
+    recv = cp.full(count, np.nan, np.float32)
+    cp.cuda.Device().synchronize()  # the rank's stream does not wait for cupy's
+    barrier(workdir, "ready", rank, nranks)  # both contexts made: the init's rounds meet well within the timeout
+    comm = ctypes.c_void_p()
+    out = {"init": lib.ncclCommInitRank(ctypes.byref(comm), nranks, shared_id(lib, rank, workdir, "id1"), rank)}
+    out["backend"] = lib.jax_mscclpp_nccl_backend(comm).decode()
+    if rank != 0:
+        time.sleep(LATE_S)
+    t0 = time.monotonic()
+    out["launch"] = lib.ncclAllReduce(send.data.ptr, recv.data.ptr, count, FLOAT32, SUM, comm, stream.ptr)
+    # What a client such as PyTorch's watchdog does while it waits: poll the communicator's asynchronous error.
+    seen, state = set(), ctypes.c_int(-1)
+    deadline = t0 + 120
+    while True:
+        seen.add((lib.ncclCommGetAsyncError(comm, ctypes.byref(state)), state.value))
+        if stream.done or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    out["stream_s"] = time.monotonic() - t0
+    out["async_errors"] = sorted(seen)
+    print("STREAM DONE", flush=True)
+    stream.synchronize()
+    expected = np.sum(inputs, axis=0, dtype=np.float64).astype(np.float32)
+    got = cp.asnumpy(recv)
+    out["all_reduce_ok"] = bool(np.allclose(got, expected, rtol=1e-5, atol=1e-5))
+    out["nan_outputs"] = int(np.isnan(got).sum())
+    out["all_reduce_again"] = all_reduce_checked(lib, comm, rank, nranks, 4099, stream)
+    out["async_error_after"] = [lib.ncclCommGetAsyncError(comm, ctypes.byref(state)), state.value]
+    out["destroy"] = lib.ncclCommDestroy(comm)
     return out
 
 

@@ -5,7 +5,10 @@ ncclCommDestroy with a peer gone returns within seconds; ncclCommDestroy right a
 streams that a peer joins seconds later (longer than the destroy's barrier waits) completes them first (both
 streams done when it returns): every output is right and both contexts go on; a non-blocking init reports
 ncclInProgress, then success;
-one thread inits two ranks inside a group. The worker: tests/gpu/_nccl_lifecycle_worker.py (ctypes and cupy).
+one thread inits two ranks inside a group; under the library's default policy (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait,
+nccl/runtime/timeout_policy.h) an abort ends a stuck kernel alike, and a peer late by more than the timeout is waited
+for: the all-reduce completes right, one warning names the late wait, ncclCommGetAsyncError stays ncclSuccess.
+The worker: tests/gpu/_nccl_lifecycle_worker.py (ctypes and cupy).
 
 Kernels trap on failure here (the default): an abort that let a wait time out would kill the process's context.
 """
@@ -13,6 +16,7 @@ Kernels trap on failure here (the default): an abort that let a wait time out wo
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -27,12 +31,19 @@ if importlib.util.find_spec("cupy") is None:
     pytest.skip("the lifecycle worker needs cupy for device buffers and streams", allow_module_level=True)
 
 
-def run(scenario: str, nproc: int, tmp_path, timeout_s: str = "60") -> list:
+def run(scenario: str, nproc: int, tmp_path, timeout_s: str = "60", on_timeout: str | None = None,
+        with_outputs: bool = False):
+    """Every process's report, in rank order (and their outputs, stdout and stderr merged, with `with_outputs`).
+    JAX_MSCCLPP_TIMEOUT_S is `timeout_s`, which alone makes the library's waits fail past it; `on_timeout` sets
+    JAX_MSCCLPP_NCCL_ON_TIMEOUT."""
     from jax_mscclpp import nccl_backend
 
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", JAX_MSCCLPP_TIMEOUT_S=timeout_s)
-    for name in ("JAX_MSCCLPP_NVLS", "JAX_MSCCLPP_NCCL", "JAX_MSCCLPP_NCCL_RUNTIME", "JAX_MSCCLPP_TRAP_ON_FAILURE"):
+    for name in ("JAX_MSCCLPP_NVLS", "JAX_MSCCLPP_NCCL", "JAX_MSCCLPP_NCCL_RUNTIME", "JAX_MSCCLPP_TRAP_ON_FAILURE",
+                 "JAX_MSCCLPP_NCCL_ON_TIMEOUT"):
         env.pop(name, None)
+    if on_timeout is not None:
+        env["JAX_MSCCLPP_NCCL_ON_TIMEOUT"] = on_timeout
     outputs = launch_processes(WORKER, nproc, [nccl_backend.library_path(), str(tmp_path), scenario], env, 240,
                                f"the lifecycle scenario {scenario}")
     reports = []
@@ -40,11 +51,12 @@ def run(scenario: str, nproc: int, tmp_path, timeout_s: str = "60") -> list:
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
         assert code == 0 and lines, f"exit status {code}, output:\n{out[-6000:]}"
         reports.append(json.loads(lines[-1][len("RESULT "):]))
-    return reports
+    return (reports, [out for _, out in outputs]) if with_outputs else reports
 
 
-def test_abort_of_a_stuck_kernel_returns_within_a_second_and_a_new_communicator_works(gpus, tmp_path):
-    reports = run("abort_stuck", 2, tmp_path)
+@pytest.mark.parametrize("on_timeout", [None, "wait"])
+def test_abort_of_a_stuck_kernel_returns_within_a_second_and_a_new_communicator_works(gpus, tmp_path, on_timeout):
+    reports = run("abort_stuck", 2, tmp_path, on_timeout=on_timeout)
     stuck = reports[0]
     assert stuck["init"] == 0 and stuck["backend"].startswith("jax_mscclpp's runtime"), stuck
     assert stuck["launch"] == 0 and stuck["stuck_before_abort"], "the all-reduce should wait for rank 1"
@@ -75,6 +87,32 @@ def test_destroy_completes_all_reduces_on_two_streams_a_late_peer_joins(gpus, tm
         assert r["init_again"] == 0 and r["all_reduce_again"] == [0, True] and r["destroy_again"] == 0, r
     early = reports[0]
     assert early["destroy_s"] > 0.75 * LATE_PEER_S, f"rank 0's destroy returned before rank 1 joined: {early}"
+
+
+def test_a_late_peer_is_waited_for_and_reported_once(gpus, tmp_path):
+    """The library's wait policy with a 3 s timeout (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait, JAX_MSCCLPP_TIMEOUT_S=3): rank 1
+    joins an all-reduce LATE_S later. Rank 0's kernel waits past the timeout without failing (no trap, no record),
+    its all-reduce completes right, one warning line names rank 0, peer 1, the wait and the seconds waited, printed
+    by ncclCommGetAsyncError while the wait went on, which answered ncclSuccess throughout; both processes go on."""
+    timeout_s = 3.0  # below the worker's LATE_S
+    reports, outputs = run("late_peer", 2, tmp_path, timeout_s=str(timeout_s), on_timeout="wait", with_outputs=True)
+    for r, out in zip(reports, outputs):
+        assert r["init"] == 0 and r["backend"].startswith("jax_mscclpp's runtime"), r
+        assert r["launch"] == 0 and r["all_reduce_ok"] and r["nan_outputs"] == 0, (r, out[-4000:])
+        assert r["async_errors"] == [[0, 0]] and r["async_error_after"] == [0, 0], r
+        assert r["all_reduce_again"] == [0, True] and r["destroy"] == 0, r
+        assert "timed out" not in out, out[-4000:]  # no failure record: a trap would have failed the process
+    early = reports[0]
+    assert early["stream_s"] > timeout_s + 1.0, f"rank 0 did not wait past the timeout: {early}"
+    warnings = [line for line in outputs[0].splitlines() if "libnccl.so.2: warning:" in line]
+    assert len(warnings) == 1, outputs[0][-4000:]
+    (warning,) = warnings
+    assert "rank 0 has waited" in warning and "for peer 1 in " in warning, warning
+    assert "keeps waiting, as NVIDIA's NCCL does" in warning and "ncclCommAbort" in warning, warning
+    waited = float(re.search(r"has waited ([0-9.]+) s", warning).group(1))
+    assert timeout_s <= waited < timeout_s + 2.0, warning
+    assert outputs[0].index(warning) < outputs[0].index("STREAM DONE"), "reported only after the wait ended"
+    assert not [line for line in outputs[1].splitlines() if "libnccl.so.2: warning:" in line], outputs[1][-4000:]
 
 
 @pytest.mark.parametrize("nproc", [2, 3])

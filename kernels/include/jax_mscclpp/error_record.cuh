@@ -1,6 +1,7 @@
 // Bounded waits and the timeout error record.
 //
-// Every spin on the device is bounded. Each rank owns one RuntimeConfig in pinned, mapped host memory:
+// Every spin on the device is bounded (or, under TimeoutPolicy::kWait below, reported once it passes the bound).
+// Each rank owns one RuntimeConfig in pinned, mapped host memory:
 // the host writes the timeout there (JAX_MSCCLPP_TIMEOUT_S, default 300 s) and may change it between
 // launches; the device reads it only after a wait has already spun for a while. When a wait expires (or a
 // call check finds a peer in another call, call_check.cuh), the first such thread of that rank fills `error`
@@ -11,6 +12,14 @@
 //   - stop: the thread marks its rank's failed word (call_inbox.cuh) and its wait gives up: every later wait of
 //     the rank's kernels gives up too at its first slow-path check, so each kernel runs to its end in bounded time
 //     with outputs that are not valid, and the context stays usable. The host refuses the rank's later calls.
+//
+// Whether a wait past the timeout is a failure at all is the rank's TimeoutPolicy (`on_timeout`, set by the host):
+//   - kFail (the JAX path's; the NCCL-API library's where JAX_MSCCLPP_NCCL_ON_TIMEOUT=fail, or where it is unset and
+//     JAX_MSCCLPP_TIMEOUT_S is set: nccl/runtime/timeout_policy.h): as above;
+//   - kWait (the NCCL-API library's default, as NVIDIA's NCCL waits for a late peer): the wait goes on. The first such
+//     wait of the rank publishes `late` (a LateReport: rank, peer, op, epoch, observed, waited_ns, the calls), which is
+//     not the error record: nothing that reads `error` sees a failure. The host prints it and re-arms it (LateReport).
+//     A set failed word (an abort from the host, a peer's failure) still ends the wait at the next check, as above.
 #pragma once
 
 #include <cstdint>
@@ -64,14 +73,34 @@ struct ErrorRecord {
   uint32_t theirs_epoch;
 };
 
+// What a wait that passed the timeout does (RuntimeConfig::on_timeout); one enum for the host and the device.
+// kFail is 0, so a zeroed RuntimeConfig fails on timeout.
+enum class TimeoutPolicy : uint32_t {
+  kFail = 0,  // a failure: the error record, then trap or stop (stop_on_failure)
+  kWait = 1,  // not a failure: the rank's late report (LateReport) once, and the wait goes on
+};
+
+// The rank's report of a wait that passed the timeout under TimeoutPolicy::kWait. `wait` is filled as a timeout's
+// error record would be (claimed, valid, rank, peer, op, block, thread, epoch, observed, waited_ns, the calls).
+// One report per stall: a late wait publishes only while the report is free (claimed 0) and only if it began after
+// the latest report was published (`published_ns`, the device clock): the other waits of a stall already reported
+// began before it. The host takes a valid report (prints it), then re-arms it: valid 0, then claimed 0, keeping
+// published_ns; so the next late wait, one that began after that stall's report, reports again.
+struct LateReport {
+  ErrorRecord wait;
+  uint64_t published_ns;
+};
+
 // One per rank, in pinned mapped host memory (cudaHostAlloc(..., cudaHostAllocMapped)).
 struct RuntimeConfig {
   uint64_t timeout_ns;       // 0 means kDefaultTimeoutNs
   const char* call_inbox;    // device memory: the rank's call inbox (call_inbox.cuh), or null
   uint32_t stop_on_failure;  // 1: a failed wait records and gives up instead of trapping (see above)
-  uint32_t unused;
+  uint32_t on_timeout;       // TimeoutPolicy: read by a wait only once it has passed the timeout
   ErrorRecord error;
+  LateReport late;
 };
+static_assert(sizeof(TimeoutPolicy) == sizeof(RuntimeConfig::on_timeout), "on_timeout holds a TimeoutPolicy");
 
 // Identifies a waiter in error records. Plain data, copied inside every device handle.
 struct WaitSite {
@@ -86,32 +115,38 @@ struct WaitSite {
 // (never returns), or, where the host asked the rank to stop on failure, marks the rank's failed word (unless a
 // peer's mark is there already, which names the rank that failed first) and its recorded word, and returns: the
 // caller's wait gives up.
+// Writes `r` (block and thread filled in here) into `rec`, whose `claimed` the caller won, and publishes it: the
+// fields, a system fence, then valid = 1.
+__device__ inline void publish_record(ErrorRecord* rec, const ErrorRecord& r) {
+  volatile ErrorRecord* v = rec;
+  v->rank = r.rank;
+  v->peer = r.peer;
+  v->op = r.op;
+  v->block = static_cast<int32_t>(blockIdx.x);
+  v->thread = static_cast<int32_t>(threadIdx.x);
+  v->interrupted_op = r.interrupted_op;
+  v->epoch = r.epoch;
+  v->observed = r.observed;
+  v->waited_ns = r.waited_ns;
+  v->mine.call = r.mine.call;
+  v->mine.count = r.mine.count;
+  v->mine.variant = r.mine.variant;
+  v->theirs.call = r.theirs.call;
+  v->theirs.count = r.theirs.count;
+  v->theirs.variant = r.theirs.variant;
+  v->mine_epoch = r.mine_epoch;
+  v->theirs_epoch = r.theirs_epoch;
+  __threadfence_system();
+  v->valid = 1u;
+  __threadfence_system();
+}
+
 __device__ __noinline__ inline void record_failure(const WaitSite& site, const ErrorRecord& r) {
   if (site.config != nullptr) {
     ErrorRecord* rec = &site.config->error;
     const bool stop = *reinterpret_cast<volatile uint32_t*>(&site.config->stop_on_failure) != 0u;
     if (atomicCAS(&rec->claimed, 0u, 1u) == 0u) {
-      volatile ErrorRecord* v = rec;
-      v->rank = r.rank;
-      v->peer = r.peer;
-      v->op = r.op;
-      v->block = static_cast<int32_t>(blockIdx.x);
-      v->thread = static_cast<int32_t>(threadIdx.x);
-      v->interrupted_op = r.interrupted_op;
-      v->epoch = r.epoch;
-      v->observed = r.observed;
-      v->waited_ns = r.waited_ns;
-      v->mine.call = r.mine.call;
-      v->mine.count = r.mine.count;
-      v->mine.variant = r.mine.variant;
-      v->theirs.call = r.theirs.call;
-      v->theirs.count = r.theirs.count;
-      v->theirs.variant = r.theirs.variant;
-      v->mine_epoch = r.mine_epoch;
-      v->theirs_epoch = r.theirs_epoch;
-      __threadfence_system();
-      v->valid = 1u;
-      __threadfence_system();
+      publish_record(rec, r);
     } else if (!stop) {
       // Another thread is writing the record: trapping now could abort the kernel before it is published,
       // leaving the host an anonymous launch failure. Give the writer a bounded moment (10 ms).
@@ -174,17 +209,39 @@ __device__ __noinline__ inline void peer_failed(const WaitSite& site, WaitOp op,
   record_failure(site, r);
 }
 
+// A wait at `site` (config set) that began at `start_ns` and passed the timeout at `now_ns` under TimeoutPolicy::kWait:
+// publishes the rank's late report (LateReport) if it is free and was last published before this wait began. Plain
+// reads first, so that the waits of a stall already reported (and a report the host has not taken) cost no atomic
+// on host memory. The wait goes on whatever this does.
+__device__ __noinline__ inline void report_late(const WaitSite& site, WaitOp op, uint64_t epoch, uint64_t observed,
+                                                uint64_t start_ns, uint64_t now_ns) {
+  LateReport* late = &site.config->late;
+  volatile LateReport* v = late;
+  if (v->wait.claimed != 0u || v->published_ns >= start_ns) return;
+  if (atomicCAS(&late->wait.claimed, 0u, 1u) != 0u) return;
+  if (v->published_ns >= start_ns) {  // another wait of this stall published and the host re-armed in between
+    v->wait.claimed = 0u;
+    return;
+  }
+  ErrorRecord r = wait_record(site, site.peer, op, epoch, observed, now_ns - start_ns);
+  record_calls(site, r);
+  v->published_ns = now_ns;
+  publish_record(&late->wait, r);
+}
+
 // Spin bound. The clock, the timeout (host memory, at the first check) and the rank's failed word (device memory)
-// are read once every 1024 polls, so a wait that succeeds quickly touches none of them; the site is only
-// referenced (it must outlive the bound) and read on the slow path. A failed rank whose recorded word is set
-// (call_inbox.cuh) gives up without a record: its record is claimed.
+// are read once every 1024 polls, so a wait that succeeds quickly touches none of them; the timeout policy (host
+// memory) only once the wait has passed the timeout. The site is only referenced (it must outlive the bound) and
+// read on the slow path. A failed rank whose recorded word is set (call_inbox.cuh) gives up without a record: its
+// record is claimed.
 class SpinBound {
  public:
   JAX_MSCCLPP_DEVICE_INLINE explicit SpinBound(const WaitSite& site) : site_(&site) {}
 
-  // Call once per failed poll: true while the wait goes on. When the wait has lasted longer than the timeout, or
-  // the rank's failed word is set, it records the failure and traps, or (stop on failure) returns false: the wait
-  // gives up. Waits are written `while (!done && bound.tick(...))`.
+  // Call once per failed poll: true while the wait goes on. When the rank's failed word is set, it records the
+  // failure and traps, or (stop on failure) returns false: the wait gives up. When the wait has lasted longer than
+  // the timeout: under TimeoutPolicy::kFail likewise; under kWait it reports the wait late (report_late, once per
+  // bound) and goes on. Waits are written `while (!done && bound.tick(...))`.
   [[nodiscard]] JAX_MSCCLPP_DEVICE_INLINE bool tick(WaitOp op, uint64_t epoch, uint64_t observed) {
     if ((++spins_ & 1023u) != 0u) return true;
     const uint64_t now = global_timer_ns();
@@ -204,9 +261,16 @@ class SpinBound {
         return false;
       }
     }
-    if (now - start_ns_ > timeout_ns_) {
-      timed_out(*site_, op, epoch, observed, now - start_ns_);
-      return false;
+    if (now - start_ns_ > timeout_ns_ && !late_) {
+      const bool waits = site_->config != nullptr &&
+                         *reinterpret_cast<volatile uint32_t*>(&site_->config->on_timeout) ==
+                             static_cast<uint32_t>(TimeoutPolicy::kWait);
+      if (!waits) {
+        timed_out(*site_, op, epoch, observed, now - start_ns_);
+        return false;
+      }
+      late_ = true;
+      report_late(*site_, op, epoch, observed, start_ns_, now);
     }
     return true;
   }
@@ -214,6 +278,7 @@ class SpinBound {
  private:
   const WaitSite* site_;
   uint32_t spins_ = 0;
+  bool late_ = false;  // passed the timeout under TimeoutPolicy::kWait: report_late has run for this wait
   uint64_t start_ns_ = 0;
   uint64_t timeout_ns_ = 0;
 };

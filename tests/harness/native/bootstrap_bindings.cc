@@ -1,6 +1,7 @@
 // The NCCL-API library's rendezvous (nccl/runtime/bootstrap.h) and unique id, for tests without a GPU: a root, its
 // clients as ranks, rounds of all-gather, and the id's round trip; the identities its ranks exchange at setup and
-// what they must agree on (nccl/runtime/rank_identity.h, agreement.h), and the decision every rank takes from them.
+// what they must agree on (nccl/runtime/rank_identity.h, agreement.h), and the decision every rank takes from them;
+// the library's timeout policy and its late-wait warning (nccl/runtime/timeout_policy.h).
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
@@ -14,7 +15,10 @@
 #include "agreement.h"
 #include "bindings.h"
 #include "bootstrap.h"
+#include "rank_context.h"
 #include "rank_identity.h"
+#include "runtime_config.h"
+#include "timeout_policy.h"
 #include "unique_id.h"
 
 namespace nb = nanobind;
@@ -113,6 +117,39 @@ void register_bootstrap(nb::module_& m) {
       "The host of an identity frame; RuntimeError naming the rank for bytes that are not one.");
   m.def("this_host_identity", &jax_mscclpp::this_host_identity,
         "NCCL_HOSTID where set, else the host name and the boot id.");
+  m.def(
+      "nccl_timeout_policy",
+      [] {
+        const TimeoutPolicy policy = jax_mscclpp::nccl::library_timeout_policy();
+        return std::make_tuple(std::string(jax_mscclpp::nccl::timeout_policy_name(policy)),
+                               static_cast<uint32_t>(policy));
+      },
+      "(name, the word RuntimeConfig::on_timeout gets) of the policy the library's ranks take from this process's "
+      "environment (JAX_MSCCLPP_NCCL_ON_TIMEOUT, JAX_MSCCLPP_TIMEOUT_S).");
+  m.def(
+      "timeout_policies",
+      [] {
+        return std::make_tuple(static_cast<uint32_t>(TimeoutPolicy::kFail),
+                               static_cast<uint32_t>(TimeoutPolicy::kWait),
+                               static_cast<uint32_t>(RankOptions{}.on_timeout));
+      },
+      "(kFail, kWait, the policy of RankOptions by default: the JAX path's) as the words of TimeoutPolicy.");
+  m.def(
+      "late_wait_warning",
+      [](int rank, int peer, uint32_t op, uint64_t epoch, uint64_t observed, double waited_s, double timeout_s) {
+        ErrorRecord rec{};
+        rec.valid = 1;
+        rec.rank = rank;
+        rec.peer = peer;
+        rec.op = op;
+        rec.epoch = epoch;
+        rec.observed = observed;
+        rec.waited_ns = static_cast<uint64_t>(waited_s * 1e9);
+        return jax_mscclpp::nccl::late_wait_warning(describe_late(rec, static_cast<uint64_t>(timeout_s * 1e9)));
+      },
+      nb::arg("rank"), nb::arg("peer"), nb::arg("op"), nb::arg("epoch"), nb::arg("observed"), nb::arg("waited_s"),
+      nb::arg("timeout_s"),
+      "The line the library prints for a late report with these fields (WaitOp `op`; no calls posted).");
 }
 
 }  // namespace jax_mscclpp::cuda
