@@ -100,16 +100,18 @@ void register_select_bindings(nb::module_& m) {
   s.def(
       "choose",
       [](nb::iterable tuned, int32_t collective, const std::string& platform, uint64_t nbytes,
-         std::optional<int> world, bool lax_runs) {
+         std::optional<int> world, bool lax_runs, bool shares_gpu) {
         std::vector<select::Rule> rules;
         for (nb::handle rule : tuned) rules.push_back(from_python(rule));
-        return std::string(select::choose(rules, collective, platform, nbytes, world.value_or(0), lax_runs).algorithm);
+        return std::string(
+            select::choose(rules, collective, platform, nbytes, world.value_or(0), lax_runs, shares_gpu).algorithm);
       },
       nb::arg("tuned"), nb::arg("collective"), nb::arg("platform"), nb::arg("nbytes"), nb::arg("world").none(),
-      nb::arg("lax_runs"),
-      "The algorithm of a call (rules.h, choose): the first of the `tuned` rules, then of the built-in table, that "
-      "matches; a 'lax' rule decides nothing unless `lax_runs`; without one, 'lax' where it runs, else the "
-      "collective's any-size algorithm where the platform runs it. `world` None: any.");
+      nb::arg("lax_runs"), nb::arg("shares_gpu") = false,
+      "The algorithm of a call (rules.h, choose): the first matching `tuned` rule; on GPUs of ranks that share one "
+      "(`shares_gpu`) the shared-GPU rows; then the built-in table's first matching rule. A 'lax' rule decides "
+      "nothing unless `lax_runs`; without a deciding rule, 'lax' where it runs, else the shared-GPU rows' "
+      "algorithm where the platform runs it. `world` None: any.");
   s.def(
       "missing_need",
       [](const std::string& algorithm, int world, bool port_channels) -> std::optional<std::string> {

@@ -11,9 +11,10 @@ Order of precedence, for one call of a collective on a platform:
    rule whose collective, platform, world size and size range match. The match is the native rule matcher's
    (``runtime/select``, the module's ``select``), the one the NCCL-API library asks too;
 4. ``"lax"`` (also what a rule may say): the lax collective is emitted instead of ours, and so it is whenever the
-   communicator cannot run here (``Communicator.fallback_reason``). ``auto`` never emits lax where lax cannot run
-   (``lax_runnable``: processes sharing one GPU): there the first rule of ours for the call, or an algorithm of
-   ours for any size, runs instead.
+   communicator cannot run here (``Communicator.fallback_reason``). Between ranks that share a GPU
+   (``Communicator.shares_gpus``) selection.def's shared-GPU rows, measured on one GPU, decide before its other
+   rules; ``auto`` never emits lax where lax cannot run (``lax_runnable``: processes sharing one GPU): there the
+   tuning file's first rule of ours, else those rows, decide.
 
 The GPU rules of ``DEFAULT_TABLE`` come from measurements on two H200s joined by NVLink
 (``bench/results/``, docs/benchmarking.md): ours where it was faster than lax in the same run, lax elsewhere, so
@@ -56,7 +57,9 @@ class Decision:
 # Why a call of ``decide`` runs what it runs (``Decision.reason``, shown by ``explain``).
 GRADIENT_TREE_REASON = ("the large leaves of a gradient-like pytree sum run lax's all-reduce, which XLA overlaps "
                         "with the backward pass")
-LAX_CANNOT_RUN_REASON = "lax cannot run here (processes share a GPU): the first rule of ours for the call"
+LAX_CANNOT_RUN_REASON = ("lax cannot run here (processes share a GPU): the tuning file's first rule of ours for the "
+                         "call, else selection.def's rows for ranks that share a GPU")
+SHARED_GPU_ROWS = ", its rows for ranks that share a GPU first"
 
 
 def _requested_reason(requested: str, algorithm: str | None) -> str:
@@ -150,17 +153,18 @@ def lax_runnable(communicator) -> bool:
     return not getattr(communicator, "shares_gpus", False) or nccl_api_active()
 
 
-def _matched(collective: Collective, platform: str, nbytes: int, world: int | None, lax_runs: bool) -> str:
-    """The matcher's algorithm for this call over the tuned rules, then the built-in ones (``lax_runs`` False:
-    a lax rule decides nothing, and without a rule of ours the collective's any-size algorithm runs if this
-    platform runs it)."""
-    return _select.choose(_tuned_rules(platform), int(collective), platform, nbytes, world, lax_runs)
+def _matched(collective: Collective, platform: str, nbytes: int, world: int | None, lax_runs: bool,
+             shares_gpu: bool = False) -> str:
+    """The matcher's algorithm for this call: the tuned rules, then (``shares_gpu``: ranks that share a GPU)
+    selection.def's shared-GPU rows, then its rules (``lax_runs`` False: a lax rule decides nothing, and without a
+    rule of ours the shared-GPU rows' algorithm runs if this platform runs it)."""
+    return _select.choose(_tuned_rules(platform), int(collective), platform, nbytes, world, lax_runs, shares_gpu)
 
 
 def _ours_where_lax_cannot_run(collective: Collective, platform: str, nbytes: int, world: int | None) -> str:
-    """The first rule for this call that is not lax, else selection.def's any-size algorithm if this platform runs
-    it."""
-    return _matched(collective, platform, nbytes, world, lax_runs=False)
+    """The algorithm where lax cannot run, i.e. between processes that share a GPU: the first tuned rule for this
+    call that is not lax, else selection.def's shared-GPU rows."""
+    return _matched(collective, platform, nbytes, world, lax_runs=False, shares_gpu=True)
 
 
 def requested_algorithm(collective: Collective, platform: str, algorithm: str | None) -> str | None:
@@ -176,9 +180,10 @@ def requested_algorithm(collective: Collective, platform: str, algorithm: str | 
     return name if entry is not None and entry.collective == collective and platform in entry.platforms else None
 
 
-def choose(collective: Collective, platform: str, nbytes: int, requested: str | None, world: int | None = None) -> str:
-    """The built-in algorithm to run (or "lax"), from ``requested`` or the rules. Raises ValueError for a forced
-    algorithm that this platform's backend does not run."""
+def choose(collective: Collective, platform: str, nbytes: int, requested: str | None, world: int | None = None,
+           shares_gpu: bool = False) -> str:
+    """The built-in algorithm to run (or "lax"), from ``requested`` or the rules (``shares_gpu``: for ranks that
+    share a GPU). Raises ValueError for a forced algorithm that this platform's backend does not run."""
     supported = PLATFORM_ALGORITHMS.get(platform, {}).get(collective, ())
     if requested is not None:
         if requested != "lax" and requested not in supported:
@@ -187,7 +192,7 @@ def choose(collective: Collective, platform: str, nbytes: int, requested: str | 
                 f"{collective.name.lower()}; there it runs: {', '.join(supported) or 'none'} (or 'lax')"
             )
         return requested
-    return _matched(collective, platform, nbytes, world, lax_runs=True)
+    return _matched(collective, platform, nbytes, world, lax_runs=True, shares_gpu=shares_gpu)
 
 
 def decide(collective: Collective, platform: str, *, nbytes: int, world: int, block_count: int, itemsize: int,
@@ -212,14 +217,16 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
                 return Decision("plan", picked[0].name, picked[0], picked[1], reason)
         if wants_plan:  # a requested plan whose communicator falls back to lax
             return Decision("lax", "lax", reason=comm.fallback_reason or "the requested plan does not fit this call")
-    if gradient_tree:
+    if gradient_tree and lax_runnable(communicator()):
         chosen, reason = "lax", GRADIENT_TREE_REASON
     elif requested is not None:
         chosen, reason = choose(collective, platform, nbytes, requested, world), _requested_reason(requested, algorithm)
-    else:
-        chosen, reason = choose(collective, platform, nbytes, None, world), _table_reason(platform)
-    if chosen == "lax" and requested is None and not lax_runnable(communicator()):
+    elif not lax_runnable(communicator()):
         chosen, reason = _ours_where_lax_cannot_run(collective, platform, nbytes, world), LAX_CANNOT_RUN_REASON
+    else:
+        shares_gpu = platform == "gpu" and getattr(communicator(), "shares_gpus", False)
+        chosen = choose(collective, platform, nbytes, None, world, shares_gpu)
+        reason = _table_reason(platform) + (SHARED_GPU_ROWS if shares_gpu else "")
     if chosen in COMPOSED_ALGORITHMS:
         return Decision("composed", chosen, reason=reason)
     if chosen != "lax" and communicator().fallback_reason is not None:

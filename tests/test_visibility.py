@@ -211,18 +211,26 @@ def test_auto_emits_no_lax_where_processes_share_a_gpu(monkeypatch, nbytes):
     assert decide(selection.GRADIENT_TREE_LAX, shares=True).kind == "lax"
 
 
-@pytest.mark.parametrize("world,nbytes,chosen", [(4, 2 << 20, "1pa_hb"), (4, 4 << 20, "2pa_hb"),
-                                                 (8, 512 << 10, "1pa_hb"), (8, 1 << 20, "2pa_hb"),
-                                                 (3, 1 << 30, "2pa_hb"), (2, 64 << 20, "1pa_hb")])
-def test_where_lax_cannot_run_all_reduce_streams_as_the_world_and_size_say(monkeypatch, world, nbytes, chosen):
-    """selection.def's any-size rows: the one-phase kernel while its n-fold reads cost less than the two-phase
-    kernel's second hop (on 4 ranks up to 2 MiB, on more up to 512 KiB), then the two-phase one; two ranks' rules
-    name their own."""
+@pytest.mark.parametrize("world,nbytes,chosen", [
+    (2, 256 << 10, "1pa_ll"), (2, 1 << 20, "1pa_hb"), (2, 4 << 20, "1pa_hb"), (2, 16 << 20, "2pa_hb"),
+    (4, 256 << 10, "1pa_ll"), (4, 1 << 20, "1pa_hb"), (4, 2 << 20, "1pa_hb"), (4, 4 << 20, "2pa_hb"),
+    (8, 64 << 10, "1pa_ll"), (8, 256 << 10, "2pa_ll"), (8, 512 << 10, "1pa_hb"), (8, 1 << 20, "2pa_hb"),
+    (3, 1 << 30, "2pa_hb")])
+def test_where_ranks_share_a_gpu_all_reduce_runs_the_shared_gpu_rows(monkeypatch, world, nbytes, chosen):
+    """selection.def's shared-GPU rows decide between processes that share a GPU, before the rules measured over
+    NVLink (two ranks' 1 MiB runs one-phase HB there, not the NVLink rules' one-phase LL): one LL hop while a
+    rank's n-fold packet reads are cheap, two-phase LL on 8 ranks at 256 KiB, the one-phase streaming kernel while
+    its n-fold reads cost less than the two-phase kernel's second hop, then the two-phase one."""
     monkeypatch.setattr(selection, "_tuned_rules", lambda platform: ())
     comm = _Communicator(shares_gpus=True)
-    got = selection.decide(Collective.ALL_REDUCE, "gpu", nbytes=nbytes, world=world, block_count=nbytes // 4,
-                           itemsize=4, algorithm=None, communicator=lambda: comm)
-    assert got == selection.Decision("native", chosen)
+    def decide():
+        return selection.decide(Collective.ALL_REDUCE, "gpu", nbytes=nbytes, world=world, block_count=nbytes // 4,
+                                itemsize=4, algorithm=None, communicator=lambda: comm)
+
+    assert decide() == selection.Decision("native", chosen)
+    # Where our NCCL-API library makes lax runnable, the JAX path runs what the library would run on those ranks.
+    monkeypatch.setattr(selection, "nccl_api_active", lambda: True)
+    assert decide() == selection.Decision("native", chosen)
 
 
 def test_processes_share_gpus_on_one_process():

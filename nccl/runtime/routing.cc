@@ -80,7 +80,7 @@ Route route_decoded(const RouteContext& context, const Operation& op, const Deco
     if (op.peer < 0 || op.peer >= n)
       return refuse(ncclInvalidArgument, "peer " + std::to_string(op.peer) + " of " + std::to_string(n) + " ranks");
     if (n == 1) return of_kind(Route::kPointToPoint);
-    if (select_algorithm(context.tuned, codes::kPermute, d.block_bytes, n, nccl_keeps) < 0)
+    if (select_algorithm(context.tuned, codes::kPermute, d.block_bytes, n, nccl_keeps, context.shares_gpu) < 0)
       return of_kind(Route::kForward);
     return of_kind(Route::kPointToPoint);
   }
@@ -91,7 +91,7 @@ Route route_decoded(const RouteContext& context, const Operation& op, const Deco
   if (d.kernel_runs()) {
     // Per-rank input bytes, as the table counts them.
     const uint64_t nbytes = d.block_bytes * input_blocks(d.collective, static_cast<size_t>(n));
-    const int32_t algorithm = select_algorithm(context.tuned, d.collective, nbytes, n, nccl_keeps);
+    const int32_t algorithm = select_algorithm(context.tuned, d.collective, nbytes, n, nccl_keeps, context.shares_gpu);
     if (algorithm < 0) return of_kind(Route::kForward);
     if (collective_supported(d.collective, algorithm, d.dtype, d.op)) {
       Route r = of_kind(Route::kCollective);

@@ -24,8 +24,8 @@ std::vector<select::Rule> library_rules(const std::vector<select::Rule>& rules, 
 }
 
 int32_t select_algorithm(const std::vector<select::Rule>& tuned, int32_t collective, uint64_t nbytes, int world,
-                         bool nccl_can_run) {
-  return select::choose(tuned, collective, "gpu", nbytes, world, nccl_can_run).code;
+                         bool nccl_can_run, bool shares_gpu) {
+  return select::choose(tuned, collective, "gpu", nbytes, world, nccl_can_run, shares_gpu).code;
 }
 
 const std::vector<select::Rule>& tuned_rules(const std::string& topology) {

@@ -19,9 +19,9 @@ std::vector<select::Rule> library_rules(const std::vector<select::Rule>& rules, 
 
 // The algorithm (codes.def) of a GPU call of `collective` with `nbytes` of input per rank over `world` ranks,
 // under the `tuned` rules (select::choose); -1 for NVIDIA's NCCL. `nccl_can_run`: it holds a communicator for
-// these ranks that it may run the call on.
+// these ranks that it may run the call on; `shares_gpu`: ranks of the communicator share a GPU.
 int32_t select_algorithm(const std::vector<select::Rule>& tuned, int32_t collective, uint64_t nbytes, int world,
-                         bool nccl_can_run);
+                         bool nccl_can_run, bool shares_gpu);
 
 // The rules in force for `topology` (its file: select::tuning_file_path), read once per path and process: none for
 // no file or a default file that does not exist; a named file that cannot be read, or a file that cannot be parsed,

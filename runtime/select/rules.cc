@@ -27,13 +27,14 @@ struct Row {
 constexpr Row kRows[] = {
 #define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world) \
   {collective, platform, max_bytes, algorithm, world},
-#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, max_bytes, algorithm, world)
+#define JAX_MSCCLPP_SHARED_GPU_RULE(collective, max_bytes, algorithm, world)
 #define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, hb_algorithm)
 #include "jax_mscclpp/selection.def"
 };
 
-// Where lax cannot run: the collective's first row whose bytes and world match (a row as a GPU rule matches).
-struct AnySize {
+// Ranks that share a GPU, and where lax cannot run: the collective's first row whose bytes and world match (a row
+// as a GPU rule matches).
+struct SharedGpuRow {
   int32_t collective;
   int64_t max_bytes;  // -1: no bound
   int32_t algorithm;
@@ -45,9 +46,9 @@ struct AnySize {
   }
 };
 
-constexpr AnySize kAnySize[] = {
+constexpr SharedGpuRow kSharedGpuRows[] = {
 #define JAX_MSCCLPP_SELECTION_RULE(collective, platform, max_bytes, algorithm, world)
-#define JAX_MSCCLPP_ANY_SIZE_ALGORITHM(collective, max_bytes, algorithm, world) \
+#define JAX_MSCCLPP_SHARED_GPU_RULE(collective, max_bytes, algorithm, world) \
   {collective, max_bytes, algorithm, world},
 #define JAX_MSCCLPP_PROTOCOL_RULE(algorithm, collective, placement, world, ll_max_block_bytes, ll_algorithm, hb_algorithm)
 #include "jax_mscclpp/selection.def"
@@ -175,17 +176,28 @@ std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform,
   return runs_as;
 }
 
+// The first shared-GPU row that matches the call, where the platform runs its algorithm.
+static std::optional<Choice> shared_gpu_choice(int32_t collective, std::string_view platform, uint64_t nbytes, int world) {
+  for (const SharedGpuRow& row : kSharedGpuRows)
+    if (row.matches(collective, nbytes, world) && runs_on(platform, row.algorithm))
+      return Choice{algorithm_name(row.algorithm), row.algorithm};
+  return std::nullopt;
+}
+
 Choice choose(const std::vector<Rule>& tuned, int32_t collective, std::string_view platform, uint64_t nbytes,
-              int world, bool lax_runs) {
-  for (const std::vector<Rule>* rules : {&tuned, &builtin_rules()})
-    for (const Rule& rule : *rules)
+              int world, bool lax_runs, bool shares_gpu) {
+  auto first_rule = [&](const std::vector<Rule>& rules) -> std::optional<Choice> {
+    for (const Rule& rule : rules)
       if (rule.matches(collective, platform, nbytes, world) && (rule.code != kLax || lax_runs))
-        return {rule.algorithm, rule.code};
-  if (!lax_runs) {
-    for (const AnySize& any : kAnySize)
-      if (any.matches(collective, nbytes, world) && runs_on(platform, any.algorithm))
-        return {algorithm_name(any.algorithm), any.algorithm};
-  }
+        return Choice{rule.algorithm, rule.code};
+    return std::nullopt;
+  };
+  if (auto tuned_choice = first_rule(tuned)) return *tuned_choice;
+  if (shares_gpu && platform == "gpu")
+    if (auto shared = shared_gpu_choice(collective, platform, nbytes, world)) return *shared;
+  if (auto builtin = first_rule(builtin_rules())) return *builtin;
+  if (!lax_runs)
+    if (auto shared = shared_gpu_choice(collective, platform, nbytes, world)) return *shared;
   return {"lax", kLax};
 }
 
@@ -195,7 +207,7 @@ std::string builtin_rules_digest() {
     for (int b = 0; b < 8; ++b) h = (h ^ static_cast<uint8_t>(v >> (8 * b))) * 1099511628211ull;
   };
   for (const Row& r : kRows) mix(r.collective), mix(r.platform), mix(r.max_bytes), mix(r.algorithm), mix(r.world);
-  for (const AnySize& a : kAnySize) mix(a.collective), mix(a.max_bytes), mix(a.algorithm), mix(a.world);
+  for (const SharedGpuRow& a : kSharedGpuRows) mix(a.collective), mix(a.max_bytes), mix(a.algorithm), mix(a.world);
   return std::to_string(h);
 }
 

@@ -73,18 +73,20 @@ const std::vector<collectives::InPlaceRow>& in_place_rules();
 // apply it), or nullopt where it is its own.
 std::optional<int32_t> protocol_of(int32_t algorithm, std::string_view platform, const collectives::ProtocolCall& call);
 
-// The algorithm of a call: the first rule of `tuned`, then of the built-in table, that matches the call decides;
-// one that says "lax" decides nothing where `lax_runs` is false (processes that share a GPU). Without a deciding
-// rule: "lax" where it runs, else selection.def's any-size algorithm of the collective where the platform runs it,
-// else "lax". `algorithm` views the deciding rule's name (valid while `tuned` lives) or static text.
+// The algorithm of a call: the first rule of `tuned` that matches the call decides; then, for a GPU call between
+// ranks that share a GPU (`shares_gpu`), selection.def's shared-GPU rows (the one-GPU topology's measurements); then
+// the first matching rule of the built-in table. A rule that says "lax" decides nothing where `lax_runs` is false
+// (processes that share a GPU, where NVIDIA's NCCL refuses the communicator). Without a deciding rule: "lax" where
+// it runs, else the shared-GPU rows' algorithm of the collective where the platform runs it, else "lax".
+// `algorithm` views the deciding rule's name (valid while `tuned` lives) or static text.
 struct Choice {
   std::string_view algorithm;
   int32_t code;
 };
 Choice choose(const std::vector<Rule>& tuned, int32_t collective, std::string_view platform, uint64_t nbytes,
-              int world, bool lax_runs);
+              int world, bool lax_runs, bool shares_gpu);
 
-// A digest of the built-in rules compiled in (every field of selection.def's rule and any-size rows): ranks built
+// A digest of the built-in rules compiled in (every field of selection.def's rule and shared-GPU rows): ranks built
 // from different tables would choose differently (the NCCL-API library's agreement fields).
 std::string builtin_rules_digest();
 

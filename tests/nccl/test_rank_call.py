@@ -70,7 +70,7 @@ def test_the_collective_call_carries_the_operation_as_our_kernels_take_it(harnes
                 assert (call["block_count"], call["dtype"], call["op"]) == expected, (name, op)
                 input_blocks = nranks if collective in (Collective.REDUCE_SCATTER, Collective.ALL_TO_ALL) else 1
                 table = harness.nccl_select_algorithm([], int(collective), count * element * input_blocks, nranks,
-                                                      not shares_gpu)
+                                                      not shares_gpu, shares_gpu)
                 assert call == dict(
                     route="collective", call="collective", block_bytes=count * element, collective=int(collective),
                     algorithm=table, **{"in": args["send"]}, out=args["recv"], block_count=expected[0],

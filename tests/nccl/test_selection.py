@@ -32,11 +32,15 @@ TUNED = {
 }
 
 
-def python_choice(collective, nbytes, world, nccl_can_run):
-    """The JAX path's algorithm code for a GPU call (-1: lax), where lax can run or cannot."""
-    chosen = selection.choose(collective, "gpu", nbytes, None, world)
-    if chosen == "lax" and not nccl_can_run:
+def python_choice(collective, nbytes, world, lax_runs, shares_gpu):
+    """The JAX path's algorithm code for a GPU call (-1: lax), where lax can run or cannot, between ranks that share
+    a GPU or not."""
+    if not lax_runs and shares_gpu:
         chosen = selection._ours_where_lax_cannot_run(collective, "gpu", nbytes, world)
+    elif lax_runs:
+        chosen = selection.choose(collective, "gpu", nbytes, None, world, shares_gpu)
+    else:
+        chosen = selection._matched(collective, "gpu", nbytes, world, lax_runs=False)
     return CODE[chosen]
 
 
@@ -45,14 +49,14 @@ def grid():
         for world in (2, 4, 8):
             for nbytes in SIZES:
                 for can_run in (True, False):
-                    yield collective, nbytes, world, can_run
+                    for shares_gpu in (True, False):
+                        yield collective, nbytes, world, can_run, shares_gpu
 
 
 def test_the_built_in_table_chooses_alike(harness, monkeypatch):
     monkeypatch.setenv(tuning_file.ENV_FILE, "off")
-    for collective, nbytes, world, can_run in grid():
-        assert harness.nccl_select_algorithm([], int(collective), nbytes, world, can_run) == \
-            python_choice(collective, nbytes, world, can_run), (collective, nbytes, world, can_run)
+    for call in grid():
+        assert harness.nccl_select_algorithm([], int(call[0]), *call[1:]) == python_choice(*call), call
 
 
 def test_a_tuning_file_reads_and_chooses_alike(harness, monkeypatch, tmp_path):
@@ -75,9 +79,8 @@ def test_a_tuning_file_reads_and_chooses_alike(harness, monkeypatch, tmp_path):
         python_rules = tuning_file.rules_for("gpu")
     assert [(int(r.collective), -1 if r.max_bytes is None else r.max_bytes, CODE[r.algorithm])
             for r in python_rules] == rules
-    for collective, nbytes, world, can_run in grid():
-        assert harness.nccl_select_algorithm(rules, int(collective), nbytes, world, can_run) == \
-            python_choice(collective, nbytes, world, can_run), (collective, nbytes, world, can_run)
+    for call in grid():
+        assert harness.nccl_select_algorithm(rules, int(call[0]), *call[1:]) == python_choice(*call), call
 
 
 @pytest.mark.parametrize("text,error", [

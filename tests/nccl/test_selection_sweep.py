@@ -62,24 +62,30 @@ def _write(path, rules):
     tuning_file.write(str(path), {"topology": "sweep", "rules": rules})
 
 
-def _python_choice(collective, nbytes, world, lax_runs):
-    """The JAX path's algorithm for a GPU call, as ``selection.decide`` makes it where no plan or request says."""
-    chosen = selection.choose(collective, "gpu", nbytes, None, world)
-    if chosen == "lax" and not lax_runs:
-        chosen = selection._ours_where_lax_cannot_run(collective, "gpu", nbytes, world)
-    return chosen
+def _python_choice(collective, nbytes, world, lax_runs, shares_gpu):
+    """The JAX path's algorithm for a GPU call, as ``selection.decide`` makes it where no plan or request says (lax
+    cannot run only between processes that share a GPU; the library can also hold no NVIDIA communicator for ranks
+    of GPUs of their own: the matcher's answer there)."""
+    if not lax_runs and shares_gpu:
+        return selection._ours_where_lax_cannot_run(collective, "gpu", nbytes, world)
+    if lax_runs:
+        return selection.choose(collective, "gpu", nbytes, None, world, shares_gpu)
+    return selection._matched(collective, "gpu", nbytes, world, lax_runs=False)
+
+
+def _calls():
+    return [(c, n, w, r, s) for c in Collective for n in SIZES for w in WORLDS for r in (True, False)
+            for s in (True, False)]
 
 
 def _python_choices():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # rules the JAX path does not run either ("allpairs")
-        return {(c, n, w, r): _python_choice(c, n, w, r)
-                for c in Collective for n in SIZES for w in WORLDS for r in (True, False)}
+        return {call: _python_choice(*call) for call in _calls()}
 
 
 def _library_choices(harness, rules):
-    return {(c, n, w, r): harness.nccl_select_algorithm(rules, int(c), n, w, r)
-            for c in Collective for n in SIZES for w in WORLDS for r in (True, False)}
+    return {call: harness.nccl_select_algorithm(rules, int(call[0]), *call[1:]) for call in _calls()}
 
 
 @pytest.mark.parametrize("device_kind,devices,processes", TOPOLOGIES)

@@ -65,17 +65,20 @@ void register_selection(nb::module_& m) {
       nb::arg("text"), "The GPU rules of a tuning file's text and the rules skipped; ValueError for a bad file.");
   m.def(
       "nccl_select_algorithm",
-      [](const std::vector<Rule>& tuned, int32_t collective, uint64_t nbytes, int world, bool nccl_can_run) {
+      [](const std::vector<Rule>& tuned, int32_t collective, uint64_t nbytes, int world, bool nccl_can_run,
+         bool shares_gpu) {
         std::vector<jax_mscclpp::select::Rule> rules;
         for (const auto& [c, max_bytes, algorithm] : tuned) {
           const char* name = jax_mscclpp::select::algorithm_name(algorithm);
           if (name == nullptr) throw std::invalid_argument("not an algorithm code: " + std::to_string(algorithm));
           rules.push_back(jax_mscclpp::select::make_rule(c, "gpu", max_bytes, name, 0));
         }
-        return jax_mscclpp::nccl::select_algorithm(rules, collective, nbytes, world, nccl_can_run);
+        return jax_mscclpp::nccl::select_algorithm(rules, collective, nbytes, world, nccl_can_run, shares_gpu);
       },
       nb::arg("tuned"), nb::arg("collective"), nb::arg("nbytes"), nb::arg("world"), nb::arg("nccl_can_run"),
-      "The library's algorithm for a GPU call (codes.def; -1: NVIDIA's NCCL) under `tuned` rules.");
+      nb::arg("shares_gpu"),
+      "The library's algorithm for a GPU call (codes.def; -1: NVIDIA's NCCL) under `tuned` rules, for ranks that "
+      "share a GPU or not.");
   m.def(
       "nccl_topology_name",
       [](const std::string& device_kind, int devices, int processes) {
