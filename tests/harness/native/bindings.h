@@ -22,6 +22,13 @@ inline std::string from_bytes(const nanobind::bytes& b) {
   return std::string(static_cast<const char*>(b.data()), b.size());
 }
 
+// A published wait record (valid) of a timeout as the device fills one, for the tests of the host's messages.
+inline ErrorRecord wait_record_of(uint32_t op, int rank, int peer, uint64_t epoch, uint64_t observed,
+                                  uint64_t waited_ns) {
+  // claimed, valid, rank, peer, op, block, thread, interrupted_op, epoch, observed, waited_ns; the calls zero
+  return ErrorRecord{0, 1, rank, peer, op, 0, 0, 0, epoch, observed, waited_ns};
+}
+
 // The constructor every virtual rank class shares: Rank(RankOptions, input_bytes, output_bytes, port_channels).
 template <class Rank>
 void def_rank_init(nanobind::class_<Rank, VirtualRank>& cls) {

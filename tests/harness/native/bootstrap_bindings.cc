@@ -137,14 +137,8 @@ void register_bootstrap(nb::module_& m) {
   m.def(
       "late_wait_warning",
       [](int rank, int peer, uint32_t op, uint64_t epoch, uint64_t observed, double waited_s, double timeout_s) {
-        ErrorRecord rec{};
-        rec.valid = 1;
-        rec.rank = rank;
-        rec.peer = peer;
-        rec.op = op;
-        rec.epoch = epoch;
-        rec.observed = observed;
-        rec.waited_ns = static_cast<uint64_t>(waited_s * 1e9);
+        const ErrorRecord rec =
+            wait_record_of(op, rank, peer, epoch, observed, static_cast<uint64_t>(waited_s * 1e9));
         return jax_mscclpp::nccl::late_wait_warning(describe_late(rec, static_cast<uint64_t>(timeout_s * 1e9)));
       },
       nb::arg("rank"), nb::arg("peer"), nb::arg("op"), nb::arg("epoch"), nb::arg("observed"), nb::arg("waited_s"),

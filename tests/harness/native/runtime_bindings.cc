@@ -36,15 +36,8 @@ CallWords to_words(const Words& w) { return {std::get<0>(w), std::get<1>(w), std
 std::string describe_record(uint32_t op, int rank, int peer, uint64_t epoch, uint64_t observed, const Words& mine,
                             uint32_t mine_epoch, const Words& theirs, uint32_t theirs_epoch,
                             const std::map<uint32_t, std::string>& plans, uint32_t interrupted_op) {
-  ErrorRecord r{};
-  r.valid = 1;
-  r.op = op;
+  ErrorRecord r = wait_record_of(op, rank, peer, epoch, observed, 5000000000ull);
   r.interrupted_op = interrupted_op;
-  r.rank = rank;
-  r.peer = peer;
-  r.epoch = epoch;
-  r.observed = observed;
-  r.waited_ns = 5000000000ull;
   r.mine = to_words(mine);
   r.theirs = to_words(theirs);
   r.mine_epoch = mine_epoch;
