@@ -83,17 +83,26 @@ bool receive_all(int fd, void* data, size_t bytes, Clock::time_point deadline) {
   return true;
 }
 
-bool send_frame(int fd, const std::string& bytes, Clock::time_point deadline) {
-  const uint64_t size = bytes.size();
-  return send_all(fd, &size, sizeof(size), deadline) && send_all(fd, bytes.data(), bytes.size(), deadline);
+// A frame is its byte count, then its bytes. A failure (report_failure, and the root's word of it) sets the count's
+// top bit, and its bytes are the reason.
+constexpr uint64_t kFailureBit = 1ull << 63;
+
+enum class Received { kFrame, kFailure, kNothing };
+
+bool send_frame(int fd, const std::string& bytes, Clock::time_point deadline, bool failure = false) {
+  const uint64_t header = bytes.size() | (failure ? kFailureBit : 0);
+  return send_all(fd, &header, sizeof(header), deadline) && send_all(fd, bytes.data(), bytes.size(), deadline);
 }
 
-// A frame's bytes (at most 64 MiB), or false.
-bool receive_frame(int fd, std::string& bytes, Clock::time_point deadline) {
-  uint64_t size = 0;
-  if (!receive_all(fd, &size, sizeof(size), deadline) || size > (64ull << 20)) return false;
+// A frame's bytes (at most 64 MiB) and whether it is a failure; kNothing when none came whole.
+Received receive_frame(int fd, std::string& bytes, Clock::time_point deadline) {
+  uint64_t header = 0;
+  if (!receive_all(fd, &header, sizeof(header), deadline)) return Received::kNothing;
+  const uint64_t size = header & ~kFailureBit;
+  if (size > (64ull << 20)) return Received::kNothing;
   bytes.resize(size);
-  return receive_all(fd, bytes.data(), size, deadline);
+  if (!receive_all(fd, bytes.data(), size, deadline)) return Received::kNothing;
+  return (header & kFailureBit) != 0 ? Received::kFailure : Received::kFrame;
 }
 
 uint32_t host_address() {
@@ -219,7 +228,41 @@ std::vector<int> accept_ranks(int listener, uint64_t nonce) {
   return ranks;
 }
 
-// The root's thread: accepts the ranks, then serves all-gather rounds until one of them leaves.
+// Every rank but `failed` hears, in place of the round's frames, that `failed` failed with `reason`; the
+// connections that took the word, half closed. Returns those connections.
+std::vector<int> announce_failure(const std::vector<int>& ranks, int failed, const std::string& reason) {
+  const std::string text =
+      "rank " + std::to_string(failed) + " of " + std::to_string(ranks.size()) + " failed: " + reason;
+  const auto deadline = deadline_from_now();
+  std::vector<int> told;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    if (r == failed || !send_frame(ranks[r], text, deadline, /*failure=*/true)) continue;
+    ::shutdown(ranks[r], SHUT_WR);
+    told.push_back(ranks[r]);
+  }
+  return told;
+}
+
+// Reads and drops what `fds` still send until each closes (or the process's timeout): a connection closed with
+// bytes unread is reset, which can discard the failure before its rank read it.
+void drain_until_closed(const std::vector<int>& fds) {
+  const auto deadline = deadline_from_now();
+  std::vector<pollfd> open;
+  for (int fd : fds) open.push_back({fd, POLLIN, 0});
+  char sink[4096];
+  while (!open.empty()) {
+    const int ready = ::poll(open.data(), open.size(), milliseconds_left(deadline));
+    if (ready == 0 || (ready < 0 && errno != EINTR)) break;
+    std::vector<pollfd> still;
+    for (const pollfd& p : open) {
+      const ssize_t got = p.revents == 0 ? 1 : ::recv(p.fd, sink, sizeof(sink), 0);
+      if (got > 0 || (got < 0 && errno == EINTR)) still.push_back({p.fd, POLLIN, 0});
+    }
+    open.swap(still);
+  }
+}
+
+// The root's thread: accepts the ranks, then serves all-gather rounds until one of them leaves or fails.
 void serve(int listener, uint64_t nonce) {
   std::vector<int> ranks = accept_ranks(listener, nonce);
   const int nranks = static_cast<int>(ranks.size());
@@ -227,21 +270,27 @@ void serve(int listener, uint64_t nonce) {
   bool serving = nranks > 0;
   std::vector<std::string> frames(serving ? nranks : 0);
   while (serving) {
-    // A round: every rank's frame (without a deadline for the first, which may come much later), then all to all.
+    // A round: every rank's frame (without a deadline for the first, which may come much later), then all to all;
+    // a rank's failure in place of its frame ends the round, and the root, with the word of it to the others.
     bool received = true, in_round = false;
+    int failed = -1;
     for (int r = 0; r < nranks && received; ++r) {
       const auto round_deadline = r == 0 ? Clock::now() + std::chrono::hours(24 * 365) : deadline_from_now();
-      received = receive_frame(ranks[r], frames[r], round_deadline);
-      if (r == 0 && received) {
+      const Received got = receive_frame(ranks[r], frames[r], round_deadline);
+      if (r == 0 && got != Received::kNothing) {
         in_round = true;
         roots_in_a_round.fetch_add(1, std::memory_order_acq_rel);
       }
+      if (got == Received::kFailure) failed = r;
+      received = got == Received::kFrame;
     }
     for (int r = 0; r < nranks && serving && received; ++r) {
       const auto send_deadline = deadline_from_now();
       for (int q = 0; q < nranks && serving; ++q) serving = send_frame(ranks[r], frames[q], send_deadline);
     }
+    const std::vector<int> told = failed >= 0 ? announce_failure(ranks, failed, frames[failed]) : std::vector<int>{};
     if (in_round) roots_in_a_round.fetch_sub(1, std::memory_order_acq_rel);
+    drain_until_closed(told);
     if (!received) break;
   }
   for (int fd : ranks)
@@ -313,22 +362,32 @@ std::vector<std::string> BootstrapClient::all_gather(const std::string& mine, co
 }
 
 std::vector<std::string> BootstrapClient::all_gather(const std::string& mine, const char* what, double limit_s) {
+  const std::string who = "rank " + std::to_string(rank_) + " of " + std::to_string(nranks_);
+  if (failed_.load(std::memory_order_acquire))
+    throw std::runtime_error(std::string(what) + ": " + who + " failed earlier in this communicator's setup");
   const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000.0));
   std::vector<std::string> frames(nranks_);
-  bool ok = !interrupted_.load(std::memory_order_acquire) && send_frame(socket_, mine, deadline);
-  for (int q = 0; ok && q < nranks_; ++q) ok = receive_frame(socket_, frames[q], deadline);
-  if (!ok) {
-    if (interrupted_.load(std::memory_order_acquire)) {
-      throw std::runtime_error(std::string(what) + ": rank " + std::to_string(rank_) + " of " +
-                               std::to_string(nranks_) + " was aborted (ncclCommAbort)");
-    }
+  Received got = !interrupted_.load(std::memory_order_acquire) && send_frame(socket_, mine, deadline)
+                     ? Received::kFrame
+                     : Received::kNothing;
+  for (int q = 0; got == Received::kFrame && q < nranks_; ++q) {
+    got = receive_frame(socket_, frames[q], deadline);
+    if (got == Received::kFailure) throw RankFailed(std::string(what) + ": " + frames[q]);
+  }
+  if (got != Received::kFrame) {
+    if (interrupted_.load(std::memory_order_acquire))
+      throw std::runtime_error(std::string(what) + ": " + who + " was aborted (ncclCommAbort)");
     char limit[32];
     std::snprintf(limit, sizeof(limit), "%g", limit_s);
-    throw std::runtime_error(std::string(what) + ": rank " + std::to_string(rank_) + " of " +
-                             std::to_string(nranks_) + " did not hear from every rank within " + limit +
+    throw std::runtime_error(std::string(what) + ": " + who + " did not hear from every rank within " + limit +
                              " s (a rank is missing or gone; JAX_MSCCLPP_TIMEOUT_S)");
   }
   return frames;
+}
+
+void BootstrapClient::report_failure(const std::string& reason) {
+  if (failed_.exchange(true, std::memory_order_acq_rel) || interrupted_.load(std::memory_order_acquire)) return;
+  (void)send_frame(socket_, reason, deadline_from_now(), /*failure=*/true);
 }
 
 void BootstrapClient::interrupt() {

@@ -6,12 +6,16 @@
 // all frames in rank order. The root serves the connections it accepts at once: one that never says which rank it
 // is, or says something else, is dropped without holding up the ranks. Every rank must make the same sequence of
 // all_gather calls (setup, splits, the barrier before destruction); a rank that sends none within the process's
-// timeout (runtime_settings.h) fails every rank's pending all_gather with an error naming the ranks missing. The
-// root's thread ends when any rank disconnects or a round times out; it holds no state another communicator shares.
+// timeout (runtime_settings.h) fails every rank's pending all_gather with an error naming the ranks missing. A rank
+// whose own work fails (a setup step after which the others would go on without it) says so with report_failure: its
+// failure takes the place of its frame in the round the root is serving, and every rank's all_gather of that round
+// (or, for a rank not yet in it, its next) throws RankFailed naming the failed rank and its reason. The root's thread
+// ends when any rank disconnects or fails, or a round times out; it holds no state another communicator shares.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,6 +31,11 @@ struct BootstrapAddress {
 // agree). The address is JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS (an IPv4 address) if set, else this host's first IPv4
 // address that is not loopback, else 127.0.0.1. Throws std::runtime_error when no socket can be opened.
 BootstrapAddress start_bootstrap_root();
+
+// What all_gather throws when a rank reported a failure (report_failure): "rank R of N failed: reason".
+struct RankFailed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class BootstrapClient {
  public:
@@ -44,6 +53,9 @@ class BootstrapClient {
   std::vector<std::string> all_gather(const std::string& mine, const char* what);
   // The same round bounded by `limit_s` seconds instead of the process's timeout (a destroy's barrier).
   std::vector<std::string> all_gather(const std::string& mine, const char* what, double limit_s);
+  // Tells every other rank that this one failed, with `reason`, and ends this rank's part (later rounds fail). Does
+  // not wait for the others; best effort where the root is already gone.
+  void report_failure(const std::string& reason);
   // Ends this rank's connection to the root now, from any thread: a round in progress on another thread fails at
   // once, later rounds fail, and the root ends (so every other rank's pending round fails too). Idempotent.
   void interrupt();
@@ -51,6 +63,7 @@ class BootstrapClient {
  private:
   int socket_ = -1;
   std::atomic<bool> interrupted_{false};
+  std::atomic<bool> failed_{false};  // report_failure was called
   int rank_;
   int nranks_;
 };

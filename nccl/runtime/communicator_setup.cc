@@ -147,6 +147,13 @@ SetupResult failed(ncclResult_t code, const std::string& text) {
   return r;
 }
 
+// A failure of this rank's own before its runtime's communicator holds the bootstrap (which then reports its own
+// steps' failures, runtime_communicator.h), told to every other rank.
+SetupResult failed_here(BootstrapClient* bootstrap, ncclResult_t code, const std::string& text) {
+  if (bootstrap != nullptr) bootstrap->report_failure(text);
+  return failed(code, text);
+}
+
 }  // namespace
 
 SetupResult set_up_communicator(const SetupRequest& request, SetupInterrupt* interrupt) {
@@ -201,15 +208,18 @@ SetupResult set_up_communicator(const SetupRequest& request, SetupInterrupt* int
   } catch (const Disagreement& error) {
     delete runtime;
     return failed(ncclInvalidUsage, error.what());
+  } catch (const RankFailed& error) {
+    delete runtime;
+    return failed(ncclRemoteError, error.what());
   } catch (const std::bad_alloc&) {
     delete runtime;
-    return failed(ncclSystemError, "out of host memory");
+    return failed_here(bootstrap.get(), ncclSystemError, "out of host memory");
   } catch (const std::exception& error) {
     delete runtime;
-    return failed(ncclSystemError, error.what());
+    return failed_here(bootstrap.get(), ncclSystemError, error.what());
   } catch (...) {
     delete runtime;
-    return failed(ncclInternalError, "an unknown exception");
+    return failed_here(bootstrap.get(), ncclInternalError, "an unknown exception");
   }
 }
 

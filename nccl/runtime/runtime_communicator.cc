@@ -54,36 +54,50 @@ class BootstrapExchange : public cuda::Exchange {
 RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootstrap,
                                          const std::vector<RankIdentity>& identities, const Backend& backend)
     : bootstrap_(std::move(bootstrap)) {
-  const int rank = bootstrap_->rank(), nranks = bootstrap_->nranks();
-  JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
-  cuda::RankOptions options = cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
-  options.on_timeout = library_timeout_policy();
-  rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
-  // The topology (and so the tuning file) follows from the identities, the same on every rank; its rules are
-  // compared in the endpoint round, the first that knows them.
-  tuned_ = &jax_mscclpp::nccl::tuned_rules(
-      select::topology_name("gpu", identities[rank].gpu_name, nranks, backend.processes));
-  std::vector<int> everyone(nranks);
-  for (int q = 0; q < nranks; ++q) everyone[q] = q;
-  BootstrapExchange exchange(*bootstrap_);
-  const auto compare = [nranks](const std::map<int, std::string>& fields) {
-    std::vector<Agreement> agreements(nranks);
-    for (const auto& [q, bytes] : fields)
-      if (!decode_agreement(bytes, &agreements[q])) throw std::runtime_error("rank " + std::to_string(q) + " sent no endpoint");
-    if (const std::string difference = agreement_difference(agreements); !difference.empty())
-      throw Disagreement(difference);
-  };
-  const cuda::ConnectedRanks connected =
-      cuda::connect_all({{rank_.get(), rank, everyone}}, exchange, encode_agreement({tuning_field(*tuned_)}), compare);
-  shares_gpu_ = connected.shares_gpu;
-  // Kernels of ranks of one process on one GPU run at once (those of other processes take turns on it), and every
-  // block of every rank's launch must then be resident together.
-  std::map<std::string, int> ranks_per_gpu;
-  int most = 1;
-  for (const auto& [q, identity] : connected.identities)
-    most = std::max(most, ++ranks_per_gpu[identity.host + "/" + std::to_string(identity.process) + "/" +
-                                          identity.gpu_uuid]);
-  grid_cap_ = cuda::shared_gpu_grid(options.stream_blocks, most);
+  // A step that fails on this rank fails every rank's setup, naming this one (bootstrap.h, report_failure): the
+  // ready round below is the last, so no rank keeps a communicator whose peer has none.
+  try {
+    const int rank = bootstrap_->rank(), nranks = bootstrap_->nranks();
+    JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
+    cuda::RankOptions options = cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
+    options.on_timeout = library_timeout_policy();
+    rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
+    // The topology (and so the tuning file) follows from the identities, the same on every rank; its rules are
+    // compared in the endpoint round, the first that knows them.
+    tuned_ = &jax_mscclpp::nccl::tuned_rules(
+        select::topology_name("gpu", identities[rank].gpu_name, nranks, backend.processes));
+    std::vector<int> everyone(nranks);
+    for (int q = 0; q < nranks; ++q) everyone[q] = q;
+    BootstrapExchange exchange(*bootstrap_);
+    const auto compare = [nranks](const std::map<int, std::string>& fields) {
+      std::vector<Agreement> agreements(nranks);
+      for (const auto& [q, bytes] : fields)
+        if (!decode_agreement(bytes, &agreements[q]))
+          throw std::runtime_error("rank " + std::to_string(q) + " sent no endpoint");
+      if (const std::string difference = agreement_difference(agreements); !difference.empty())
+        throw Disagreement(difference);
+    };
+    const cuda::ConnectedRanks connected = cuda::connect_all({{rank_.get(), rank, everyone}}, exchange,
+                                                             encode_agreement({tuning_field(*tuned_)}), compare);
+    shares_gpu_ = connected.shares_gpu;
+    // Kernels of ranks of one process on one GPU run at once (those of other processes take turns on it), and every
+    // block of every rank's launch must then be resident together.
+    std::map<std::string, int> ranks_per_gpu;
+    int most = 1;
+    for (const auto& [q, identity] : connected.identities)
+      most = std::max(most, ++ranks_per_gpu[identity.host + "/" + std::to_string(identity.process) + "/" +
+                                            identity.gpu_uuid]);
+    grid_cap_ = cuda::shared_gpu_grid(options.stream_blocks, most);
+    (void)bootstrap_->all_gather({}, "ncclCommInitRank (ready)");
+  } catch (const RankFailed&) {
+    throw;
+  } catch (const std::exception& error) {
+    bootstrap_->report_failure(error.what());
+    throw;
+  } catch (...) {
+    bootstrap_->report_failure("an unknown exception");
+    throw;
+  }
 }
 
 RuntimeCommunicator::~RuntimeCommunicator() {

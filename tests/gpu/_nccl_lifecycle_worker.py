@@ -13,6 +13,9 @@ Scenarios (every process runs the same one; ids and flags travel through files i
                      stream), then make a new communicator and check an all-reduce on it.
   nonblocking        a non-blocking config: ncclInProgress, ncclCommGetAsyncError until success, an all-reduce.
   group_inits        one process, one thread, inits two ranks inside a group, then an all-reduce on both.
+  setup_out_of_memory  rank 1 fills the GPU but for room for one rank's setup, so the ranks' inits race for it
+                     and at least one fails on its own; both time their inits and keep the last error, then the
+                     GPU is emptied and both make a new communicator and check an all-reduce on it.
   late_peer          rank 0 launches an all-reduce at once and polls ncclCommGetAsyncError until its stream is done;
                      rank 1 launches it LATE_S later; both check it, print "STREAM DONE", run another all-reduce and
                      destroy (the test sets a timeout shorter than LATE_S and the library's wait policy).
@@ -248,6 +251,36 @@ def group_inits(lib, rank, nranks, workdir):
         t.join()
     out["destroys"] = destroys
     return out
+
+
+def setup_out_of_memory(lib, rank, nranks, workdir):
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    cp.cuda.Device().synchronize()
+    barrier(workdir, "contexts", rank, nranks)  # every process's context made before the GPU fills
+    filler = None
+    if rank == 1:  # the GPU left with room for one rank's setup (a scratch of 64 MiB), not for both
+        free, _ = cp.cuda.runtime.memGetInfo()
+        filler = cp.cuda.runtime.malloc(free - (LEFT_FREE_MIB << 20))
+    barrier(workdir, "filled", rank, nranks)
+    uid = shared_id(lib, rank, workdir, "id1")
+    comm = ctypes.c_void_p()
+    t0 = time.monotonic()
+    out = {"init": lib.ncclCommInitRank(ctypes.byref(comm), nranks, uid, rank)}
+    out["init_s"] = time.monotonic() - t0
+    out["error"] = lib.ncclGetLastError(None).decode()
+    if out["init"] == NCCL_SUCCESS:
+        out["destroy"] = lib.ncclCommDestroy(comm)
+    barrier(workdir, "inits_done", rank, nranks)
+    if filler is not None:
+        cp.cuda.runtime.free(filler)
+    barrier(workdir, "emptied", rank, nranks)
+    out.update(checked_new_communicator(lib, rank, nranks, workdir, stream))
+    return out
+
+
+LEFT_FREE_MIB = 100  # setup_out_of_memory: a rank's setup needs its 64 MiB scratch and a few MiB more
 
 
 LATE_S = 8.0  # rank 1's delay in late_peer: past the 3 s timeout its test sets

@@ -5,6 +5,7 @@ ncclCommDestroy with a peer gone returns within seconds; ncclCommDestroy right a
 streams that a peer joins seconds later (longer than the destroy's barrier waits) completes them first (both
 streams done when it returns): every output is right and both contexts go on; a non-blocking init reports
 ncclInProgress, then success;
+an init that fails on one rank (out of GPU memory) fails every rank's at once, naming that rank;
 one thread inits two ranks inside a group; under the library's default policy (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait,
 nccl/runtime/timeout_policy.h) an abort ends a stuck kernel alike, and a peer late by more than the timeout is waited
 for: the all-reduce completes right, one warning names the late wait, ncclCommGetAsyncError stays ncclSuccess.
@@ -113,6 +114,23 @@ def test_a_late_peer_is_waited_for_and_reported_once(gpus, tmp_path):
     assert timeout_s <= waited < timeout_s + 2.0, warning
     assert outputs[0].index(warning) < outputs[0].index("STREAM DONE"), "reported only after the wait ended"
     assert not [line for line in outputs[1].splitlines() if "libnccl.so.2: warning:" in line], outputs[1][-4000:]
+
+
+def test_a_setup_that_fails_on_a_rank_fails_every_rank_naming_it(gpus, tmp_path):
+    """The GPU has room for one rank's setup only: a rank whose allocation fails fails its init with the CUDA error,
+    and a rank whose own setup went through fails too, at once rather than at the timeout (60 s) and never holding a
+    communicator whose peer has none, with ncclRemoteError naming the failed rank and its reason; once the GPU is
+    emptied, both make a new communicator that works."""
+    reports = run("setup_out_of_memory", 2, tmp_path)
+    out_of_memory = [r["rank"] for r in reports if r["init"] != 0 and "out of memory" in r["error"]]
+    assert out_of_memory, reports
+    for r in reports:
+        assert r["init"] != 0, f"rank {r['rank']} kept a communicator whose peer's setup failed: {r}"
+        assert r["init_s"] < 20, f"rank {r['rank']} failed after {r['init_s']:.1f} s: {r}"
+        if r["rank"] not in out_of_memory:
+            assert r["init"] == 6, r  # ncclRemoteError
+            assert f"rank {out_of_memory[0]} of 2 failed:" in r["error"] and "out of memory" in r["error"], r
+        assert r["init_again"] == 0 and r["all_reduce_again"] == [0, True] and r["destroy_again"] == 0, r
 
 
 @pytest.mark.parametrize("nproc", [2, 3])

@@ -1,8 +1,9 @@
 """The NCCL-API library's rendezvous (nccl/runtime/bootstrap.h) and unique id, through the GPU tests' harness
 module (the CUDA build; no GPU needed): ranks meet at a root and all-gather rounds of bytes in rank order; a rank
-that never comes fails every other rank's round within the timeout, with an error naming the round and the rank;
-a client of another nonce is refused, and connections that never say who they are (or say it wrongly) neither hold
-up nor take the place of the ranks; our id round-trips and the real library's is never taken for ours."""
+that never comes fails every other rank's round within the timeout, with an error naming the round and the rank; a
+rank that reports a failure fails every other rank's round at once, naming it and its reason; a client of another
+nonce is refused, and connections that never say who they are (or say it wrongly) neither hold up nor take the
+place of the ranks; our id round-trips and the real library's is never taken for ours."""
 
 import socket
 import struct
@@ -56,6 +57,43 @@ def test_a_missing_rank_fails_the_others_within_the_timeout(harness, set_timeout
         assert isinstance(results[r], RuntimeError), results[r]
         message = str(results[r])
         assert "a test round" in message and f"rank {r} of 3" in message and "did not hear from every rank" in message
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_a_rank_that_fails_fails_every_other_rank_naming_it(harness, set_timeout, failing):
+    """A rank's failure takes the place of its frame: every other rank's round, whether it came before the failure
+    or after, raises at once (far within the timeout) with the failed rank and its reason, not a timeout."""
+    set_timeout(30.0)
+    root = harness.bootstrap_root()
+    results = {}
+
+    def rank_main(r):
+        try:
+            client = harness.BootstrapClient(root, r, 3)
+            client.all_gather(b"first")
+            if r == failing:
+                client.report_failure("out of device memory (a test's)")
+                results[r] = client  # kept open: the failure must reach the others before this rank leaves
+                return
+            if r == 2:
+                time.sleep(0.5)  # enters the round after the failure
+            results[r] = client.all_gather(b"second")
+        except Exception as error:  # noqa: BLE001 - what the rank raised is the result
+            results[r] = error
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    elapsed = time.monotonic() - start
+    for r in set(range(3)) - {failing}:
+        assert isinstance(results[r], RuntimeError), results[r]
+        assert str(results[r]) == f"a test round: rank {failing} of 3 failed: out of device memory (a test's)"
+    assert elapsed < 10, f"the others heard of the failure after {elapsed:.1f} s (timeout 30 s)"
+    with pytest.raises(RuntimeError, match=f"rank {failing} of 3 failed earlier"):
+        results[failing].all_gather(b"after")
 
 
 def connect_to(root) -> socket.socket:

@@ -55,7 +55,9 @@ void register_bootstrap(nb::module_& m) {
             for (const std::string& f : frames) out.emplace_back(f.data(), f.size());
             return out;
           },
-          nb::arg("mine"));
+          nb::arg("mine"))
+      .def("report_failure", &BootstrapClient::report_failure, nb::arg("reason"),
+           nb::call_guard<nb::gil_scoped_release>());
   m.def(
       "unique_id_round_trip",
       [](std::tuple<uint32_t, uint16_t, uint64_t> root) {
