@@ -150,7 +150,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclud
   return guarded("ncclCommShrink", [&] {
     if (newcomm == nullptr) return null_argument("ncclCommShrink", "newcomm");
     if (OurCommunicator* ours = with_runtime(comm))
-      return shrink_our_communicator(ours, excludeRanksList, excludeRanksCount, newcomm, config);
+      return shrink_our_communicator(ours, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
     ncclComm_t real_one = nullptr;
     const ncclResult_t result = forward_to_real<decltype(&ncclCommShrink)>(
         ApiFunction::ncclCommShrink, comm, excludeRanksList, excludeRanksCount, &real_one, config, shrinkFlags);

@@ -64,10 +64,13 @@ ncclResult_t run_group_setups();
 // ncclGroupSimulateEnd: the calling thread's inits of its group are not made; their communicators report
 // ncclInvalidUsage (async error and last error) and are still to be destroyed.
 void discard_group_setups();
-// ncclCommShrink of one of ours with a runtime: a split in which the ranks of `exclude` take no color. Collective
-// over the parent's ranks, the excluded ones included (they get a null communicator).
+// ncclCommShrink of one of ours with a runtime: collective over the ranks that are not in `exclude` (NCCL's: the
+// excluded ones do not call, and may be gone; one that calls gets a null communicator at once). The first survivor
+// starts the child's root and delivers its id to the others' mailboxes (runtime/mailbox.h); each survivor then
+// inits the child with its rank among the survivors, within the timeout. `flags` NCCL_SHRINK_ABORT stops the
+// parent's kernels first (as ncclCommAbort does) and waits for the device to pass them.
 ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude, int count, ncclComm_t* newcomm,
-                                     ncclConfig_t* config);
+                                     ncclConfig_t* config, int flags);
 // Before a communicator of ours is ended: true when its setup still runs elsewhere (it is interrupted, and frees all
 // it makes when it ends: the handle is not to be used again), false when the caller ends it as any other.
 bool release_pending_setup(OurCommunicator* ours);

@@ -1,7 +1,5 @@
 #include "bootstrap.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -19,11 +17,17 @@
 #include <stdexcept>
 #include <thread>
 
-#include "jax_mscclpp/settings.h"
 #include "runtime_settings.h"
+#include "tcp.h"
 
 namespace jax_mscclpp::nccl {
 namespace {
+
+using tcp::Clock;
+using tcp::deadline_from_now;
+using tcp::milliseconds_left;
+using tcp::receive_all;
+using tcp::send_all;
 
 constexpr uint32_t kHelloMagic = 0x4A4D4E42;  // "JMNB"
 
@@ -34,54 +38,6 @@ struct Hello {
   int32_t reserved;
   uint64_t nonce;
 };
-
-using Clock = std::chrono::steady_clock;
-
-int milliseconds_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return left <= 0 ? 0 : (left > 1 << 30 ? 1 << 30 : static_cast<int>(left));
-}
-
-Clock::time_point deadline_from_now() {
-  return Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds() * 1000.0));
-}
-
-// Waits for `events` on `fd` until `deadline`: true when ready, false on timeout or error.
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int ready = ::poll(&p, 1, milliseconds_left(deadline));
-    if (ready > 0) return true;
-    if (ready == 0) return false;
-    if (errno != EINTR) return false;
-  }
-}
-
-bool send_all(int fd, const void* data, size_t bytes, Clock::time_point deadline) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    if (!wait_for(fd, POLLOUT, deadline)) return false;
-    const ssize_t sent = ::send(fd, p, bytes, MSG_NOSIGNAL);
-    if (sent < 0 && errno == EINTR) continue;
-    if (sent <= 0) return false;
-    p += sent;
-    bytes -= static_cast<size_t>(sent);
-  }
-  return true;
-}
-
-bool receive_all(int fd, void* data, size_t bytes, Clock::time_point deadline) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    if (!wait_for(fd, POLLIN, deadline)) return false;
-    const ssize_t got = ::recv(fd, p, bytes, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    bytes -= static_cast<size_t>(got);
-  }
-  return true;
-}
 
 // A frame is its byte count, then its bytes. A failure (report_failure, and the root's word of it) sets the count's
 // top bit, and its bytes are the reason.
@@ -103,30 +59,6 @@ Received receive_frame(int fd, std::string& bytes, Clock::time_point deadline) {
   bytes.resize(size);
   if (!receive_all(fd, bytes.data(), size, deadline)) return Received::kNothing;
   return (header & kFailureBit) != 0 ? Received::kFailure : Received::kFrame;
-}
-
-uint32_t host_address() {
-  if (const char* forced = setting_value(Setting::kNcclBootstrapAddress)) {
-    in_addr a{};
-    if (inet_pton(AF_INET, forced, &a) != 1) {
-      throw std::runtime_error(std::string("JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS=") + forced +
-                               " is not an IPv4 address");
-    }
-    return a.s_addr;
-  }
-  uint32_t found = htonl(INADDR_LOOPBACK);
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-      const uint32_t a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
-      if ((ntohl(a) >> 24) == 127) continue;
-      found = a;
-      break;
-    }
-    freeifaddrs(list);
-  }
-  return found;
 }
 
 // Roots of this process between the first frame of a round and the last answer of it. The root lives in the
@@ -300,22 +232,14 @@ void serve(int listener, uint64_t nonce) {
 }  // namespace
 
 BootstrapAddress start_bootstrap_root() {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listener < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  sockaddr_in any{};
-  any.sin_family = AF_INET;
-  any.sin_addr.s_addr = htonl(INADDR_ANY);
-  any.sin_port = 0;
-  socklen_t length = sizeof(any);
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 || ::listen(listener, 1024) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&any), &length) != 0) {
-    const std::string why = std::strerror(errno);
-    ::close(listener);
-    throw std::runtime_error("cannot listen for the communicator's ranks: " + why);
-  }
   BootstrapAddress address{};
-  address.ipv4 = host_address();
-  address.port = any.sin_port;
+  const int listener = tcp::listen_on_any_port(&address.port, "the communicator's ranks");
+  try {
+    address.ipv4 = tcp::host_address();
+  } catch (...) {
+    ::close(listener);
+    throw;
+  }
   std::random_device entropy;
   address.nonce = (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
                   static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -324,28 +248,14 @@ BootstrapAddress start_bootstrap_root() {
 }
 
 BootstrapClient::BootstrapClient(const BootstrapAddress& address, int rank, int nranks)
-    : rank_(rank), nranks_(nranks) {
-  char text[INET_ADDRSTRLEN] = "?";
-  inet_ntop(AF_INET, &address.ipv4, text, sizeof(text));
-  const std::string root = std::string(text) + ":" + std::to_string(ntohs(address.port));
+    : nonce_(address.nonce), rank_(rank), nranks_(nranks) {
+  const std::string root = tcp::address_text(address.ipv4, address.port);
   const auto deadline = deadline_from_now();
-  while (true) {
-    socket_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = address.ipv4;
-    to.sin_port = address.port;
-    if (socket_ >= 0 && ::connect(socket_, reinterpret_cast<sockaddr*>(&to), sizeof(to)) == 0) break;
-    if (socket_ >= 0) ::close(socket_);
-    socket_ = -1;
-    if (Clock::now() >= deadline) {
-      throw std::runtime_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
-                               " could not reach the communicator's root at " + root + " (JAX_MSCCLPP_TIMEOUT_S)");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  socket_ = tcp::connect_by(address.ipv4, address.port, deadline);
+  if (socket_ < 0) {
+    throw std::runtime_error("rank " + std::to_string(rank) + " of " + std::to_string(nranks) +
+                             " could not reach the communicator's root at " + root + " (JAX_MSCCLPP_TIMEOUT_S)");
   }
-  const int one = 1;
-  ::setsockopt(socket_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   const Hello hello{kHelloMagic, rank, nranks, 0, address.nonce};
   if (!send_all(socket_, &hello, sizeof(hello), deadline)) {
     ::close(socket_);
@@ -365,7 +275,7 @@ std::vector<std::string> BootstrapClient::all_gather(const std::string& mine, co
   const std::string who = "rank " + std::to_string(rank_) + " of " + std::to_string(nranks_);
   if (failed_.load(std::memory_order_acquire))
     throw std::runtime_error(std::string(what) + ": " + who + " failed earlier in this communicator's setup");
-  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000.0));
+  const auto deadline = tcp::deadline_in(limit_s);
   std::vector<std::string> frames(nranks_);
   Received got = !interrupted_.load(std::memory_order_acquire) && send_frame(socket_, mine, deadline)
                      ? Received::kFrame

@@ -28,8 +28,7 @@ struct BootstrapAddress {
 };
 
 // Starts a root for a communicator of ranks yet unknown (each rank says the world size when it connects; they must
-// agree). The address is JAX_MSCCLPP_NCCL_BOOTSTRAP_ADDRESS (an IPv4 address) if set, else this host's first IPv4
-// address that is not loopback, else 127.0.0.1. Throws std::runtime_error when no socket can be opened.
+// agree), at this host's address (tcp.h, host_address). Throws std::runtime_error when no socket can be opened.
 BootstrapAddress start_bootstrap_root();
 
 // What all_gather throws when a rank reported a failure (report_failure): "rank R of N failed: reason".
@@ -46,6 +45,8 @@ class BootstrapClient {
   BootstrapClient(const BootstrapClient&) = delete;
   BootstrapClient& operator=(const BootstrapClient&) = delete;
 
+  // The nonce of the root this client met: the same on every rank of the communicator, and no other's.
+  uint64_t nonce() const { return nonce_; }
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   // One round: every rank's frame, in rank order (this rank's own included). Throws std::runtime_error when the
@@ -62,6 +63,7 @@ class BootstrapClient {
 
  private:
   int socket_ = -1;
+  uint64_t nonce_;
   std::atomic<bool> interrupted_{false};
   std::atomic<bool> failed_{false};  // report_failure was called
   int rank_;

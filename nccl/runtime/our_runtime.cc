@@ -18,7 +18,9 @@
 #include "last_error.h"
 #include "our_runtime.h"
 #include "real_nccl.h"
+#include "mailbox.h"
 #include "runtime_communicator.h"
+#include "runtime_settings.h"
 #include "timeout_policy.h"
 #include "unique_id.h"
 
@@ -303,18 +305,65 @@ ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key,
 }
 
 ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude, int count, ncclComm_t* newcomm,
-                                     ncclConfig_t* config) {
-  const int nranks = parent->runtime->nranks(), rank = parent->runtime->rank();
+                                     ncclConfig_t* config, int flags) {
+  RuntimeCommunicator& from = *parent->runtime;
+  const int nranks = from.nranks(), rank = from.rank();
   if (count < 0 || (count > 0 && exclude == nullptr))
     return fail(ncclInvalidArgument, "ncclCommShrink: excludeRanksList is NULL or excludeRanksCount negative");
-  bool excluded = false;
+  std::vector<bool> excluded(nranks, false);
   for (int i = 0; i < count; ++i) {
     if (exclude[i] < 0 || exclude[i] >= nranks)
       return fail(ncclInvalidArgument, "ncclCommShrink: rank " + std::to_string(exclude[i]) + " of " +
                                            std::to_string(nranks) + " ranks in excludeRanksList");
-    excluded = excluded || exclude[i] == rank;
+    excluded[exclude[i]] = true;
   }
-  return split_our_communicator(parent, excluded ? NCCL_SPLIT_NOCOLOR : 0, rank, newcomm, config);
+  if (excluded[rank]) {
+    // NCCL's excluded ranks do not call; one that does gets no communicator and meets no one.
+    *newcomm = nullptr;
+    clear_last_error();
+    return ncclSuccess;
+  }
+  std::vector<int> survivors;
+  for (int q = 0; q < nranks; ++q)
+    if (!excluded[q]) survivors.push_back(q);
+  if (flags & NCCL_SHRINK_ABORT) {
+    // The parent's operations end first, as an abort ends them: its kernels give up (a peer they wait for may be
+    // gone), and the device is past them before the child's kernels share it.
+    from.stop_kernels();
+    while (!from.kernels_stopped()) std::this_thread::yield();
+    (void)from.wait_for_launched_work();
+  }
+  try {
+    // The first survivor starts the child's root and delivers its id to every other survivor's mailbox (mailbox.h):
+    // no round of the parent's bootstrap, whose excluded ranks never come.
+    const std::string key = "ncclCommShrink " + std::to_string(from.bootstrap().nonce()) + " " +
+                            std::to_string(from.next_shrink());
+    const int leader = survivors.front();
+    ncclUniqueId id{};
+    if (rank == leader) {
+      id = encode_unique_id(start_bootstrap_root());
+      const std::string letter(id.internal, sizeof(id.internal));
+      for (int q : survivors) {
+        if (q == rank) continue;
+        try {
+          deliver(from.mailbox_of(q), key, letter, timeout_seconds());
+        } catch (const std::exception& error) {
+          throw std::runtime_error("rank " + std::to_string(q) + " (not excluded) did not take the new id: " +
+                                   error.what());
+        }
+      }
+    } else {
+      const std::string letter =
+          collect(key, timeout_seconds(), "the new communicator's id from rank " + std::to_string(leader));
+      if (letter.size() != sizeof(id.internal)) throw std::runtime_error("rank " + std::to_string(leader) +
+                                                                         " sent no id");
+      std::memcpy(id.internal, letter.data(), sizeof(id.internal));
+    }
+    const int new_rank = static_cast<int>(std::find(survivors.begin(), survivors.end(), rank) - survivors.begin());
+    return init_our_communicator(newcomm, static_cast<int>(survivors.size()), id, new_rank, config);
+  } catch (const std::exception& error) {
+    return fail(ncclSystemError, std::string("ncclCommShrink: ") + error.what());
+  }
 }
 
 void release_runtime(OurCommunicator* ours, bool orderly) {

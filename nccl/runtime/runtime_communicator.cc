@@ -55,7 +55,8 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
                                          const std::vector<RankIdentity>& identities, const Backend& backend)
     : bootstrap_(std::move(bootstrap)) {
   // A step that fails on this rank fails every rank's setup, naming this one (bootstrap.h, report_failure): the
-  // ready round below is the last, so no rank keeps a communicator whose peer has none.
+  // ready round below, which carries every rank's mailbox, is the last, so no rank keeps a communicator whose peer
+  // has none.
   try {
     const int rank = bootstrap_->rank(), nranks = bootstrap_->nranks();
     JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
@@ -88,7 +89,11 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
       most = std::max(most, ++ranks_per_gpu[identity.host + "/" + std::to_string(identity.process) + "/" +
                                             identity.gpu_uuid]);
     grid_cap_ = cuda::shared_gpu_grid(options.stream_blocks, most);
-    (void)bootstrap_->all_gather({}, "ncclCommInitRank (ready)");
+    const auto ready = bootstrap_->all_gather(encode_mailbox_address(process_mailbox()), "ncclCommInitRank (ready)");
+    mailboxes_.resize(nranks);
+    for (int q = 0; q < nranks; ++q)
+      if (!decode_mailbox_address(ready[q], &mailboxes_[q]))
+        throw std::runtime_error("rank " + std::to_string(q) + " sent no mailbox in the setup's last round");
   } catch (const RankFailed&) {
     throw;
   } catch (const std::exception& error) {

@@ -8,7 +8,10 @@
 //     RuntimeCommunicator over its bootstrap client with the same identities, and its rank meets the others through
 //     the runtime's one setup (runtime/gpu/rank_setup.h, connect_all, over the bootstrap); the endpoint round
 //     carries the tuning file's rules in force (agreement.h), and a difference throws Disagreement on every rank; a
-//     rank missing for the timeout (JAX_MSCCLPP_TIMEOUT_S) fails every rank's setup with an error naming it.
+//     rank missing for the timeout (JAX_MSCCLPP_TIMEOUT_S) fails every rank's setup with an error naming it. A
+//     step that fails on one rank fails every rank's setup, naming that rank (bootstrap.h, report_failure); the
+//     last round (ready) carries every rank's mailbox (mailbox.h), so no rank keeps a communicator whose peer has
+//     none, and the survivors of a shrink can meet without the parent's bootstrap (mailbox_of).
 //   - stop_kernels(): makes an abort visible to the device without waiting for any stream: the rank's waits stop
 //     instead of trapping, and its failed and recorded words are set (call_inbox.cuh), so every SpinBound of its
 //     kernels, running or queued, gives up at its next check and no record is written. kernels_stopped(): the
@@ -43,6 +46,7 @@
 #include "bootstrap.h"
 #include "call.h"
 #include "communicator.h"
+#include "mailbox.h"
 #include "our_runtime.h"
 #include "rank_identity.h"
 #include "reduction_table.h"
@@ -63,6 +67,10 @@ class RuntimeCommunicator {
   int device() const { return device_; }
   bool shares_gpu() const { return shares_gpu_; }
   BootstrapClient& bootstrap() { return *bootstrap_; }
+  // Rank `q`'s process's mailbox (mailbox.h), as it said in the setup's last round.
+  const MailboxAddress& mailbox_of(int q) const { return mailboxes_.at(q); }
+  // The number of shrinks of this communicator this rank has taken part in before, then one more.
+  int next_shrink() { return shrinks_++; }
   void stop_kernels();
   bool kernels_stopped() const;
   bool wait_for_launched_work();
@@ -99,6 +107,8 @@ class RuntimeCommunicator {
 
  private:
   std::unique_ptr<BootstrapClient> bootstrap_;
+  std::vector<MailboxAddress> mailboxes_;  // by rank
+  int shrinks_ = 0;
   int device_ = 0;
   cudaStream_t abort_stream_ = nullptr;
   std::array<uint64_t, 2> abort_words_{};  // the failed and recorded words stop_kernels copies, kept until freed

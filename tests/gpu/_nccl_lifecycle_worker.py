@@ -16,6 +16,10 @@ Scenarios (every process runs the same one; ids and flags travel through files i
   setup_out_of_memory  rank 1 fills the GPU but for room for one rank's setup, so the ranks' inits race for it
                      and at least one fails on its own; both time their inits and keep the last error, then the
                      GPU is emptied and both make a new communicator and check an all-reduce on it.
+  shrink_idle        3 ranks check an all-reduce, then rank 1 dies (SIGKILL); ranks 0 and 2 shrink it away
+                     (NCCL_SHRINK_DEFAULT, the dead rank never calls) and check an all-reduce on the child.
+  shrink_mid_call    the same with rank 0 dying (the process that made the id and holds the parent's root), after
+                     ranks 1 and 2 launched an all-reduce it never joins: they shrink with NCCL_SHRINK_ABORT.
   late_peer          rank 0 launches an all-reduce at once and polls ncclCommGetAsyncError until its stream is done;
                      rank 1 launches it LATE_S later; both check it, print "STREAM DONE", run another all-reduce and
                      destroy (the test sets a timeout shorter than LATE_S and the library's wait policy).
@@ -32,6 +36,7 @@ import time
 import numpy as np
 
 NCCL_SUCCESS, NCCL_IN_PROGRESS, FLOAT32, SUM = 0, 7, 7, 0
+NCCL_SHRINK_DEFAULT, NCCL_SHRINK_ABORT = 0, 1
 
 
 class UniqueId(ctypes.Structure):
@@ -61,6 +66,10 @@ def load(path):
     for name in ("ncclCommDestroy", "ncclCommAbort"):
         getattr(lib, name).argtypes = [ctypes.c_void_p]
     lib.ncclCommGetAsyncError.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.ncclCommShrink.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                   ctypes.c_int]
+    for name in ("ncclCommUserRank", "ncclCommCount"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
@@ -278,6 +287,57 @@ def setup_out_of_memory(lib, rank, nranks, workdir):
     barrier(workdir, "emptied", rank, nranks)
     out.update(checked_new_communicator(lib, rank, nranks, workdir, stream))
     return out
+
+
+def shrink_after_a_death(lib, rank, nranks, workdir, dead, mid_call):
+    """Rank `dead` dies (SIGKILL, as a crash); the others shrink it away and check an all-reduce on the child. With
+    `mid_call` they had launched an all-reduce the dead rank never joins, stuck until the shrink's NCCL_SHRINK_ABORT
+    stops it; else the parent is idle (NCCL_SHRINK_DEFAULT)."""
+    import signal
+
+    import cupy as cp
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    comm = ctypes.c_void_p()
+    out = {"init": lib.ncclCommInitRank(ctypes.byref(comm), nranks, shared_id(lib, rank, workdir, "id1"), rank)}
+    out["all_reduce"] = all_reduce_checked(lib, comm, rank, nranks, 4099, stream)
+    barrier(workdir, "checked", rank, nranks)
+    if rank == dead:
+        print("RESULT " + json.dumps(dict(out, rank=rank)), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mid_call:
+        send = cp.ones(1 << 16, np.float32)
+        recv = cp.zeros(1 << 16, np.float32)
+        cp.cuda.Device().synchronize()
+        out["stuck_launch"] = lib.ncclAllReduce(send.data.ptr, recv.data.ptr, 1 << 16, FLOAT32, SUM, comm, stream.ptr)
+        time.sleep(1.0)
+        out["stuck"] = not stream.done
+    excluded = (ctypes.c_int * 1)(dead)
+    child = ctypes.c_void_p()
+    t0 = time.monotonic()
+    out["shrink"] = lib.ncclCommShrink(comm, excluded, 1, ctypes.byref(child), None,
+                                       NCCL_SHRINK_ABORT if mid_call else NCCL_SHRINK_DEFAULT)
+    out["shrink_s"] = time.monotonic() - t0
+    out["shrink_error"] = lib.ncclGetLastError(None).decode()
+    if mid_call:
+        stream.synchronize()  # the stuck all-reduce gave up
+    child_rank, child_ranks = ctypes.c_int(-1), ctypes.c_int(-1)
+    lib.ncclCommUserRank(child, ctypes.byref(child_rank))
+    lib.ncclCommCount(child, ctypes.byref(child_ranks))
+    out["child"] = [child_rank.value, child_ranks.value]
+    out["child_all_reduce"] = all_reduce_checked(lib, child, child_rank.value, child_ranks.value, 65_537, stream,
+                                                 seed=41)
+    out["child_destroy"] = lib.ncclCommDestroy(child)
+    out["parent_abort"] = lib.ncclCommAbort(comm)
+    return out
+
+
+def shrink_idle(lib, rank, nranks, workdir):
+    return shrink_after_a_death(lib, rank, nranks, workdir, dead=1, mid_call=False)
+
+
+def shrink_mid_call(lib, rank, nranks, workdir):
+    return shrink_after_a_death(lib, rank, nranks, workdir, dead=0, mid_call=True)
 
 
 LEFT_FREE_MIB = 100  # setup_out_of_memory: a rank's setup needs its 64 MiB scratch and a few MiB more

@@ -5,7 +5,8 @@ ncclCommDestroy with a peer gone returns within seconds; ncclCommDestroy right a
 streams that a peer joins seconds later (longer than the destroy's barrier waits) completes them first (both
 streams done when it returns): every output is right and both contexts go on; a non-blocking init reports
 ncclInProgress, then success;
-an init that fails on one rank (out of GPU memory) fails every rank's at once, naming that rank;
+an init that fails on one rank (out of GPU memory) fails every rank's at once, naming that rank; a killed rank is
+shrunk away by the survivors alone (NCCL_SHRINK_ABORT ending an all-reduce it never joined);
 one thread inits two ranks inside a group; under the library's default policy (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait,
 nccl/runtime/timeout_policy.h) an abort ends a stuck kernel alike, and a peer late by more than the timeout is waited
 for: the all-reduce completes right, one warning names the late wait, ncclCommGetAsyncError stays ncclSuccess.
@@ -33,10 +34,10 @@ if importlib.util.find_spec("cupy") is None:
 
 
 def run(scenario: str, nproc: int, tmp_path, timeout_s: str = "60", on_timeout: str | None = None,
-        with_outputs: bool = False):
+        with_outputs: bool = False, allow_killed: int | None = None):
     """Every process's report, in rank order (and their outputs, stdout and stderr merged, with `with_outputs`).
     JAX_MSCCLPP_TIMEOUT_S is `timeout_s`, which alone makes the library's waits fail past it; `on_timeout` sets
-    JAX_MSCCLPP_NCCL_ON_TIMEOUT."""
+    JAX_MSCCLPP_NCCL_ON_TIMEOUT. Process `allow_killed` may end killed by SIGKILL (its last report, if any, kept)."""
     from jax_mscclpp import nccl_backend
 
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1", JAX_MSCCLPP_TIMEOUT_S=timeout_s)
@@ -48,9 +49,10 @@ def run(scenario: str, nproc: int, tmp_path, timeout_s: str = "60", on_timeout: 
     outputs = launch_processes(WORKER, nproc, [nccl_backend.library_path(), str(tmp_path), scenario], env, 240,
                                f"the lifecycle scenario {scenario}")
     reports = []
-    for code, out in outputs:
+    for index, (code, out) in enumerate(outputs):
         lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
-        assert code == 0 and lines, f"exit status {code}, output:\n{out[-6000:]}"
+        killed = index == allow_killed and code == -9
+        assert (code == 0 or killed) and lines, f"exit status {code}, output:\n{out[-6000:]}"
         reports.append(json.loads(lines[-1][len("RESULT "):]))
     return (reports, [out for _, out in outputs]) if with_outputs else reports
 
@@ -131,6 +133,24 @@ def test_a_setup_that_fails_on_a_rank_fails_every_rank_naming_it(gpus, tmp_path)
             assert r["init"] == 6, r  # ncclRemoteError
             assert f"rank {out_of_memory[0]} of 2 failed:" in r["error"] and "out of memory" in r["error"], r
         assert r["init_again"] == 0 and r["all_reduce_again"] == [0, True] and r["destroy_again"] == 0, r
+
+
+@pytest.mark.parametrize("scenario,dead", [("shrink_idle", 1), ("shrink_mid_call", 0)])
+def test_a_killed_rank_is_shrunk_away_by_the_survivors(gpus, tmp_path, scenario, dead):
+    """NCCL's shrink: the excluded rank (killed) never calls. The survivors meet without it, also where it made the
+    id (its process held the parent's root) and where they were stuck in an all-reduce it never joined
+    (NCCL_SHRINK_ABORT ends that first); the child has the survivors in order and its all-reduce is right."""
+    reports = run(scenario, 3, tmp_path, allow_killed=dead)
+    survivors = [r for r in reports if r is not None and r["rank"] != dead]
+    assert [r["rank"] for r in survivors] == [q for q in range(3) if q != dead], reports
+    for new_rank, r in enumerate(survivors):
+        assert r["init"] == 0 and r["all_reduce"] == [0, True], r
+        if scenario == "shrink_mid_call":
+            assert r["stuck_launch"] == 0 and r["stuck"], f"the all-reduce should wait for the dead rank: {r}"
+        assert r["shrink"] == 0, r["shrink_error"]
+        assert r["shrink_s"] < 30, r
+        assert r["child"] == [new_rank, 2], r
+        assert r["child_all_reduce"] == [0, True] and r["child_destroy"] == 0 and r["parent_abort"] == 0, r
 
 
 @pytest.mark.parametrize("nproc", [2, 3])

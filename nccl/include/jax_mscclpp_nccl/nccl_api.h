@@ -31,6 +31,8 @@ typedef struct CUstream_st* cudaStream_t;
 typedef struct ncclComm* ncclComm_t;
 // ncclCommSplit's color of a rank that joins no new communicator.
 #define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
 typedef struct ncclWindow_vidmem* ncclWindow_t;
 // ncclCommWindowRegister's winFlags: NCCL_WIN_COLL_SYMMETRIC promises that every rank registers its window and
 // passes a collective's buffers at the same offsets in it.

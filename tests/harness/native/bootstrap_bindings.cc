@@ -1,5 +1,5 @@
-// The NCCL-API library's rendezvous (nccl/runtime/bootstrap.h) and unique id, for tests without a GPU: a root, its
-// clients as ranks, rounds of all-gather, and the id's round trip; the identities its ranks exchange at setup and
+// The NCCL-API library's rendezvous (nccl/runtime/bootstrap.h), the process's mailbox (mailbox.h) and unique id,
+// for tests without a GPU: a root, its clients as ranks, rounds of all-gather, letters, and the id's round trip; the identities its ranks exchange at setup and
 // what they must agree on (nccl/runtime/rank_identity.h, agreement.h), and the decision every rank takes from them;
 // the library's timeout policy and its late-wait warning (nccl/runtime/timeout_policy.h).
 #include <nanobind/stl/string.h>
@@ -15,6 +15,7 @@
 #include "agreement.h"
 #include "bindings.h"
 #include "bootstrap.h"
+#include "mailbox.h"
 #include "rank_context.h"
 #include "rank_identity.h"
 #include "runtime_config.h"
@@ -58,6 +59,32 @@ void register_bootstrap(nb::module_& m) {
           nb::arg("mine"))
       .def("report_failure", &BootstrapClient::report_failure, nb::arg("reason"),
            nb::call_guard<nb::gil_scoped_release>());
+  m.def(
+      "process_mailbox",
+      [] {
+        const jax_mscclpp::nccl::MailboxAddress a = jax_mscclpp::nccl::process_mailbox();
+        return std::make_tuple(a.ipv4, a.port);
+      },
+      "This process's mailbox (nccl/runtime/mailbox.h): (ipv4, port), in network byte order.");
+  m.def(
+      "mailbox_deliver",
+      [](std::tuple<uint32_t, uint16_t> to, const std::string& key, nb::bytes letter, double limit_s) {
+        const std::string bytes(static_cast<const char*>(letter.data()), letter.size());
+        nb::gil_scoped_release release;
+        jax_mscclpp::nccl::deliver({std::get<0>(to), std::get<1>(to)}, key, bytes, limit_s);
+      },
+      nb::arg("to"), nb::arg("key"), nb::arg("letter"), nb::arg("limit_s"));
+  m.def(
+      "mailbox_collect",
+      [](const std::string& key, double limit_s) {
+        std::string letter;
+        {
+          nb::gil_scoped_release release;
+          letter = jax_mscclpp::nccl::collect(key, limit_s, "the letter '" + key + "'");
+        }
+        return nb::bytes(letter.data(), letter.size());
+      },
+      nb::arg("key"), nb::arg("limit_s"));
   m.def(
       "unique_id_round_trip",
       [](std::tuple<uint32_t, uint16_t, uint64_t> root) {
