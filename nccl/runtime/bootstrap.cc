@@ -233,13 +233,7 @@ void serve(int listener, uint64_t nonce) {
 
 BootstrapAddress start_bootstrap_root() {
   BootstrapAddress address{};
-  const int listener = tcp::listen_on_any_port(&address.port, "the communicator's ranks");
-  try {
-    address.ipv4 = tcp::host_address();
-  } catch (...) {
-    ::close(listener);
-    throw;
-  }
+  const int listener = tcp::listen_at_host(&address.ipv4, &address.port, "the communicator's ranks");
   std::random_device entropy;
   address.nonce = (static_cast<uint64_t>(entropy()) << 32) ^ entropy() ^
                   static_cast<uint64_t>(Clock::now().time_since_epoch().count());

@@ -81,13 +81,7 @@ void serve(int listener) {
 MailboxAddress process_mailbox() {
   static const MailboxAddress address = [] {
     MailboxAddress a{};
-    const int listener = tcp::listen_on_any_port(&a.port, "this process's mailbox");
-    try {
-      a.ipv4 = tcp::host_address();
-    } catch (...) {
-      ::close(listener);
-      throw;
-    }
+    const int listener = tcp::listen_at_host(&a.ipv4, &a.port, "this process's mailbox");
     std::thread(serve, listener).detach();
     return a;
   }();

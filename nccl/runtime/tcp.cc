@@ -65,7 +65,8 @@ bool receive_all(int fd, void* data, size_t bytes, Clock::time_point deadline) {
   return true;
 }
 
-int listen_on_any_port(uint16_t* port, const char* what) {
+int listen_at_host(uint32_t* ipv4, uint16_t* port, const char* what) {
+  *ipv4 = host_address();
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   sockaddr_in any{};

@@ -25,9 +25,10 @@ bool wait_for(int fd, short events, Clock::time_point deadline);
 bool send_all(int fd, const void* data, size_t bytes, Clock::time_point deadline);
 bool receive_all(int fd, void* data, size_t bytes, Clock::time_point deadline);
 
-// A socket listening on every interface, on a port of the system's choice (*port, network byte order). Throws
-// std::runtime_error naming `what` when none can be opened.
-int listen_on_any_port(uint16_t* port, const char* what);
+// A socket listening on every interface, on a port of the system's choice, and the address other processes reach
+// it at (*ipv4: host_address; *port; network byte order). Throws std::runtime_error naming `what` when none can be
+// opened.
+int listen_at_host(uint32_t* ipv4, uint16_t* port, const char* what);
 // A connection to `ipv4`:`port` (network byte order), retried until `deadline`; -1 when none was made.
 int connect_by(uint32_t ipv4, uint16_t port, Clock::time_point deadline);
 // "a.b.c.d:port" of an address in network byte order.
