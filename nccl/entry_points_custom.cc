@@ -293,9 +293,10 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclGroupStart(void) {
   });
 }
 
-// The outermost end first sets up the communicators inited in the group (our_runtime.h, run_group_setups), then
-// launches what our runtime queued in it (end_group), then the real library's group ends (where it got the start;
-// an end without any start is the real library's to answer). The first failure is the result, with its last
+// The outermost end first makes the splits and shrinks of the group (our_runtime.h, run_group_children), sets up
+// the communicators inited in the group (run_group_setups), then launches what our runtime queued in it
+// (end_group), then the real library's group ends (where it got the start; an end without any start is the real
+// library's to answer). The first failure is the result, with its last
 // error; a non-blocking init in the group makes it ncclInProgress.
 JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclGroupEnd(void) {
   return guarded("ncclGroupEnd", [&] {
@@ -304,8 +305,13 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclGroupEnd(void) {
     ncclResult_t ours = ncclSuccess;
     std::string ours_error;
     if (group_depth() == 0 && !unbalanced) {
-      ours = run_group_setups();
+      ours = run_group_children();
       if (ours != ncclSuccess) ours_error = last_error();
+      if (const ncclResult_t setups = run_group_setups();
+          setups != ncclSuccess && (ours == ncclSuccess || ours == ncclInProgress)) {
+        ours = setups;
+        ours_error = last_error();
+      }
       if (const ncclResult_t windows = run_group_windows();
           windows != ncclSuccess && (ours == ncclSuccess || ours == ncclInProgress)) {
         ours = windows;
@@ -340,6 +346,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo
     if (group_depth() == 0) {
       estimate = estimate_group_microseconds(queued_group());
       discard_group();
+      discard_group_children();
       discard_group_setups();
       discard_group_windows();
     }

@@ -48,9 +48,16 @@ ncclResult_t make_our_unique_id(ncclUniqueId* id);
 bool is_our_unique_id(const ncclUniqueId& id);
 ncclResult_t init_our_communicator(ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
                                    ncclConfig_t* config);
-// ncclCommSplit of one of ours with a runtime: collective over the parent's ranks.
+// ncclCommSplit of one of ours with a runtime: collective over the parent's ranks. Inside a group (as
+// shrink_our_communicator): *newcomm is null until the outermost ncclGroupEnd makes it (run_group_children).
 ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key, ncclComm_t* newcomm,
                                     ncclConfig_t* config);
+// The splits and shrinks of the calling thread's group, as outside it: concurrently by parent (one thread may split
+// several ranks of one parent), in call order within a parent. ncclSuccess, ncclInProgress where a child is
+// non-blocking, or the first failure (with its last error). ncclGroupSimulateEnd drops them (discard_group_children:
+// no child is made, *newcomm stays null).
+ncclResult_t run_group_children();
+void discard_group_children();
 // ---- lifecycle (runtime/our_runtime.cc; the setup itself: runtime/communicator_setup.h) ----
 // init_our_communicator, by where it is called: outside a group with a blocking config (or none), the setup runs
 // on the calling thread and *comm is set on success only; with config->blocking == 0, *comm is set at once, the

@@ -42,6 +42,8 @@ ncclResult_t allocate_buffer(void**, size_t) { return not_built("ncclMemAlloc");
 bool owns_buffer(void*) { return false; }
 ncclResult_t register_window(OurCommunicator*, void*, size_t, int, void**) { return not_built("ncclCommWindowRegister"); }
 ncclResult_t run_group_windows() { return ncclSuccess; }
+ncclResult_t run_group_children() { return ncclSuccess; }
+void discard_group_children() {}
 void discard_group_windows() {}
 void deregister_window(OurCommunicator*, void*) {}
 ncclResult_t free_buffer(void*) { return not_built("ncclMemFree"); }

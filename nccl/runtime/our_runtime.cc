@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -17,8 +19,8 @@
 #include "jax_mscclpp/settings.h"
 #include "last_error.h"
 #include "our_runtime.h"
-#include "real_nccl.h"
 #include "mailbox.h"
+#include "real_nccl.h"
 #include "runtime_communicator.h"
 #include "runtime_settings.h"
 #include "timeout_policy.h"
@@ -265,8 +267,84 @@ bool release_pending_setup(OurCommunicator* ours) {
   return false;
 }
 
+namespace {
+
+// A split or shrink called inside a group: made at the outermost ncclGroupEnd (run_group_children). `make` runs it
+// as outside a group.
+struct PendingChild {
+  OurCommunicator* parent;
+  int device;  // the caller's current device at the call
+  ncclComm_t* newcomm;
+  std::function<ncclResult_t()> make;
+};
+thread_local std::vector<PendingChild> group_children;
+
+// `make` queued for the group's end: *newcomm is null until then. NCCL reads a config at the call: the copy is
+// what the group's end passes on.
+ncclResult_t queue_child(OurCommunicator* parent, ncclComm_t* newcomm, const ncclConfig_t* config,
+                         std::function<ncclResult_t(ncclConfig_t*)> make) {
+  std::shared_ptr<ncclConfig_t> copy;
+  if (config != nullptr) {
+    copy = std::make_shared<ncclConfig_t>();
+    std::memcpy(copy.get(), config, std::min(config->size, sizeof(ncclConfig_t)));
+  }
+  int device = 0;
+  (void)cudaGetDevice(&device);
+  *newcomm = nullptr;
+  group_children.push_back({parent, device, newcomm, [copy, make] { return make(copy.get()); }});
+  clear_last_error();
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t run_group_children() {
+  std::vector<PendingChild> pending;
+  pending.swap(group_children);
+  if (pending.empty()) return ncclSuccess;
+  // Concurrently by parent (one thread may split several ranks of a parent, which meet each other in its rounds),
+  // in call order within one parent (its rounds follow one another).
+  std::map<OurCommunicator*, std::vector<size_t>> by_parent;
+  for (size_t i = 0; i < pending.size(); ++i) by_parent[pending[i].parent].push_back(i);
+  std::vector<ncclResult_t> results(pending.size(), ncclSuccess);
+  std::vector<std::string> errors(pending.size());
+  std::vector<std::thread> threads;
+  for (const auto& [parent, indices] : by_parent) {
+    const std::vector<size_t> mine = indices;
+    const auto run = [&pending, &results, &errors, mine] {
+      for (size_t i : mine) {
+        (void)cudaSetDevice(pending[i].device);
+        results[i] = pending[i].make();
+        if (results[i] != ncclSuccess && results[i] != ncclInProgress) errors[i] = last_error();
+      }
+    };
+    try {
+      threads.emplace_back(run);
+    } catch (const std::system_error&) {
+      run();  // no thread to be had: here (ranks of one process that meet each other then wait for the timeout)
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  ncclResult_t result = ncclSuccess;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    if (results[i] == ncclSuccess || results[i] == ncclInProgress) {
+      if (result == ncclSuccess) result = results[i];
+      continue;
+    }
+    return fail(results[i], errors[i]);
+  }
+  clear_last_error();
+  return result;
+}
+
+void discard_group_children() { group_children.clear(); }
+
 ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key, ncclComm_t* newcomm,
                                     ncclConfig_t* config) {
+  if (group_depth() > 0)
+    return queue_child(parent, newcomm, config, [parent, color, key, newcomm](ncclConfig_t* copy) {
+      return split_our_communicator(parent, color, key, newcomm, copy);
+    });
   RuntimeCommunicator& from = *parent->runtime;
   try {
     // Round 1: every rank's color and key. The first rank (by key, then rank) of each color starts the child's
@@ -306,6 +384,13 @@ ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key,
 
 ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude, int count, ncclComm_t* newcomm,
                                      ncclConfig_t* config, int flags) {
+  if (group_depth() > 0 && count >= 0 && (count == 0 || exclude != nullptr)) {
+    const std::vector<int> excluded_copy(exclude, exclude + count);
+    return queue_child(parent, newcomm, config, [parent, excluded_copy, newcomm, flags](ncclConfig_t* copy) {
+      return shrink_our_communicator(parent, excluded_copy.data(), static_cast<int>(excluded_copy.size()), newcomm,
+                                     copy, flags);
+    });
+  }
   RuntimeCommunicator& from = *parent->runtime;
   const int nranks = from.nranks(), rank = from.rank();
   if (count < 0 || (count > 0 && exclude == nullptr))

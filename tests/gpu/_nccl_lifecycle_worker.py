@@ -20,6 +20,8 @@ Scenarios (every process runs the same one; ids and flags travel through files i
                      (NCCL_SHRINK_DEFAULT, the dead rank never calls) and check an all-reduce on the child.
   shrink_mid_call    the same with rank 0 dying (the process that made the id and holds the parent's root), after
                      ranks 1 and 2 launched an all-reduce it never joins: they shrink with NCCL_SHRINK_ABORT.
+  group_children     one process, one thread: three ranks inited, split and shrunk, each step in one group, with an
+                     all-reduce on every communicator made.
   late_peer          rank 0 launches an all-reduce at once and polls ncclCommGetAsyncError until its stream is done;
                      rank 1 launches it LATE_S later; both check it, print "STREAM DONE", run another all-reduce and
                      destroy (the test sets a timeout shorter than LATE_S and the library's wait policy).
@@ -341,6 +343,80 @@ def shrink_mid_call(lib, rank, nranks, workdir):
 
 
 LEFT_FREE_MIB = 100  # setup_out_of_memory: a rank's setup needs its 64 MiB scratch and a few MiB more
+
+
+def grouped_all_reduce(lib, comms, seed):
+    """One float32 sum over `comms` (every rank of one communicator, in its rank order), called from this thread in
+    one group: (codes, every rank's output right)."""
+    import cupy as cp
+
+    count = 10_007
+    inputs = [np.random.default_rng(seed + r).standard_normal(count).astype(np.float32) for r in range(len(comms))]
+    sends = [cp.asarray(x) for x in inputs]
+    recvs = [cp.full(count, np.nan, np.float32) for _ in comms]
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in comms]
+    cp.cuda.Device().synchronize()
+    lib.ncclGroupStart()
+    codes = [lib.ncclAllReduce(sends[r].data.ptr, recvs[r].data.ptr, count, FLOAT32, SUM, comms[r], streams[r].ptr)
+             for r in range(len(comms))]
+    codes.append(lib.ncclGroupEnd())
+    for s in streams:
+        s.synchronize()
+    expected = np.sum(inputs, axis=0, dtype=np.float64).astype(np.float32)
+    return codes, [bool(np.allclose(cp.asnumpy(r), expected, rtol=1e-5, atol=1e-5)) for r in recvs]
+
+
+def group_children(lib, rank, nranks, workdir):
+    """One thread inits three ranks in a group, then splits them in a group (one color, keys reversing the order)
+    and shrinks them in a group (rank 1 excluded; rank 2 called before rank 0, the survivors' leader), checking an
+    all-reduce on each communicator."""
+    uid = UniqueId()
+    assert lib.ncclGetUniqueId(ctypes.byref(uid)) == NCCL_SUCCESS
+    comms = [ctypes.c_void_p() for _ in range(3)]
+    lib.ncclGroupStart()
+    out = {"inits": [lib.ncclCommInitRank(ctypes.byref(c), 3, uid, r) for r, c in enumerate(comms)]}
+    out["inits_end"] = lib.ncclGroupEnd()
+    out["all_reduce"] = grouped_all_reduce(lib, comms, 51)
+    splits = [ctypes.c_void_p() for _ in range(3)]
+    lib.ncclGroupStart()
+    out["splits"] = [lib.ncclCommSplit(comms[r], 0, -r, ctypes.byref(splits[r]), None) for r in range(3)]
+    out["splits_null_in_group"] = [s.value is None for s in splits]
+    out["splits_end"] = lib.ncclGroupEnd()
+    out["splits_error"] = lib.ncclGetLastError(None).decode()
+    split_ranks = []
+    for s in splits:
+        r = ctypes.c_int(-1)
+        lib.ncclCommUserRank(s, ctypes.byref(r))
+        split_ranks.append(r.value)
+    out["split_ranks"] = split_ranks
+    by_split_rank = [splits[split_ranks.index(q)] for q in range(3)] if sorted(split_ranks) == [0, 1, 2] else []
+    out["split_all_reduce"] = grouped_all_reduce(lib, by_split_rank, 61) if by_split_rank else None
+    shrunk = {2: ctypes.c_void_p(), 0: ctypes.c_void_p()}
+    excluded = (ctypes.c_int * 1)(1)
+    lib.ncclGroupStart()
+    out["shrinks"] = [lib.ncclCommShrink(comms[r], excluded, 1, ctypes.byref(shrunk[r]), None, NCCL_SHRINK_DEFAULT)
+                      for r in (2, 0)]
+    out["shrinks_end"] = lib.ncclGroupEnd()
+    out["shrinks_error"] = lib.ncclGetLastError(None).decode()
+    out["shrink_all_reduce"] = grouped_all_reduce(lib, [shrunk[0], shrunk[2]], 71)
+    destroys = [lib.ncclCommDestroy(c) for c in (shrunk[0], shrunk[2])]
+    out["destroys"] = destroys + destroy_concurrently(lib, splits + comms)
+    return out
+
+
+def destroy_concurrently(lib, comms):
+    """ncclCommDestroy of every communicator of `comms`, each on a thread of its own (destroy meets the other ranks)."""
+    codes = [None] * len(comms)
+
+    def destroy(i):
+        codes[i] = lib.ncclCommDestroy(comms[i])
+
+    threads = [threading.Thread(target=destroy, args=(i,)) for i in range(len(comms))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return codes
 
 
 LATE_S = 8.0  # rank 1's delay in late_peer: past the 3 s timeout its test sets

@@ -4,13 +4,13 @@ kernel gives up (no trap: the abort is made visible to the device from the host)
 ncclCommDestroy with a peer gone returns within seconds; ncclCommDestroy right after launching all-reduces on two
 streams that a peer joins seconds later (longer than the destroy's barrier waits) completes them first (both
 streams done when it returns): every output is right and both contexts go on; a non-blocking init reports
-ncclInProgress, then success;
-an init that fails on one rank (out of GPU memory) fails every rank's at once, naming that rank; a killed rank is
-shrunk away by the survivors alone (NCCL_SHRINK_ABORT ending an all-reduce it never joined);
-one thread inits two ranks inside a group; under the library's default policy (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait,
-nccl/runtime/timeout_policy.h) an abort ends a stuck kernel alike, and a peer late by more than the timeout is waited
-for: the all-reduce completes right, one warning names the late wait, ncclCommGetAsyncError stays ncclSuccess.
-The worker: tests/gpu/_nccl_lifecycle_worker.py (ctypes and cupy).
+ncclInProgress, then success; an init that fails on one rank (out of GPU memory) fails every rank's at once,
+naming that rank; a killed rank is shrunk away by the survivors alone (NCCL_SHRINK_ABORT ending an all-reduce it
+never joined); one thread inits two ranks inside a group, and splits and shrinks three inside groups; under the
+library's default policy (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait, nccl/runtime/timeout_policy.h) an abort ends a stuck
+kernel alike, and a peer late by more than the timeout is waited for: the all-reduce completes right, one warning
+names the late wait, ncclCommGetAsyncError stays ncclSuccess. The worker: tests/gpu/_nccl_lifecycle_worker.py
+(ctypes and cupy).
 
 Kernels trap on failure here (the default): an abort that let a wait time out would kill the process's context.
 """
@@ -151,6 +151,21 @@ def test_a_killed_rank_is_shrunk_away_by_the_survivors(gpus, tmp_path, scenario,
         assert r["shrink_s"] < 30, r
         assert r["child"] == [new_rank, 2], r
         assert r["child_all_reduce"] == [0, True] and r["child_destroy"] == 0 and r["parent_abort"] == 0, r
+
+
+def test_splits_and_shrinks_in_a_group_from_one_thread(gpus, tmp_path):
+    """NCCL makes a group's splits and shrinks at its end: one thread driving three ranks splits them (keys reversing
+    the order) and shrinks them (the survivors' leader called last) inside groups; each child is null until the end,
+    then ranked as asked, and its all-reduce is right."""
+    (r,) = run("group_children", 1, tmp_path)
+    assert r["inits"] == [0, 0, 0] and r["inits_end"] == 0 and r["all_reduce"] == [[0] * 4, [True] * 3], r
+    assert r["splits"] == [0, 0, 0] and r["splits_null_in_group"] == [True] * 3, r
+    assert r["splits_end"] == 0, r["splits_error"]
+    assert r["split_ranks"] == [2, 1, 0], r
+    assert r["split_all_reduce"] == [[0] * 4, [True] * 3], r
+    assert r["shrinks"] == [0, 0] and r["shrinks_end"] == 0, r["shrinks_error"]
+    assert r["shrink_all_reduce"] == [[0] * 3, [True] * 2], r
+    assert r["destroys"] == [0] * 8, r
 
 
 @pytest.mark.parametrize("nproc", [2, 3])
