@@ -458,7 +458,7 @@ void release_runtime(OurCommunicator* ours, bool orderly) {
   bool work_ended = false, every_rank_came = false;
   if (orderly) {
     // NCCL's destroy completes the communicator's outstanding operations first: a peer late to a call this rank
-    // launched holds the destroy here, within the kernel timeout, and not the barrier's seconds.
+    // launched holds the destroy here (as long as the timeout policy waits), and not the barrier's seconds.
     work_ended = runtime->wait_for_launched_work();
     try {
       runtime->bootstrap().all_gather("", "ncclCommDestroy", kDestroyBarrierSeconds);

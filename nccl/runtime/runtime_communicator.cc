@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -145,10 +146,17 @@ cuda::CallResult RuntimeCommunicator::run(const cuda::Call& call, cudaStream_t s
 
 bool RuntimeCommunicator::wait_for_launched_work() {
   // One event marks the end of all of the rank's issued work (the header's contract): the rank's issue order's.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(rank_->rank_context().config().timeout_seconds());
+  // Bounded by the timeout where waits past it fail; under kWait as long as the work takes, as NCCL's destroy, with
+  // the late wait's warning where a kernel waits past the timeout meanwhile.
+  const cuda::RuntimeConfigHost& config = rank_->rank_context().config();
+  const bool bounded = config.timeout_policy() == TimeoutPolicy::kFail;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(config.timeout_seconds());
   while (rank_->issued_work() == cudaErrorNotReady) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (bounded && std::chrono::steady_clock::now() >= deadline) return false;
+    if (!bounded)
+      if (const std::string late = take_late_report(); !late.empty())
+        std::fprintf(stderr, "%s\n", late_wait_warning(late).c_str());
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   (void)cudaGetLastError();  // an event whose work failed answers with the failure, which the frees report anyway

@@ -17,9 +17,10 @@
 //     kernels, running or queued, gives up at its next check and no record is written. kernels_stopped(): the
 //     words have reached the device (the kernels give up from then on).
 //   - wait_for_launched_work(): the host waits until the work this rank launched has ended on every stream it
-//     launched on, at most the rank's kernel timeout (under TimeoutPolicy::kFail a kernel whose peer never comes
-//     gives up by then; under kWait, the library's default, it is still waiting, and destroy then stops it as an
-//     abort does); false when some has not ended by then. ncclCommDestroy's wait for its outstanding operations. It waits on one event, the
+//     launched on: under TimeoutPolicy::kFail at most the rank's kernel timeout (a kernel whose peer never comes
+//     gives up by then), false when some has not ended by then; under kWait, the library's default, as long as it
+//     takes, as NCCL's destroy does (ncclCommAbort is the way out), printing the late wait's warning once a kernel
+//     waits past the timeout. ncclCommDestroy's wait for its outstanding operations. It waits on one event, the
 //     rank's issue order's (runtime/gpu/issue_order.h, GpuRank::issued_work): recorded after every call run()
 //     issues, each eager call waiting on the device for the one before it where their streams differ, so the
 //     latest call's event completes only after every call issued before it, on any stream. Launches into a stream

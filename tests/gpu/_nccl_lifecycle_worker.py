@@ -11,6 +11,8 @@ Scenarios (every process runs the same one; ids and flags travel through files i
                      joins them LATE_PEER_S later and destroys too; both check their outputs (both of rank 0's
                      streams must be done when its destroy returns: the destroy waits for the rank's work on every
                      stream), then make a new communicator and check an all-reduce on it.
+  destroy_past_timeout  destroy_in_flight with rank 1 LATE_S late (the test sets a shorter timeout and the
+                     library's wait policy: the destroy still completes the all-reduces).
   nonblocking        a non-blocking config: ncclInProgress, ncclCommGetAsyncError until success, an all-reduce.
   group_inits        one process, one thread, inits two ranks inside a group, then an all-reduce on both.
   setup_out_of_memory  rank 1 fills the GPU but for room for one rank's setup, so the ranks' inits race for it
@@ -171,7 +173,7 @@ def destroy_peer_gone(lib, rank, nranks, workdir):
 LATE_PEER_S = 4.0  # twice the destroy's barrier
 
 
-def destroy_in_flight(lib, rank, nranks, workdir):
+def destroy_in_flight(lib, rank, nranks, workdir, late_s=None):
     import cupy as cp
 
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(2)]
@@ -185,7 +187,7 @@ def destroy_in_flight(lib, rank, nranks, workdir):
     recvs = [cp.full(count, np.nan, np.float32) for _ in inputs]
     cp.cuda.Device().synchronize()  # the rank's streams do not wait for cupy's
     if rank != 0:
-        time.sleep(LATE_PEER_S)
+        time.sleep(LATE_PEER_S if late_s is None else late_s)
     out["launch"] = [lib.ncclAllReduce(send.data.ptr, recv.data.ptr, count, FLOAT32, SUM, comm, stream.ptr)
                      for send, recv, stream in zip(sends, recvs, streams)]
     t0 = time.monotonic()
@@ -262,6 +264,10 @@ def group_inits(lib, rank, nranks, workdir):
         t.join()
     out["destroys"] = destroys
     return out
+
+
+def destroy_past_timeout(lib, rank, nranks, workdir):
+    return destroy_in_flight(lib, rank, nranks, workdir, late_s=LATE_S)
 
 
 def setup_out_of_memory(lib, rank, nranks, workdir):

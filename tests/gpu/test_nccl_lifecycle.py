@@ -92,6 +92,22 @@ def test_destroy_completes_all_reduces_on_two_streams_a_late_peer_joins(gpus, tm
     assert early["destroy_s"] > 0.75 * LATE_PEER_S, f"rank 0's destroy returned before rank 1 joined: {early}"
 
 
+def test_destroy_waits_past_the_timeout_under_the_wait_policy(gpus, tmp_path):
+    """As NCCL's destroy, ours completes the operations in flight however late the peer (JAX_MSCCLPP_TIMEOUT_S=3,
+    rank 1 LATE_S later, the library's wait policy): right outputs, no NaN, the destroy held until the peer came,
+    and one warning names the late wait."""
+    from tests.gpu._nccl_lifecycle_worker import LATE_S
+
+    reports, outputs = run("destroy_past_timeout", 2, tmp_path, timeout_s="3", on_timeout="wait", with_outputs=True)
+    for r in reports:
+        assert r["launch"] == [0, 0] and r["destroy"] == 0, r
+        assert r["all_reduce_ok"] == [True, True] and r["nan_outputs"] == 0, f"rank {r['rank']}'s outputs: {r}"
+        assert r["init_again"] == 0 and r["all_reduce_again"] == [0, True] and r["destroy_again"] == 0, r
+    assert reports[0]["destroy_s"] > 0.75 * LATE_S, reports[0]
+    warnings = [line for line in outputs[0].splitlines() if "libnccl.so.2: warning:" in line]
+    assert len(warnings) == 1 and "rank 0 has waited" in warnings[0], outputs[0][-4000:]
+
+
 def test_a_late_peer_is_waited_for_and_reported_once(gpus, tmp_path):
     """The library's wait policy with a 3 s timeout (JAX_MSCCLPP_NCCL_ON_TIMEOUT=wait, JAX_MSCCLPP_TIMEOUT_S=3): rank 1
     joins an all-reduce LATE_S later. Rank 0's kernel waits past the timeout without failing (no trap, no record),
