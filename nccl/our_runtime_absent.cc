@@ -33,7 +33,7 @@ ncclResult_t run_group_setups() { return ncclSuccess; }
 void discard_group_setups() {}
 std::vector<Operation> queued_group() { return {}; }
 float estimate_group_microseconds(const std::vector<Operation>&) { return 0.0f; }
-ncclResult_t shrink_our_communicator(OurCommunicator*, const int*, int, ncclComm_t*, ncclConfig_t*) {
+ncclResult_t shrink_our_communicator(OurCommunicator*, const int*, int, ncclComm_t*, ncclConfig_t*, int) {
   return not_built("ncclCommShrink");
 }
 bool release_pending_setup(OurCommunicator*) { return false; }
