@@ -18,8 +18,8 @@
 #include "group_depth.h"
 #include "jax_mscclpp/settings.h"
 #include "last_error.h"
-#include "our_runtime.h"
 #include "mailbox.h"
+#include "our_runtime.h"
 #include "real_nccl.h"
 #include "runtime_communicator.h"
 #include "runtime_settings.h"
@@ -274,7 +274,6 @@ namespace {
 struct PendingChild {
   OurCommunicator* parent;
   int device;  // the caller's current device at the call
-  ncclComm_t* newcomm;
   std::function<ncclResult_t()> make;
 };
 thread_local std::vector<PendingChild> group_children;
@@ -291,7 +290,7 @@ ncclResult_t queue_child(OurCommunicator* parent, ncclComm_t* newcomm, const ncc
   int device = 0;
   (void)cudaGetDevice(&device);
   *newcomm = nullptr;
-  group_children.push_back({parent, device, newcomm, [copy, make] { return make(copy.get()); }});
+  group_children.push_back({parent, device, [copy, make] { return make(copy.get()); }});
   clear_last_error();
   return ncclSuccess;
 }
@@ -384,13 +383,6 @@ ncclResult_t split_our_communicator(OurCommunicator* parent, int color, int key,
 
 ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude, int count, ncclComm_t* newcomm,
                                      ncclConfig_t* config, int flags) {
-  if (group_depth() > 0 && count >= 0 && (count == 0 || exclude != nullptr)) {
-    const std::vector<int> excluded_copy(exclude, exclude + count);
-    return queue_child(parent, newcomm, config, [parent, excluded_copy, newcomm, flags](ncclConfig_t* copy) {
-      return shrink_our_communicator(parent, excluded_copy.data(), static_cast<int>(excluded_copy.size()), newcomm,
-                                     copy, flags);
-    });
-  }
   RuntimeCommunicator& from = *parent->runtime;
   const int nranks = from.nranks(), rank = from.rank();
   if (count < 0 || (count > 0 && exclude == nullptr))
@@ -401,6 +393,13 @@ ncclResult_t shrink_our_communicator(OurCommunicator* parent, const int* exclude
       return fail(ncclInvalidArgument, "ncclCommShrink: rank " + std::to_string(exclude[i]) + " of " +
                                            std::to_string(nranks) + " ranks in excludeRanksList");
     excluded[exclude[i]] = true;
+  }
+  if (group_depth() > 0) {
+    const std::vector<int> excluded_copy(exclude, exclude + count);
+    return queue_child(parent, newcomm, config, [parent, excluded_copy, newcomm, flags](ncclConfig_t* copy) {
+      return shrink_our_communicator(parent, excluded_copy.data(), static_cast<int>(excluded_copy.size()), newcomm,
+                                     copy, flags);
+    });
   }
   if (excluded[rank]) {
     // NCCL's excluded ranks do not call; one that does gets no communicator and meets no one.
