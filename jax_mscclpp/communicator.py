@@ -288,47 +288,46 @@ class Communicator:
 
     def _connect_gpu_ranks(self, local: dict, members: dict) -> None:
         """The runtime's one setup of this process's ranks (runtime/gpu/rank_setup.h, connect_all): each rank's
-        frame is published where every rank reads it (a dict in one process, JAX's key-value store across
-        processes), every peer's is fetched, then channels are built; it says whether two ranks drive one GPU."""
+        frame is published where every rank reads it (a dict in one process; across processes JAX's key-value
+        store, with a failure word and a ready round: setup_exchange.py), every peer's is fetched, then channels are
+        built; it says whether two ranks drive one GPU."""
         import jax
 
-        from . import _compat
-
         cuda = native.cuda
-        for p, d in local.items():
-            cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p], self.world_size,
-                                  self.scratch_bytes, self.port_channels)
-        self.alive = True
-        partition_of_rank = {r: p for p, r in enumerate(self.rank_of_partition)}
-        frames = {}
+        exchange = None
         if jax.process_count() > 1:
-            # Every process lowers the same programs, so the key is the same everywhere (ids need not be); the
-            # generation keeps a communicator re-created after destroy() from reading its predecessor's endpoints.
+            from . import _compat
+            from .setup_exchange import SetupExchange
+
+            # Every process lowers the same programs, so the prefix is the same everywhere (ids need not be); the
+            # generation keeps a communicator re-created after destroy() or a failed setup from reading its
+            # predecessor's words.
             device_ids, _, _, axes, side_stream = self.cache_key
             prefix = (f"jax_mscclpp/{self.generation}/" + "/".join(map(str, device_ids)) + "/"
                       + "/".join(map(str, axes)) + ("/side" if side_stream else ""))
-            timeout = float(native.timeout_seconds())
-
-            def publish(rank: int, frame: bytes) -> None:
-                frames[rank] = frame
-                _compat.kv_set_bytes(f"{prefix}/{partition_of_rank[rank]}", bytes(frame), replace=True)
-
-            def fetch(rank: int) -> bytes:
-                if rank in frames:
-                    return frames[rank]
-                q = partition_of_rank[rank]
-                try:
-                    return _compat.kv_get_bytes(f"{prefix}/{q}", timeout)
-                except Exception as error:
-                    raise TimeoutError(
-                        f"jax_mscclpp: setting up collectives over {self.axis_names}: rank {rank} (process "
-                        f"{self.devices[q].process_index}) did not publish its endpoint within {timeout:g} s "
-                        "(JAX_MSCCLPP_TIMEOUT_S)") from error
-        else:
-            publish, fetch = frames.__setitem__, frames.__getitem__
-        ranks = [(d.local_hardware_id, self.rank_of_partition[p],
-                  [self.rank_of_partition[q] for q in members[self.group_of_partition[p]]]) for p, d in local.items()]
-        self.shares_gpus = cuda.comm_connect_all(self.id, ranks, publish, fetch)
+            exchange = SetupExchange(
+                prefix, f"setting up collectives over {self.axis_names}",
+                {r: p for p, r in enumerate(self.rank_of_partition)},
+                {p: d.process_index for p, d in enumerate(self.devices)}, jax.process_index(),
+                float(native.timeout_seconds()),
+                lambda key, value: _compat.kv_set_bytes(key, value, replace=True), _compat.kv_get_bytes)
+        try:
+            for p, d in local.items():
+                cuda.comm_create_rank(self.id, d.local_hardware_id, self.rank_of_partition[p], self.world_size,
+                                      self.scratch_bytes, self.port_channels)
+            self.alive = True
+            frames = {}
+            publish, fetch = (exchange.publish, exchange.fetch) if exchange else (frames.__setitem__, frames.__getitem__)
+            ranks = [(d.local_hardware_id, self.rank_of_partition[p],
+                      [self.rank_of_partition[q] for q in members[self.group_of_partition[p]]])
+                     for p, d in local.items()]
+            self.shares_gpus = cuda.comm_connect_all(self.id, ranks, publish, fetch)
+            if exchange:
+                exchange.ready()
+        except BaseException as error:
+            if exchange:
+                exchange.fail(f"{type(error).__name__}: {error}")
+            raise
         self._local_gpus = tuple(d.local_hardware_id for d in local.values())
 
     @property

@@ -7,7 +7,9 @@ processes, so each checks its own output against numpy. Prints one line per chec
 mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "quick" (fewer cases of
 the same), "plans" (DSL library plans registered with register_algorithm, run on the GPU executor), "lost_peer"
 (the last process skips the collective: the others must report a timeout naming rank and peer), "large_world"
-(more ranks than an emulated SwitchChannel holds: every other algorithm runs, 2PA-NVLS is refused with an error).
+(more ranks than an emulated SwitchChannel holds: every other algorithm runs, 2PA-NVLS is refused with an error),
+"setup_fails" (the last process asks for more scratch than the GPU holds: every process's setup fails at once,
+naming it; then a communicator made again works everywhere).
 """
 
 import os
@@ -84,6 +86,9 @@ def main() -> int:
                 print(line, flush=True)
             os._exit(0)
 
+    if scenario == "setup_fails":
+        return check_setup_failure(jax, jm, mesh, mine, n, run, inputs)
+
     if scenario == "recover":
         return check_recovery(jax, jm, mesh, mine, n, global_array, inputs)
 
@@ -135,6 +140,32 @@ def main() -> int:
     jax.distributed.shutdown()
     print(f"rank {mine}: {failures} failures", flush=True)
     return 1 if failures else 0
+
+
+def check_setup_failure(jax, jm, mesh, mine, n, run, inputs) -> int:
+    """The last process's setup fails (its scratch cannot be allocated); every process must fail the same setup
+    within seconds, naming that process, then set up again and run a sum."""
+    from jax.sharding import PartitionSpec as P
+
+    failing = n - 1
+    started = time.monotonic()
+    try:
+        jm.Communicator(mesh, "x", scratch_bytes=(1 << 39) if mine == failing else None)
+        print(f"rank {mine}: the setup did not fail", flush=True)
+        return 1
+    except Exception as error:
+        seconds = time.monotonic() - started
+        named = mine == failing or f"process {failing}" in str(error)
+        print(f"rank {mine}: setup failed after {seconds:.1f} s ({'named' if named else 'NOT NAMED'}): {error}",
+              flush=True)
+        if not named or seconds > 30:
+            return 1
+    per_rank = inputs(5, 4099, np.float32)
+    got = run(lambda v: jm.psum(v, "x", algorithm="1pa_ll"), per_rank, P())
+    ok = np.allclose(got, np.sum(per_rank, axis=0), rtol=1e-5, atol=1e-5)
+    print(f"rank {mine}: psum after the failed setup: {'ok' if ok else 'MISMATCH'}", flush=True)
+    jax.distributed.shutdown()
+    return 0 if ok else 1
 
 
 def check_data_movement(jm, n, mine, run, inputs, check, counts):

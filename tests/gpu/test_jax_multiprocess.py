@@ -59,6 +59,15 @@ def test_recovery_after_mismatched_calls(gpus):
         assert "a program lowered afterwards: ok" in out
 
 
+def test_a_setup_that_fails_on_one_process_fails_every_process_naming_it(gpus):
+    """The last process cannot allocate its scratch: every process's setup fails within seconds (not at the
+    timeout), naming that process, and a communicator made again works on all of them."""
+    for code, out in launch(2, "setup_fails", {"JAX_MSCCLPP_TIMEOUT_S": "120"}, timeout=300):
+        assert code == 0, out[-6000:]
+        assert "setup failed after" in out and "NOT NAMED" not in out, out[-3000:]
+        assert "psum after the failed setup: ok" in out, out[-3000:]
+
+
 def test_lost_peer_is_reported(gpus):
     results = launch(2, "lost_peer", {"JAX_MSCCLPP_TIMEOUT_S": "3"}, timeout=200)
     code, out = results[0]
