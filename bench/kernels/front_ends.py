@@ -15,7 +15,9 @@ kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) o
   block a rank, as written), lowered by ``jax_mscclpp.dsl.mscclpp``; ``mscclpp_json``: its ``to_json()`` through
   ``load_plan``.
 
-Every plan and the kernel are checked once against numpy before they are timed. Timing as bench/kernels/executor.py:
+Every plan and the kernel are checked once against numpy before they are timed. Virtual ranks share one GPU, so
+a plan runs only where every rank's blocks are resident at once (PlanRanks.check_resident); one that does not fit
+is listed under ``not_resident``, not run, and its front end's row is its other instance count's. Timing as bench/kernels/executor.py:
 ``repeats`` back-to-back calls on every rank released together from launch gates, events around them, the median
 over ``samples`` batches, microseconds per call. ``vs_dsl`` and ``vs_kernel``: a plan's time over the DSL plan's and
 the kernel's.
@@ -33,7 +35,7 @@ import numpy as np  # noqa: E402
 from jax_mscclpp.dsl import library, load_plan  # noqa: E402
 from tests.dsl import msccl_programs, mscclpp_chunk_programs  # noqa: E402
 from executor import ALL_REDUCE, check_once  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
-from tests.harness.plan_ranks import PlanRanks  # noqa: E402
+from tests.harness.plan_ranks import NotResidentError, PlanRanks  # noqa: E402
 from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, native_cuda  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -89,6 +91,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     worlds = [4] if args.quick else [int(n) for n in args.nranks.split(",")]
     rows = []
+    not_resident = []  # plans whose blocks on every rank do not fit the GPU at once: not run (PlanRanks)
     for protocol, (kernel, sizes, makers) in PROTOCOLS.items():
         if args.quick and protocol != "LL":
             continue
@@ -101,31 +104,41 @@ def main() -> None:
                     plan = make(n, k)
                     with PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
                                    timeout_s=30) as pr:
+                        if name == "dsl" and k == INSTANCES[0]:  # the kernel, on the same ranks
+                            algorithm = ALGORITHM_CODES[kernel]
+                            for nbytes in sizes:
+                                error = check_once(pr, nbytes // 4, rng, algorithm)
+                                best.setdefault("kernel", {})[nbytes] = (us(pr, nbytes, args, algorithm), None, error)
+                        try:
+                            pr.check_resident("float32")
+                        except NotResidentError as why:
+                            not_resident.append({"protocol": protocol, "nranks": n, "front_end": name,
+                                                 "instances": k, "why": str(why)})
+                            print(f"{protocol} n={n} {name} k={k}: not run ({why})", flush=True)
+                            continue
                         for nbytes in sizes:
                             error = check_once(pr, nbytes // 4, rng, None)
                             t = us(pr, nbytes, args)
                             if nbytes not in best.setdefault(name, {}) or t < best[name][nbytes][0]:
                                 best[name][nbytes] = (t, k, error)
-                            if name == "dsl" and k == INSTANCES[-1]:
-                                algorithm = ALGORITHM_CODES[kernel]
-                                error = check_once(pr, nbytes // 4, rng, algorithm)
-                                best.setdefault("kernel", {})[nbytes] = (us(pr, nbytes, args, algorithm), None, error)
             for nbytes in sizes:
-                dsl_us, kernel_us = best["dsl"][nbytes][0], best["kernel"][nbytes][0]
+                dsl_us, kernel_us = best.get("dsl", {}).get(nbytes, (None,))[0], best["kernel"][nbytes][0]
                 for name, by_size in best.items():
                     t, k, error = by_size[nbytes]
                     row = {"protocol": protocol, "nranks": n, "bytes": nbytes, "front_end": name, "us": round(t, 2),
-                           "instances": k, "max_rel_error": error, "vs_dsl": round(t / dsl_us, 3),
-                           "vs_kernel": round(t / kernel_us, 3)}
+                           "instances": k, "max_rel_error": error,
+                           "vs_dsl": round(t / dsl_us, 3) if dsl_us else None, "vs_kernel": round(t / kernel_us, 3)}
                     rows.append(row)
-                    print(f"{protocol} n={n} {nbytes:>9d} B  {name:13s} {t:9.2f} us  k={k}  x{row['vs_dsl']:.2f} "
-                          f"of dsl  x{row['vs_kernel']:.2f} of kernel", flush=True)
+                    versus = f"x{row['vs_dsl']:.2f} of dsl" if dsl_us else "no dsl time"
+                    print(f"{protocol} n={n} {nbytes:>9d} B  {name:13s} {t:9.2f} us  k={k}  {versus}  "
+                          f"x{row['vs_kernel']:.2f} of kernel", flush=True)
     result = {
         **device_run_header("front_ends", cuda),
         "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
                        "samples of (events around `repeats` back-to-back calls on every rank released together) / "
                        "repeats; a plan's best of 1 and 4 instances; vs_dsl, vs_kernel: its time over theirs",
         "rows": rows,
+        "not_resident": not_resident,
     }
     _run.write_result(result, "front-ends", args.out)
 

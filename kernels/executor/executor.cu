@@ -100,4 +100,16 @@ cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, co
   return known ? result : cudaErrorInvalidValue;
 }
 
+int plan_resident_blocks(const DevicePlan& plan, int32_t dtype, int32_t op) {
+  int device = 0, multiprocessors = 0, per_multiprocessor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  cudaError_t result = cudaErrorInvalidValue;
+  dispatch_dtype_op(dtype, op, [&](auto t, auto o) {
+    result = plan_blocks_per_multiprocessor<decltype(t), decltype(o)>(plan, &per_multiprocessor);
+  });
+  return result == cudaSuccess ? multiprocessors * per_multiprocessor : 0;
+}
+
 }  // namespace jax_mscclpp

@@ -177,4 +177,10 @@ uint64_t plan_scratch_bytes_for(const DevicePlan& plan, uint64_t block_count, in
 cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, const void* in, void* out,
                         uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream);
 
+// The most blocks of `plan`'s kernel for `dtype` and `op` the current device holds at once: its multiprocessors
+// times the blocks one holds (threads, registers, the image's shared memory). A launch's blocks wait for blocks of
+// other ranks and of their own launch, so every block of every rank launched together on one GPU must fit this,
+// or the call never ends. 0 for an unknown dtype or op, or a device that cannot be asked.
+int plan_resident_blocks(const DevicePlan& plan, int32_t dtype, int32_t op);
+
 }  // namespace jax_mscclpp

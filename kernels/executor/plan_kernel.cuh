@@ -609,12 +609,19 @@ cudaError_t launch_plan_piece(const CollectiveContext& ctx, const DevicePlan& pl
   return cudaGetLastError();
 }
 
+template <class T, class Op>
+cudaError_t plan_blocks_per_multiprocessor(const DevicePlan& plan, int* blocks) {
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, plan_kernel<T, Op>, plan.threads, plan.image_bytes);
+}
+
 }  // namespace jax_mscclpp
 
 // The plan kernels of element type T, one per reduction (at global scope).
 #define JAX_MSCCLPP_PLAN_KERNEL(T, OP)                                                                    \
   template cudaError_t jax_mscclpp::launch_plan_piece<T, jax_mscclpp::OP>(                                 \
       const jax_mscclpp::CollectiveContext&, const jax_mscclpp::DevicePlan&, const jax_mscclpp::PlanPiece&, \
-      cudaStream_t);
+      cudaStream_t);                                                                                        \
+  template cudaError_t jax_mscclpp::plan_blocks_per_multiprocessor<T, jax_mscclpp::OP>(                    \
+      const jax_mscclpp::DevicePlan&, int*);
 #define JAX_MSCCLPP_PLAN_KERNELS(T) \
   JAX_MSCCLPP_PLAN_KERNEL(T, SumOp) JAX_MSCCLPP_PLAN_KERNEL(T, MaxOp) JAX_MSCCLPP_PLAN_KERNEL(T, MinOp)

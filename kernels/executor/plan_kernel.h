@@ -32,4 +32,9 @@ template <class T, class Op>
 cudaError_t launch_plan_piece(const CollectiveContext& ctx, const DevicePlan& plan, const PlanPiece& piece,
                               cudaStream_t stream);
 
+// How many blocks of the kernel for `plan` (its threads, its image bytes of shared memory, the kernel's registers)
+// one multiprocessor of the current device holds at once, into *blocks.
+template <class T, class Op>
+cudaError_t plan_blocks_per_multiprocessor(const DevicePlan& plan, int* blocks);
+
 }  // namespace jax_mscclpp

@@ -237,6 +237,30 @@ def test_unsupported_plans_are_refused(cuda):
         PlanRanks(selfish, max_block_count=16, itemsize=4)
 
 
+def test_a_plan_whose_blocks_cannot_all_be_resident_is_refused_before_launch(cuda, rng):
+    """Ranks sharing one GPU must have every block of the call resident at once: MSCCLang's all-pairs all-reduce
+    with 16 instances on 8 ranks (128 blocks a rank, 1024 in all; an H100 or H200 holds at most 528 of 512 threads)
+    is refused before anything launches (launched, it would wait forever, and the timeout's trap would end the
+    process's CUDA context); the same process then runs a plan that fits."""
+    from tests.dsl import msccl_programs
+    from tests.harness.plan_ranks import NotResidentError, PlanRanks, dtype_code
+    from tests.harness.virtual_ranks import REDUCE_CODES
+
+    wide = msccl_programs.allreduce_allpairs(8, "LL", 16).lower()
+    with PlanRanks(wide, max_block_count=1024, itemsize=4, timeout_s=20) as pr:
+        blocks = 8 * pr.ranks[0].plan_info()["threadblocks"]
+        holds = pr.ranks[0].resident_blocks(dtype_code("float32"), REDUCE_CODES["sum"])
+        assert 0 < holds < blocks, (holds, blocks)
+        with pytest.raises(NotResidentError, match=f"= {blocks} blocks must be resident at once on one GPU, "
+                                                   f"which holds {holds}"):
+            pr.launch(1024, "float32", "sum")
+        with pytest.raises(NotResidentError):
+            pr.time(1024, "float32", "sum", repeats=4, samples=1)
+    with PlanRanks(lower("allreduce_2pa_ll", 8), max_block_count=max(SIZES), itemsize=4, timeout_s=20) as pr:
+        pr.check_resident("float32")
+        run_sizes(pr, rng, "float32", "sum", sizes=[1023])
+
+
 TIMEOUT_SCRIPT = textwrap.dedent(
     """
     import sys

@@ -33,6 +33,11 @@ class PlanRanksError(RuntimeError):
     """A rank's kernel failed; the message carries every rank's timeout record."""
 
 
+class NotResidentError(ValueError):
+    """The plan's blocks on every rank of the GPU cannot all be resident at once: launched, the call would never end
+    (its blocks wait for blocks that wait to start) and the timeout's trap would end the process's CUDA context."""
+
+
 def plan_spec(cuda, plan: dict):
     """The native decoded plan (``ExecutorPlanSpec``) of a plan dict (PLAN.md)."""
     from jax_mscclpp.plan_encoding import encode_plan
@@ -93,7 +98,20 @@ class PlanRanks(RankData):
 
     # -- running ---------------------------------------------------------------------------------------------------
 
+    def check_resident(self, dtype, op: str = "sum") -> None:
+        """Raises NotResidentError where the plan's blocks on all the ranks (one GPU) exceed what the GPU holds at
+        once for this dtype and op (kernels/executor/executor.h, plan_resident_blocks)."""
+        info = self.ranks[0].plan_info()
+        need = self.nranks * info["threadblocks"]
+        holds = self.ranks[0].resident_blocks(dtype_code(dtype), REDUCE_CODES[op])
+        if need > holds:
+            raise NotResidentError(
+                f"plan {self.plan.get('name', '?')!r}: {self.nranks} ranks x {info['threadblocks']} blocks of "
+                f"{info['threads']} threads and {info['image_bytes']} B of shared memory = {need} blocks must be "
+                f"resident at once on one GPU, which holds {holds}")
+
     def launch(self, block_count: int, dtype, op: str = "sum", ranks: Iterable[int] | None = None) -> list[int]:
+        self.check_resident(dtype, op)
         ranks = list(range(self.nranks)) if ranks is None else list(ranks)
         for r in ranks:
             self.ranks[r].launch_plan(block_count, dtype_code(dtype), REDUCE_CODES[op])
@@ -138,5 +156,7 @@ class PlanRanks(RankData):
         """Milliseconds per call (one value per sample) of ``repeats`` back-to-back calls on every rank: the plan,
         or with ``collective`` set the hand-written ``launch_collective(collective, algorithm)``."""
         kind = 0 if collective is None else 1
+        if kind == 0:
+            self.check_resident(dtype, op)
         return self.cuda.time_calls(self.ranks, kind, collective or 0, algorithm, block_count, dtype_code(dtype),
                                     REDUCE_CODES[op], repeats, samples)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "check.h"
 #include "executor_plan.h"
 #include "executor_rank.h"
 #include "host_plan.h"
@@ -86,6 +87,16 @@ void register_executor(nb::module_& m) {
             return plan_launch_count(r.plan()->device_plan(), r.scratch_bytes(), block_count, dtype);
           },
           nb::arg("block_count"), nb::arg("dtype"))
+      .def(
+          "resident_blocks",
+          [](const ExecutorRank& r, int32_t dtype, int32_t op) {
+            if (r.plan() == nullptr) throw std::runtime_error("jax_mscclpp: no plan bound");
+            DeviceGuard on(r.device());
+            return plan_resident_blocks(r.plan()->device_plan(), dtype, op);
+          },
+          nb::arg("dtype"), nb::arg("op"),
+          "The most blocks of the bound plan's kernel for `dtype` and `op` this rank's GPU holds at once "
+          "(kernels/executor/executor.h, plan_resident_blocks).")
       .def("launch_plan", &ExecutorRank::launch_plan, nb::arg("block_count"), nb::arg("dtype"), nb::arg("op"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("launch_collective", &ExecutorRank::launch_collective, nb::arg("collective"), nb::arg("algorithm"),
