@@ -11,7 +11,7 @@
 //               so they get the same bits. A reduce's other ranks only send. A pre-multiplied sum
 //               (ncclRedOpCreatePreMulSum) multiplies by each rank's own factor: every rank multiplies what it
 //               contributes, in its staging buffer, before the piece moves; the fold then sums.
-//   one rank    on a communicator of one rank every collective is a copy (a reduction: the fold of one block).
+//   one rank    on a communicator of one rank every collective is a copy (a PreMulSum: the fold of one block).
 // The pieces depend only on the sizes and the world size, so every rank's messages pair up in order. Output may
 // alias input (the fold reads staging only, and a piece's sends are done when its kernel ends), and may lie at any
 // address (an output not aligned to its element is folded in the staging buffer and copied).

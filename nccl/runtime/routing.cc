@@ -86,8 +86,14 @@ Route route_decoded(const RouteContext& context, const Operation& op, const Deco
   }
   if (has_root(op.function) && (op.root < 0 || op.root >= n))
     return refuse(ncclInvalidArgument, "root " + std::to_string(op.root) + " of " + std::to_string(n) + " ranks");
-  // One rank: a copy (a reduction: the fold of one block), ours whatever serves the communicator.
-  if (n == 1) return reduces(op.function) ? composed_reduction(context, op) : of_kind(Route::kComposed);
+  // One rank: a copy of its one block, ours whatever serves the communicator. Every builtin reduction of one block
+  // is the block itself, so only a PreMulSum, which multiplies it, folds; the reduction is still checked.
+  if (n == 1) {
+    if (!reduces(op.function)) return of_kind(Route::kComposed);
+    Route r = composed_reduction(context, op);
+    if (r.fold && r.fold->op != FoldOp::kPreMulSum) r.fold.reset();
+    return r;
+  }
   if (d.kernel_runs()) {
     // Per-rank input bytes, as the table counts them.
     const uint64_t nbytes = d.block_bytes * input_blocks(d.collective, static_cast<size_t>(n));

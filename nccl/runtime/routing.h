@@ -14,8 +14,8 @@
 //                  gives the size to NVIDIA's NCCL, it serves the communicator and that has several ranks;
 //   kComposed      what no kernel runs (broadcast, reduce, gather, scatter; prod, avg, pre-multiplied sums and the
 //                  8-bit floats) on a communicator NVIDIA's NCCL does not serve, and every collective on a
-//                  communicator of one rank (a copy, or the fold of one block): compositions.h, with `fold` for
-//                  reductions;
+//                  communicator of one rank (a copy; a PreMulSum the fold of one block): compositions.h, with
+//                  `fold` for the reductions that fold;
 //   kForward       NVIDIA's NCCL, where it serves the communicator;
 //   kRefuse        an error the caller returns (`refusal`, `reason`): bad arguments, or nothing can run it.
 #pragma once

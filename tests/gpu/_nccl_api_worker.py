@@ -934,8 +934,8 @@ def batches(n: int) -> list:
 
 
 def one_rank_batches() -> list:
-    """What a communicator of one rank (a split with a color per rank) runs: every collective a copy or a one-block
-    fold of ours, with NVIDIA's NCCL never made beside it."""
+    """What a communicator of one rank (a split with a color per rank) runs: every collective a copy of ours (a PreMulSum
+    a one-block fold), with NVIDIA's NCCL never made beside it."""
     reductions = [_all_reduce("one", name, op, count, in_place) for name in ("float32", "bfloat16", "int8",
                                                                              "float8_e5m2")
                   for op in OP_CODES for count in (1, 1023) for in_place in (False, True)]

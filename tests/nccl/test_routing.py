@@ -71,15 +71,23 @@ def test_a_peer_outside_the_communicator_is_refused(harness, peer):
 
 @pytest.mark.parametrize("shared", [True, False])
 def test_every_call_of_a_one_rank_communicator_is_ours(harness, shared):
-    # a split's communicator of one rank: copies and one-block folds, never NVIDIA's (none is made beside it)
+    # a split's communicator of one rank: copies, never NVIDIA's (none is made beside it); every builtin reduction
+    # of one block is the block, so only a PreMulSum folds (it multiplies the block)
     for function in ["ncclAllGather", "ncclAlltoAll", "ncclBroadcast", "ncclBcast", "ncclGather", "ncclScatter"]:
         kind, _, element, _, _, reason = route(harness, function, dtype=BFLOAT16, root=0, nranks=1, shared=shared)
         assert (kind, element) == ("composed", -1), reason
     for function in ["ncclAllReduce", "ncclReduceScatter", "ncclReduce"]:
-        for op in (SUM, PROD, MAX, MIN, AVG):
-            kind, _, element, fold_op, _, reason = route(harness, function, dtype=FP8E5M2, op=op, root=0, nranks=1,
-                                                         shared=shared)
-            assert (kind, element, fold_op) == ("composed", FOLD_ELEMENT[FP8E5M2], FOLD_OF[op]), reason
+        for dtype in (FP8E5M2, FLOAT32):
+            for op in (SUM, PROD, MAX, MIN, AVG):
+                kind, _, element, _, _, reason = route(harness, function, dtype=dtype, op=op, root=0, nranks=1,
+                                                       shared=shared)
+                assert (kind, element) == ("composed", -1), reason
+            kind, _, element, fold_op, _, reason = route(harness, function, dtype=dtype, op=FIRST_MADE_OP, root=0,
+                                                         nranks=1, shared=shared, premulsums=[(dtype, 2)])
+            assert (kind, element, fold_op) == ("composed", FOLD_ELEMENT[dtype], FOLD_PREMULSUM), reason
+        kind, _, _, _, refusal, reason = route(harness, function, op=FIRST_MADE_OP + 3, root=0, nranks=1,
+                                               shared=shared)
+        assert (kind, refusal) == ("refuse", INVALID_ARGUMENT), reason
     for count in (1, 1 << 24):
         assert route(harness, "ncclSend", count=count, dtype=UINT8, peer=0, nranks=1, shared=shared)[0] == \
             "point_to_point"
