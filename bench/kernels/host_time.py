@@ -15,6 +15,9 @@ Paths (a cell's ``path``):
   selection still leaves to lax (no algorithm of ours for it on GPUs) is a cell with ``skipped`` (why) and no time;
 - ``nccl``: an NCCL operation call in jax_mscclpp's libnccl.so.2 (``library`` jax_mscclpp) and in NVIDIA's
   (``library`` nvidia), entry point to launch.
+- ``floor``: the least a call can take, what the others are read against (tests/harness launch_floor.h): an empty
+  kernel launched on a stream (``what`` launch), and the same followed by the two CUDA calls the call entry's issue
+  order makes after every call, a capture query and an event record (``what`` launch+issue_order).
 
 A round issues ``calls`` operations of every rank back to back (on the NCCL paths a group of the N ranks' calls
 each; one rank calls without a group) and is timed on the host without synchronizing; the streams are synchronized
@@ -143,6 +146,22 @@ def jax_cells(ranks: list[int], sizes: list[int], collectives: list[str], calls:
     return cells
 
 
+def floor_cells(calls: int, rounds: int) -> list[dict]:
+    """The launch floor's cells (module docstring)."""
+    import numpy as np
+
+    from tests.harness import native_module
+
+    cells = []
+    for what, issue_order_calls in (("launch", False), ("launch+issue_order", True)):
+        rounds_us = native_module().time_launch_floor(0, calls, rounds, issue_order_calls)
+        cell = {"path": "floor", "what": what, "host_us_per_call": round(float(np.median(rounds_us)), 3),
+                "host_us_per_call_min": round(float(min(rounds_us)), 3)}
+        cells.append(cell)
+        print(json.dumps(cell), flush=True)
+    return cells
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", default="1,2,4", help="ranks of the NCCL cells (ours; NVIDIA's: 1)")
@@ -175,6 +194,7 @@ def main(argv=None) -> int:
                         cells.append(cell)
                         shown = {k: v for k, v in cell.items() if k not in ("calls", "rounds")}
                         print(json.dumps(shown), flush=True)
+    cells += floor_cells(args.calls, args.rounds)
     cells += jax_cells([int(r) for r in args.jax_ranks.split(",")], sizes, args.collectives.split(","), args.calls,
                        args.rounds)
     write_record("host-time", cells, args, started, None, None, record="jax_mscclpp.host_time/1", calls=args.calls,

@@ -1,4 +1,5 @@
-// Python bindings of the harness kernels' ranks (harness_rank.h) and the proxy FIFO probe (fifo_probe.h).
+// Python bindings of the harness kernels' ranks (harness_rank.h), the proxy FIFO probe (fifo_probe.h) and the
+// launch floor (launch_floor.h).
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -10,6 +11,7 @@
 #include "fifo_probe.h"
 #include "harness.h"
 #include "harness_rank.h"
+#include "launch_floor.h"
 #include "ragged_tables.h"
 
 namespace nb = nanobind;
@@ -60,6 +62,11 @@ void register_harness(nb::module_& m) {
       .def_rw("algorithm", &HarnessParams::algorithm)
       .def_rw("destinations_lo", &HarnessParams::destinations_lo)
       .def_rw("destinations_hi", &HarnessParams::destinations_hi);
+
+  m.def("time_launch_floor", &time_launch_floor, nb::arg("device"), nb::arg("calls"), nb::arg("rounds"),
+        nb::arg("issue_order_calls"), nb::call_guard<nb::gil_scoped_release>(),
+        "each round's host microseconds per launch of an empty kernel (with issue_order_calls: and the call entry's "
+        "capture query and event record after it)");
 
   nb::class_<HarnessRank, VirtualRank> harness_rank(m, "HarnessRank",
                                                    "A virtual rank running the harness kernels (harness_rank.h).");
