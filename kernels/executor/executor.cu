@@ -2,6 +2,8 @@
 // call's dtype and reduction.
 #include "executor/executor.h"
 
+#include <vector>
+
 #include "collectives/collective_common.cuh"
 #include "executor/plan_kernel.h"
 #include "jax_mscclpp/reduce.cuh"
@@ -110,6 +112,19 @@ int plan_resident_blocks(const DevicePlan& plan, int32_t dtype, int32_t op) {
     result = plan_blocks_per_multiprocessor<decltype(t), decltype(o)>(plan, &per_multiprocessor);
   });
   return result == cudaSuccess ? multiprocessors * per_multiprocessor : 0;
+}
+
+int plan_resident_blocks_for_every_call(const DevicePlan& plan) {
+  std::vector<int32_t> dtypes, ops;
+#define JAX_MSCCLPP_DTYPE(enumerator, ...) dtypes.push_back(codes::enumerator);
+#define JAX_MSCCLPP_REDUCE_OP(enumerator, ...) ops.push_back(codes::enumerator);
+#include "jax_mscclpp/codes.def"
+  int least = 0;
+  for (int32_t dtype : dtypes)
+    for (int32_t op : ops)
+      if (const int holds = plan_resident_blocks(plan, dtype, op); holds > 0 && (least == 0 || holds < least))
+        least = holds;
+  return least;
 }
 
 }  // namespace jax_mscclpp

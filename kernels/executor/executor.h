@@ -182,5 +182,7 @@ cudaError_t launch_plan(const CollectiveContext& ctx, const DevicePlan& plan, co
 // other ranks and of their own launch, so every block of every rank launched together on one GPU must fit this,
 // or the call never ends. 0 for an unknown dtype or op, or a device that cannot be asked.
 int plan_resident_blocks(const DevicePlan& plan, int32_t dtype, int32_t op);
+// The least plan_resident_blocks over every dtype and reduction: what a rank may launch of `plan` whatever its calls.
+int plan_resident_blocks_for_every_call(const DevicePlan& plan);
 
 }  // namespace jax_mscclpp

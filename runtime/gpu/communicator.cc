@@ -41,7 +41,15 @@ void GpuRank::bind_plan(int64_t plan_id, std::shared_ptr<const host::HostPlan> p
     throw std::invalid_argument(what + " uses port channels; create the communicator with port channels "
                                 "(jax_mscclpp.Communicator(mesh, axes, port_channels=True)) before its first use");
   DeviceGuard guard(ctx_->device());
-  plans_[plan_id] = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_, threads);
+  auto bound = std::make_unique<ExecutorPlan>(std::move(plan), *ctx_, device_, threads);
+  // A launch's blocks wait for each other (and for peers'), so all of them must be resident at once.
+  const DevicePlan& d = bound->device_plan();
+  if (const int holds = plan_resident_blocks_for_every_call(d); holds > 0 && d.n_threadblocks > holds)
+    throw std::invalid_argument(what + " runs " + std::to_string(d.n_threadblocks) + " thread blocks a rank; GPU " +
+                                std::to_string(ctx_->device()) + " holds at most " + std::to_string(holds) +
+                                " of them at once, and they wait for each other, so every one must be resident "
+                                "(fewer instances or thread blocks)");
+  plans_[plan_id] = std::move(bound);
 }
 
 std::string GpuRank::plan_name(uint32_t fingerprint) const {

@@ -237,28 +237,43 @@ def test_unsupported_plans_are_refused(cuda):
         PlanRanks(selfish, max_block_count=16, itemsize=4)
 
 
-def test_a_plan_whose_blocks_cannot_all_be_resident_is_refused_before_launch(cuda, rng):
-    """Ranks sharing one GPU must have every block of the call resident at once: MSCCLang's all-pairs all-reduce
-    with 16 instances on 8 ranks (128 blocks a rank, 1024 in all; an H100 or H200 holds at most 528 of 512 threads)
-    is refused before anything launches (launched, it would wait forever, and the timeout's trap would end the
-    process's CUDA context); the same process then runs a plan that fits."""
-    from tests.dsl import msccl_programs
+def widened(plan: dict, extra: int) -> dict:
+    """``plan`` with ``extra`` more thread blocks a rank (empty ones: the same work over more blocks)."""
+    import copy
+
+    wide = copy.deepcopy(plan)
+    for rank in wide["ranks"]:
+        rank["threadblocks"] += [{"ops": []} for _ in range(extra)]
+    return wide
+
+
+def test_plans_whose_blocks_cannot_all_be_resident_are_refused_before_launch(cuda, rng):
+    """A launch's blocks wait for each other and for the peers', so every block must be resident at once: a plan with
+    more blocks a rank than the GPU holds is refused where it is bound (for every call), and on virtual ranks, which
+    share one GPU, one whose blocks over all the ranks do not fit is refused before it launches (launched, it would
+    wait forever, and the timeout's trap would end the process's CUDA context). The process then runs a plan that
+    fits."""
     from tests.harness.plan_ranks import NotResidentError, PlanRanks, dtype_code
     from tests.harness.virtual_ranks import REDUCE_CODES
 
-    wide = msccl_programs.allreduce_allpairs(8, "LL", 16).lower()
-    with PlanRanks(wide, max_block_count=1024, itemsize=4, timeout_s=20) as pr:
-        blocks = 8 * pr.ranks[0].plan_info()["threadblocks"]
+    base = lower("allreduce_2pa_ll", 8)
+    with PlanRanks(base, max_block_count=max(SIZES), itemsize=4, timeout_s=20) as pr:
         holds = pr.ranks[0].resident_blocks(dtype_code("float32"), REDUCE_CODES["sum"])
-        assert 0 < holds < blocks, (holds, blocks)
-        with pytest.raises(NotResidentError, match=f"= {blocks} blocks must be resident at once on one GPU, "
-                                                   f"which holds {holds}"):
+    assert holds >= 8  # the 8-rank plan of one block a rank fits
+
+    with pytest.raises(ValueError, match=r"thread blocks a rank; GPU 0 holds at most \d+ of them at once"):
+        PlanRanks(widened(lower("allreduce_2pa_ll", 2), holds), max_block_count=1024, itemsize=4, timeout_s=20)
+
+    per_rank = 1 + holds // 4  # fits one rank, not eight on one GPU
+    with PlanRanks(widened(base, holds // 4), max_block_count=1024, itemsize=4, timeout_s=20) as pr:
+        with pytest.raises(NotResidentError, match=f"8 ranks x {per_rank} blocks .* = {8 * per_rank} blocks must be "
+                                                   f"resident at once on one GPU, which holds {holds}"):
             pr.launch(1024, "float32", "sum")
         with pytest.raises(NotResidentError):
             pr.time(1024, "float32", "sum", repeats=4, samples=1)
-    with PlanRanks(lower("allreduce_2pa_ll", 8), max_block_count=max(SIZES), itemsize=4, timeout_s=20) as pr:
-        pr.check_resident("float32")
-        run_sizes(pr, rng, "float32", "sum", sizes=[1023])
+
+    with PlanRanks(base, max_block_count=max(SIZES), itemsize=4, timeout_s=20) as pr:
+        run_sizes(pr, rng, "float32", "sum", sizes=[1023, 4096 * 8 + 5])
 
 
 TIMEOUT_SCRIPT = textwrap.dedent(
