@@ -143,6 +143,28 @@ ncclResult_t start_pending(OurCommunicator* ours) {
   }
 }
 
+// run(i) for every i < communicators.size(), as a group's end makes what was queued in it: concurrently across
+// communicators (one thread may queue the work of several ranks, which meet each other in their bootstrap rounds),
+// in queue order within one (its rounds follow one another on its one bootstrap connection). Where no thread can
+// be had, here.
+void run_by_communicator(const std::vector<const OurCommunicator*>& communicators,
+                         const std::function<void(size_t)>& run) {
+  std::map<const OurCommunicator*, std::vector<size_t>> by_communicator;
+  for (size_t i = 0; i < communicators.size(); ++i) by_communicator[communicators[i]].push_back(i);
+  std::vector<std::thread> threads;
+  for (const auto& [communicator, indices] : by_communicator) {
+    const auto in_order = [&run, mine = indices] {
+      for (size_t i : mine) run(i);
+    };
+    try {
+      threads.emplace_back(in_order);
+    } catch (const std::system_error&) {
+      in_order();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+}
+
 }  // namespace
 
 bool our_runtime_enabled() {
@@ -301,29 +323,15 @@ ncclResult_t run_group_children() {
   std::vector<PendingChild> pending;
   pending.swap(group_children);
   if (pending.empty()) return ncclSuccess;
-  // Concurrently by parent (one thread may split several ranks of a parent, which meet each other in its rounds),
-  // in call order within one parent (its rounds follow one another).
-  std::map<OurCommunicator*, std::vector<size_t>> by_parent;
-  for (size_t i = 0; i < pending.size(); ++i) by_parent[pending[i].parent].push_back(i);
+  std::vector<const OurCommunicator*> parents;
+  for (const PendingChild& child : pending) parents.push_back(child.parent);
   std::vector<ncclResult_t> results(pending.size(), ncclSuccess);
   std::vector<std::string> errors(pending.size());
-  std::vector<std::thread> threads;
-  for (const auto& [parent, indices] : by_parent) {
-    const std::vector<size_t> mine = indices;
-    const auto run = [&pending, &results, &errors, mine] {
-      for (size_t i : mine) {
-        (void)cudaSetDevice(pending[i].device);
-        results[i] = pending[i].make();
-        if (results[i] != ncclSuccess && results[i] != ncclInProgress) errors[i] = last_error();
-      }
-    };
-    try {
-      threads.emplace_back(run);
-    } catch (const std::system_error&) {
-      run();  // no thread to be had: here (ranks of one process that meet each other then wait for the timeout)
-    }
-  }
-  for (std::thread& t : threads) t.join();
+  run_by_communicator(parents, [&pending, &results, &errors](size_t i) {
+    (void)cudaSetDevice(pending[i].device);
+    results[i] = pending[i].make();
+    if (results[i] != ncclSuccess && results[i] != ncclInProgress) errors[i] = last_error();
+  });
   ncclResult_t result = ncclSuccess;
   for (size_t i = 0; i < pending.size(); ++i) {
     if (results[i] == ncclSuccess || results[i] == ncclInProgress) {
@@ -509,17 +517,12 @@ ncclResult_t run_group_windows() {
   std::vector<PendingWindow> pending;
   pending.swap(group_windows);
   if (pending.empty()) return ncclSuccess;
-  // Concurrently: one thread may register the windows of several ranks, which meet each other in every round.
+  // A rank's windows in call order (each registration is collective: its rounds pair up with the peers' same
+  // window), the ranks' concurrently.
+  std::vector<const OurCommunicator*> communicators;
+  for (const PendingWindow& w : pending) communicators.push_back(w.ours);
   std::vector<std::string> failed(pending.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < pending.size(); ++i) {
-    try {
-      threads.emplace_back([&failed, &pending, i] { failed[i] = make_window(pending[i]); });
-    } catch (const std::system_error& error) {
-      failed[i] = std::string("ncclCommWindowRegister: cannot start the registration's thread: ") + error.what();
-    }
-  }
-  for (std::thread& t : threads) t.join();
+  run_by_communicator(communicators, [&failed, &pending](size_t i) { failed[i] = make_window(pending[i]); });
   for (const std::string& f : failed)
     if (!f.empty()) return fail(ncclSystemError, f);
   return ncclSuccess;

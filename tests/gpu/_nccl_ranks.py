@@ -81,18 +81,22 @@ class NcclRanks:
             raise errors[0]
         return results
 
-    def register_windows(self, buffers: list[int], nbytes: int, grouped: bool = False,
+    def register_windows(self, buffers: list, nbytes: int, grouped: bool = False,
                          flags: int = NCCL_WIN_COLL_SYMMETRIC) -> list:
-        """Every rank's window over its buffer, registered with winFlags `flags` (symmetric unless told: the calls
-        pass every rank's buffers at the same offsets in the windows): from a thread per rank, or (`grouped`) from
-        this thread in one group, as NCCL lets one thread register the windows of several ranks."""
+        """Every rank's window over its buffer (buffers[r]; a list: a window over each, registered in its order),
+        registered with winFlags `flags` (symmetric unless told: the calls pass every rank's buffers at the same
+        offsets in the windows): from a thread per rank, or (`grouped`) from this thread in one group, as NCCL lets
+        one thread register the windows of several ranks."""
         def register(r):
             self.cp.cuda.Device(0).use()
-            window = ctypes.c_void_p()
-            self.check(self.lib.ncclCommWindowRegister(self.comms[r], buffers[r], nbytes, ctypes.byref(window),
-                                                       flags),
-                       f"ncclCommWindowRegister on rank {r}", self.comms[r])
-            return window
+            made = []
+            for buffer in buffers[r] if isinstance(buffers[r], list) else [buffers[r]]:
+                window = ctypes.c_void_p()
+                self.check(self.lib.ncclCommWindowRegister(self.comms[r], buffer, nbytes, ctypes.byref(window),
+                                                           flags),
+                           f"ncclCommWindowRegister on rank {r}", self.comms[r])
+                made.append(window)
+            return made if isinstance(buffers[r], list) else made[0]
         if not grouped:
             return self._each_rank(register)
         self.check(self.lib.ncclGroupStart(), "ncclGroupStart")
@@ -101,9 +105,10 @@ class NcclRanks:
         return windows
 
     def deregister_windows(self, windows: list) -> None:
-        for r, window in enumerate(windows):
-            self.check(self.lib.ncclCommWindowDeregister(self.comms[r], window), f"ncclCommWindowDeregister {r}",
-                       self.comms[r])
+        for r, made in enumerate(windows):
+            for window in made if isinstance(made, list) else [made]:
+                self.check(self.lib.ncclCommWindowDeregister(self.comms[r], window), f"ncclCommWindowDeregister {r}",
+                           self.comms[r])
 
     def mem_alloc(self, nbytes: int) -> int:
         ptr = ctypes.c_void_p()

@@ -169,6 +169,29 @@ def test_windows_registered_in_one_group_by_one_thread(ranks):
     assert run_case(ranks, "all_reduce", "float32", "max", 4097, grouped=True) == ranks.n
 
 
+def test_each_ranks_input_and_output_windows_registered_in_one_group_by_one_thread(ranks):
+    """As nccl-tests -R 2 registers them: in one group, every rank's window over its input, then one over its output
+    (two allocations); each registration is collective, so a rank's two pair up with its peers' in call order. The
+    all-reduce from the one to the other then runs in place."""
+    cp, n, count = ranks.cp, ranks.n, 4099
+    blocks = [rank_data(zlib.crc32(b"two windows"), r, count, "float32") for r in range(n)]
+    sends = [cp.asarray(b) for b in blocks]
+    recvs = [cp.full(count, np.nan, cp.float32) for _ in range(n)]
+    windows = ranks.register_windows([[s.data.ptr, r.data.ptr] for s, r in zip(sends, recvs)], count * 4,
+                                     grouped=True)
+    before = ranks.calls().get(FUNCTIONS["all_reduce"], {}).get("in_place", 0)
+    try:
+        ranks.collective("all_reduce", [s.data.ptr for s in sends], [r.data.ptr for r in recvs], count, "float32",
+                         "sum")
+        ranks.synchronize()
+    finally:
+        ranks.deregister_windows(windows)
+    want, tol = expected("all_reduce", blocks, "float32", "sum", 0, n)
+    for r in range(n):
+        assert not compare(cp.asnumpy(recvs[r]), want, tol), f"rank {r}"
+    assert ranks.calls().get(FUNCTIONS["all_reduce"], {}).get("in_place", 0) - before == n
+
+
 def test_what_windows_do_not_serve_runs_the_tables_algorithm(ranks):
     assert run_case(ranks, "all_to_all", "float32", "sum", 1023, layout="same") == 0  # in place would race
     assert run_case(ranks, "all_reduce", "float32", "sum", 4099, windowed=False) == 0
