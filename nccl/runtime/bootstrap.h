@@ -50,7 +50,8 @@ class BootstrapClient {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   // One round: every rank's frame, in rank order (this rank's own included). Throws std::runtime_error when the
-  // root or a rank does not answer within the timeout, naming `what`.
+  // root or a rank does not answer within the timeout, naming `what`. One thread at a time: a round's frames share
+  // the one connection, and the rounds of every rank pair up by their order.
   std::vector<std::string> all_gather(const std::string& mine, const char* what);
   // The same round bounded by `limit_s` seconds instead of the process's timeout (a destroy's barrier).
   std::vector<std::string> all_gather(const std::string& mine, const char* what, double limit_s);
