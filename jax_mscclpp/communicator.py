@@ -317,7 +317,8 @@ class Communicator:
                                       self.scratch_bytes, self.port_channels)
             self.alive = True
             frames = {}
-            publish, fetch = (exchange.publish, exchange.fetch) if exchange else (frames.__setitem__, frames.__getitem__)
+            publish, fetch = ((exchange.publish, exchange.fetch) if exchange
+                              else (frames.__setitem__, frames.__getitem__))
             ranks = [(d.local_hardware_id, self.rank_of_partition[p],
                       [self.rank_of_partition[q] for q in members[self.group_of_partition[p]]])
                      for p, d in local.items()]
