@@ -18,9 +18,9 @@ kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) o
 Every plan and the kernel are checked once against numpy before they are timed. Virtual ranks share one GPU, so
 a plan runs only where every rank's blocks are resident at once (PlanRanks.check_resident); one that does not fit
 is listed under ``not_resident``, not run, and its front end's row is its other instance count's. Timing as
-bench/kernels/executor.py: ``repeats`` back-to-back calls on every rank released together from launch gates, events around them, the median
-over ``samples`` batches, microseconds per call. ``vs_dsl`` and ``vs_kernel``: a plan's time over the DSL plan's and
-the kernel's.
+bench/kernels/executor.py: ``repeats`` back-to-back calls on every rank released together from launch gates, events
+around them, the median over ``samples`` batches, microseconds per call. ``vs_dsl`` and ``vs_kernel``: a plan's time
+over the DSL plan's and the kernel's.
 """
 
 from __future__ import annotations
