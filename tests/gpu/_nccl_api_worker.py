@@ -410,10 +410,11 @@ def _all_reduce(tag, name, op, count, in_place, title=""):
 WINDOW_CASE = "in windows"
 
 
-def _windowed(collective, name, op, count, nccl_memory):
+def _windowed(collective, name, op, count, nccl_memory, grouped=False):
     """A call whose input and output are windows of every rank: in place where every rank maps every other's window
     (cupy's cudaMalloc memory, through CUDA IPC), the table's algorithm where one cannot (ncclMemAlloc's cuMem memory
-    between processes); the same results either way."""
+    between processes); the same results either way. `grouped`: the two windows registered in one group, as
+    nccl-tests -R 2 registers them (each registration collective: a rank's two pair up with its peers' in order)."""
     def build(c, w):
         n = w.n
         per_rank = collective in ("reduce_scatter", "all_to_all")
@@ -429,8 +430,12 @@ def _windowed(collective, name, op, count, nccl_memory):
             want, tol = np.concatenate([b[w.rank * count:(w.rank + 1) * count] for b in blocks]), None
         send = c.buffer(blocks[w.rank], nccl_memory)
         out = c.output("result", want, tol, nccl_memory=nccl_memory)
+        if grouped:
+            c.returned("ncclGroupStart", w.lib.ncclGroupStart())
         c.window(send)
         c.window(out)
+        if grouped:
+            c.returned("ncclGroupEnd", w.lib.ncclGroupEnd())
         code = DTYPE_CODES[name]
         if collective in ("all_reduce", "reduce_scatter"):
             function = {"all_reduce": w.lib.ncclAllReduce, "reduce_scatter": w.lib.ncclReduceScatter}[collective]
@@ -438,18 +443,23 @@ def _windowed(collective, name, op, count, nccl_memory):
         function = {"all_gather": w.lib.ncclAllGather, "all_to_all": w.lib.ncclAlltoAll}[collective]
         return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, w.comm, w.s))
     memory = "ncclMemAlloc" if nccl_memory else "cudaMalloc"
-    return f"{collective} {name} {op} count={count} {WINDOW_CASE} of {memory} memory", build
+    return (f"{collective} {name} {op} count={count} {WINDOW_CASE} of {memory} memory"
+            + (", registered in a group" if grouped else "")), build
 
 
-# Per NCCL function, the window cases of cudaMalloc memory (each runs in place on every rank).
+# The calls of the window cases.
 WINDOW_CALLS = [("all_reduce", "float32", "sum", 65541), ("all_reduce", "bfloat16", "max", 1023),
                 ("reduce_scatter", "int32", "sum", 4099), ("all_gather", "float16", "sum", 3),
                 ("all_to_all", "int8", "sum", 1027)]
 
 
+# The window cases: (call, in ncclMemAlloc's memory, registered in a group); those of cudaMalloc memory run in place.
+WINDOW_CASES = ([(call, False, False) for call in WINDOW_CALLS] + [(call, True, False) for call in WINDOW_CALLS[:2]] +
+                [(WINDOW_CALLS[0], nccl_memory, True) for nccl_memory in (False, True)])
+
+
 def window_batch():
-    return ([_windowed(*call, nccl_memory=False) for call in WINDOW_CALLS] +
-            [_windowed(*call, nccl_memory=True) for call in WINDOW_CALLS[:2]])
+    return [_windowed(*call, nccl_memory=nccl_memory, grouped=grouped) for call, nccl_memory, grouped in WINDOW_CASES]
 
 
 def all_reduce_batches():
