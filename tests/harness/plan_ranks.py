@@ -103,8 +103,8 @@ class PlanRanks(RankData):
         once for this dtype and op (kernels/executor/executor.h, plan_resident_blocks)."""
         info = self.ranks[0].plan_info()
         need = self.nranks * info["threadblocks"]
-        holds = self.ranks[0].resident_blocks(dtype_code(dtype), REDUCE_CODES[op])
-        if need > holds:
+        holds = self.ranks[0].resident_blocks(dtype_code(dtype), REDUCE_CODES[op])  # 0: the device could not say
+        if holds and need > holds:
             raise NotResidentError(
                 f"plan {self.plan.get('name', '?')!r}: {self.nranks} ranks x {info['threadblocks']} blocks of "
                 f"{info['threads']} threads and {info['image_bytes']} B of shared memory = {need} blocks must be "
