@@ -1,12 +1,19 @@
 """Operation fusion: merge chains of one thread block into single plan operations, as the op table allows
 (ops.py: ``reduction``, ``fuses_into``, ``fused_from``).
 
-Three rewrites, each only across operations with no intervening access to the chunks involved (barriers do
+Four rewrites, each only across operations with no intervening access to the chunks involved (barriers do
 not count: they are placed afterwards). With the current table they are:
 
 * sources: ``read_packets(T <- S)`` ... ``reduce(D <- [.., T, ..])`` -> ``reduce_packets(D <- [..],
   packet_srcs=[S])`` when scratch chunk T is a temporary: the reduction is its only reader anywhere in the
   plan. The packets are then unpacked into registers instead of a round trip through T.
+* chains: ``reduce(T <- [a, b, ..])`` ... ``reduce(D <- [T, c, ..])`` -> ``reduce(D <- [a, b, .., c, ..])`` when
+  T is the second's first source, only waits come between them (the first reduction moves after them: it only
+  starts later), and T is either a scratch temporary as above or D itself (an accumulation in place, which no one
+  can see between the two without a signal) and the second's other sources do not name it. The order of the
+  reduction is unchanged: the same result bit for bit, but for 16-bit floats, which the executor rounds once a
+  reduction rather than once a link. A chain of reductions (MSCCLang's ``c = c.reduce(...)``, one source at a
+  time, through temporaries or in place) becomes one pass over its sources.
 * destinations: ``reduce(D <- ...)`` immediately followed by puts of exactly D -> ``reduce_put`` (HB memory
   channels) or ``reduce_packets`` with ``remotes`` (LL memory channels): the result goes to the peers from
   registers. Port channels are left alone (no reduction sends over them): their DMA reads memory, so the
@@ -22,7 +29,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .access import chunk_keys, op_accesses
-from .ops import BARRIER_OP, FUSED_PAIRS, READ, REDUCTIONS, VIA, WRITE, Operand, spec_of
+from .ops import BARRIER_OP, FUSED_PAIRS, READ, REDUCTIONS, VIA, WAIT_OP, WRITE, Operand, spec_of
 
 
 def fuse_plan(plan: dict) -> None:
@@ -118,7 +125,14 @@ def _fold_sources(ops: list, rank: int, channels: list, readers: Counter) -> lis
 
 def _absorb_sources(reduction: dict, out: list, rank: int, channels: list, readers: Counter) -> dict:
     srcs, entries, absorbed = [], _entries(reduction), []
-    for src in reduction["srcs"]:
+    for i, src in enumerate(reduction["srcs"]):
+        position = _feeding_reduction(reduction, out, rank, channels, readers) if i == 0 else None
+        if position is not None:
+            feeder = out[position]
+            srcs.extend(feeder["srcs"])
+            absorbed.append((position, feeder))
+            out[position] = None
+            continue
         position = _feeding_source(src, out, rank, channels, readers)
         if position is None:
             srcs.append(src)
@@ -155,6 +169,34 @@ def _feeding_source(temp: dict, out: list, rank: int, channels: list, readers: C
         slot_keys = set(chunk_keys(rank, op["src"]))
         between = [o for o in out[position + 1:] if o is not None]
         if any(slot_keys & set(op_accesses(o, rank, channels)[1]) for o in between):
+            return None
+        return position
+    return None
+
+
+def _feeding_reduction(reduction: dict, out: list, rank: int, channels: list, readers: Counter) -> int | None:
+    """Position in ``out`` of a plain ``reduce`` that fills T, the first source of ``reduction``, for it alone, with
+    only waits after it; or None. T is a scratch temporary nothing else reads, or ``reduction``'s own destination
+    (an accumulation in place: with no signal in between, no one else may see the value between the two) that its
+    other sources do not name."""
+    temp = reduction["srcs"][0]
+    temp_keys = set(chunk_keys(rank, temp))
+    if temp == reduction["dst"]:
+        others = reduction["srcs"][1:]
+        if any(temp_keys & set(chunk_keys(rank, src)) for src in others):
+            return None
+    elif temp["buffer"] != "scratch" or any(readers[key] != 1 for key in temp_keys):
+        return None
+    for position in range(len(out) - 1, -1, -1):
+        op = out[position]
+        if op is None:
+            continue
+        reads, writes = op_accesses(op, rank, channels)
+        if not temp_keys & (set(reads) | set(writes)):
+            continue
+        if op["op"] != "reduce" or op["dst"] != temp:
+            return None
+        if any(o is not None and o["op"] != WAIT_OP for o in out[position + 1:]):
             return None
         return position
     return None

@@ -163,6 +163,8 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE}
 
 # The operation barrier placement inserts: a barrier point and nothing else.
 BARRIER_OP = "barrier"
+# The operation that only waits for a signal: fusion may move a reduction past it (fusion.py, "chains").
+WAIT_OP = "wait"
 
 # (first, second) -> the operation that is both, on one channel.
 FUSED_PAIRS: dict[tuple[str, str], str] = {spec.fused_from: spec.name for spec in _TABLE if spec.fused_from}

@@ -122,6 +122,54 @@ def test_a_temporary_read_twice_is_not_fused_away():
     assert op_names(prog.lower()) == ["put_packets", "read_packets", "barrier", "reduce", "copy"]
 
 
+def reduce_chain_program(links: str):
+    """3-rank all-reduce whose rank reduces what arrives one source at a time, each peer's wait just before the link
+    that reads its chunk: through a scratch temporary (as MSCCLang's ``c = c.reduce(...)`` lowers), ``links``
+    "temporary"; the same with a second reader of the temporary, "temporary read twice"; accumulating in the output
+    (as MSCCL-IR's reductions in place load), "in place"."""
+    prog = Program("all_reduce", 3, chunks=1, scratch_chunks=5)
+    pipes = all_pairs(prog, MemoryChannel)
+    for r, rank in enumerate(prog.ranks):
+        for p in prog.peers(r):
+            pipes[r, p].put(prog.rank(p).scratch[r], rank.input[0])
+            pipes[r, p].signal()
+        first, second = prog.peers(r)
+        link = rank.output[0] if links == "in place" else rank.scratch[3]
+        if links == "in place":
+            rank.copy(link, rank.input[0])
+        pipes[first, r].wait()
+        rank.reduce(link, [link if links == "in place" else rank.input[0], rank.scratch[first]])
+        pipes[second, r].wait()
+        rank.reduce(rank.output[0], [link, rank.scratch[second]])
+        if links == "temporary read twice":
+            rank.copy(rank.scratch[4], rank.scratch[3])
+    return prog
+
+
+@pytest.mark.parametrize("links", ["temporary", "in place"])
+def test_a_chain_of_reductions_is_one_reduction(links):
+    fused = reduce_chain_program(links).lower()
+    unfused = reduce_chain_program(links).lower(fuse=False)
+    assert count_ops(unfused, "reduce") == 2 * 3
+    copies = ["copy"] if links == "in place" else []
+    assert op_names(fused) == ["put_with_signal", "put_with_signal"] + copies + ["wait", "wait", "reduce"]
+    (reduction,) = [op for op in fused["ranks"][0]["threadblocks"][0]["ops"] if op["op"] == "reduce"]
+    first = {"buffer": "output" if links == "in place" else "input", "index": 0, "count": 1}
+    assert reduction["dst"] == {"buffer": "output", "index": 0, "count": 1}
+    assert reduction["srcs"] == [first, {"buffer": "scratch", "index": 1, "count": 1},
+                                 {"buffer": "scratch", "index": 2, "count": 1}]
+    simulate_all_reduce(fused)
+    # The order of the reduction is kept: float32 sums equal bit for bit.
+    rng = np.random.default_rng(5)
+    inputs = [(rng.standard_normal(41) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(3)]
+    for got, want in zip(run_plan(fused, inputs, "sum"), run_plan(unfused, inputs, "sum")):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_a_chain_link_read_twice_stays():
+    assert count_ops(reduce_chain_program("temporary read twice").lower(), "reduce") == 2 * 3
+
+
 def barrier_program():
     """One rank, one thread block: a chain of copies with DSL barriers, most of them useless."""
     prog = Program("all_gather", 2, chunks=1, scratch_chunks=3)
