@@ -150,28 +150,38 @@ def _absorb_sources(reduction: dict, out: list, rank: int, channels: list, reade
     return fused
 
 
+def _is_temporary(ref: dict, rank: int, readers: Counter) -> bool:
+    """Whether ``ref`` is a scratch chunk that a single operation in the whole plan reads."""
+    return ref["buffer"] == "scratch" and all(readers[key] == 1 for key in chunk_keys(rank, ref))
+
+
+def _last_access(ref: dict, out: list, rank: int, channels: list) -> int | None:
+    """Position in ``out`` of the last operation that reads or writes ``ref``'s chunks, or None."""
+    keys = set(chunk_keys(rank, ref))
+    for position in range(len(out) - 1, -1, -1):
+        op = out[position]
+        if op is not None and keys & set().union(*op_accesses(op, rank, channels)):
+            return position
+    return None
+
+
 def _feeding_source(temp: dict, out: list, rank: int, channels: list, readers: Counter) -> int | None:
     """Position in ``out`` of the operation whose only purpose is to fill ``temp`` for the reduction being
     built, and that can become one of its source entries; or None."""
-    temp_keys = set(chunk_keys(rank, temp))
-    if temp["buffer"] != "scratch" or any(readers[key] != 1 for key in temp_keys):
+    if not _is_temporary(temp, rank, readers):
         return None
-    for position in range(len(out) - 1, -1, -1):
-        op = out[position]
-        if op is None:
-            continue
-        reads, writes = op_accesses(op, rank, channels)
-        if not temp_keys & (set(reads) | set(writes)):
-            continue
-        target = _target(op)
-        if target is None or target.access != READ or op["dst"] != temp:
-            return None
-        slot_keys = set(chunk_keys(rank, op["src"]))
-        between = [o for o in out[position + 1:] if o is not None]
-        if any(slot_keys & set(op_accesses(o, rank, channels)[1]) for o in between):
-            return None
-        return position
-    return None
+    position = _last_access(temp, out, rank, channels)
+    if position is None:
+        return None
+    op = out[position]
+    target = _target(op)
+    if target is None or target.access != READ or op["dst"] != temp:
+        return None
+    slot_keys = set(chunk_keys(rank, op["src"]))
+    between = [o for o in out[position + 1:] if o is not None]
+    if any(slot_keys & set(op_accesses(o, rank, channels)[1]) for o in between):
+        return None
+    return position
 
 
 def _feeding_reduction(reduction: dict, out: list, rank: int, channels: list, readers: Counter) -> int | None:
@@ -180,26 +190,18 @@ def _feeding_reduction(reduction: dict, out: list, rank: int, channels: list, re
     (an accumulation in place: with no signal in between, no one else may see the value between the two) that its
     other sources do not name."""
     temp = reduction["srcs"][0]
-    temp_keys = set(chunk_keys(rank, temp))
     if temp == reduction["dst"]:
-        others = reduction["srcs"][1:]
-        if any(temp_keys & set(chunk_keys(rank, src)) for src in others):
+        temp_keys = set(chunk_keys(rank, temp))
+        if any(temp_keys & set(chunk_keys(rank, src)) for src in reduction["srcs"][1:]):
             return None
-    elif temp["buffer"] != "scratch" or any(readers[key] != 1 for key in temp_keys):
+    elif not _is_temporary(temp, rank, readers):
         return None
-    for position in range(len(out) - 1, -1, -1):
-        op = out[position]
-        if op is None:
-            continue
-        reads, writes = op_accesses(op, rank, channels)
-        if not temp_keys & (set(reads) | set(writes)):
-            continue
-        if op["op"] != "reduce" or op["dst"] != temp:
-            return None
-        if any(o is not None and o["op"] != WAIT_OP for o in out[position + 1:]):
-            return None
-        return position
-    return None
+    position = _last_access(temp, out, rank, channels)
+    if position is None or out[position]["op"] != "reduce" or out[position]["dst"] != temp:
+        return None
+    if any(o is not None and o["op"] != WAIT_OP for o in out[position + 1:]):
+        return None
+    return position
 
 
 def _fold_destinations(ops: list, channels: list) -> list:
