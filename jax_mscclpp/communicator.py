@@ -230,6 +230,9 @@ class Communicator:
         # Whether several processes drive one physical GPU among this communicator's devices, where lax's (NCCL's)
         # collectives cannot run (selection.lax_runnable).
         self.shares_gpus = False
+        # Whether this communicator's devices belong to several processes: its large GPU calls run outside XLA's
+        # command buffers, so that they may run in place on XLA's buffers (selection.in_command_buffers).
+        self.spans_processes = bool(self.devices) and len({d.process_index for d in self.devices}) > 1
         self.cache_key = self._key(mesh, axes, side_stream)
         self.generation = self._generations.get(self.cache_key, 0)
         self._generations[self.cache_key] = self.generation + 1
@@ -336,6 +339,16 @@ class Communicator:
         """What one call's round of data may occupy on the host backend, which splits the scratch in two halves
         by epoch parity (docs/architecture.md, "Scratch")."""
         return self.scratch_bytes // 2
+
+    def in_place_between_processes(self) -> dict:
+        """Of this process's calls that could run in place on XLA's buffers between ranks of several processes
+        (docs/architecture.md, "In place between processes"): ``{"in_place": how many did, "through_scratch": how
+        many copied through scratch because some rank's buffer lay outside an allocation every peer mapped,
+        "unavailable": why no call may ("" where they may)}``."""
+        if self.platform != "gpu" or not hasattr(native, "cuda"):
+            return {"in_place": 0, "through_scratch": 0, "unavailable": "not a GPU communicator"}
+        in_place, through_scratch, absence = native.cuda.comm_in_place_between_processes(self.id)
+        return {"in_place": int(in_place), "through_scratch": int(through_scratch), "unavailable": absence}
 
     def errors(self) -> list[str]:
         """What went wrong on this communicator's ranks. GPU: the timeout records its kernels wrote (rank, peer,

@@ -64,11 +64,13 @@ def _hierarchical_all_reduce(mesh, axes, op):
 OVERLAP_MAX_BLOCKS = 32
 
 
-def gpu_target(name: str, nbytes: int) -> str:
-    """The GPU FFI target to emit for target ``name`` and a call of ``nbytes`` per rank: ``name`` (XLA may record
-    the call into its command buffers) or its twin that XLA runs as its own thunk (``selection.in_command_buffers``;
-    ffi/call_decoding.h, kOutsideGraphsSuffix)."""
-    return name if selection.in_command_buffers(nbytes) else name + _native.native.OUTSIDE_GRAPHS_SUFFIX
+def gpu_target(name: str, nbytes: int, between_processes: bool = False) -> str:
+    """The GPU FFI target to emit for target ``name`` and a call of ``nbytes`` per rank (on a communicator whose
+    ranks are of several processes: ``between_processes``): ``name`` (XLA may record the call into its command
+    buffers) or its twin that XLA runs as its own thunk (``selection.in_command_buffers``; ffi/call_decoding.h,
+    kOutsideGraphsSuffix)."""
+    recorded = selection.in_command_buffers(nbytes, between_processes)
+    return name if recorded else name + _native.native.OUTSIDE_GRAPHS_SUFFIX
 
 
 def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=None, extra_attrs=None,
@@ -138,7 +140,8 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
         _started_on_side_stream(ctx).add(call_id)
         target = jax.ffi.ffi_lowering(collective.target + _native.native.START_SUFFIX, has_side_effect=True)
         return target(ctx, x, **attrs, max_blocks=np.int32(OVERLAP_MAX_BLOCKS), call_id=np.int64(call_id))
-    target = jax.ffi.ffi_lowering(gpu_target(collective.target, count * itemsize), has_side_effect=True)
+    target = jax.ffi.ffi_lowering(gpu_target(collective.target, count * itemsize, comm.spans_processes),
+                                  has_side_effect=True)
     return target(ctx, x, **attrs, max_blocks=np.int32(0))
 
 

@@ -100,16 +100,19 @@ def protocol_of(algorithm: str, platform: str, block_bytes: int, *, collective: 
     return _select.protocol_of(algorithm, platform, block_bytes, int(collective), world, placement)
 
 
-def in_command_buffers(nbytes: int) -> bool:
+def in_command_buffers(nbytes: int, between_processes: bool = False) -> bool:
     """Whether a GPU call of ``nbytes`` per rank is emitted command-buffer compatible (JAX_MSCCLPP_COMMAND_BUFFERS,
     read at lowering). A recorded call costs a re-trace whenever XLA updates the command buffer holding it (every
     step whose input or output buffers moved), which outweighs a small call's kernel; a large call's kernel hides it.
-    Never where failing kernels stop (``settings.stops_on_failure``): a recorded call replays without its handler,
-    which refuses every call of a rank whose kernel failed."""
+    Unset, not on a communicator whose ranks are of several processes (``between_processes``): a recorded call
+    never runs in place on XLA's buffers there (runtime/gpu/call.cc: the ranks agree per call, which a replay
+    skips), and a large call gains more in place than a replay saves. Never where failing kernels stop
+    (``settings.stops_on_failure``): a recorded call replays without its handler, which refuses every call of a
+    rank whose kernel failed."""
     value = settings.command_buffers()
     if settings.stops_on_failure():
         return False
-    return value == "1" or (value == "" and nbytes > GRAPH_MIN_BYTES)
+    return value == "1" or (value == "" and nbytes > GRAPH_MIN_BYTES and not between_processes)
 
 
 # A sum of a pytree with at least GRADIENT_TREE_LEAVES leaves of their own calls (collectives.has_own_call),

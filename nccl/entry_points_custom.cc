@@ -395,6 +395,7 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, voi
       real_handle = nullptr;  // NVIDIA's calls on this buffer then run unregistered, as they may
     RegisteredRange* range = make_registered_range(buff, size, runtime_nranks(ours), real_handle);
     if (range == nullptr) return fail(ncclSystemError, "ncclCommRegister: out of host memory");
+    register_buffer(ours, buff, size);
     *handle = range;
     clear_last_error();
     return ncclSuccess;
@@ -410,6 +411,8 @@ JAX_MSCCLPP_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, v
     if (range->real != nullptr)
       result = forward_to_real<decltype(&ncclCommDeregister)>(ApiFunction::ncclCommDeregister, comm, range->real);
     if (result == ncclSuccess) {
+      if (OurCommunicator* ours = with_runtime(comm); ours != nullptr)
+        deregister_buffer(ours, range->buffer, range->bytes);
       release_registered_range(range);
       clear_last_error();
     }

@@ -35,3 +35,16 @@ JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_call_counts(void) {
 }
 
 JAX_MSCCLPP_NCCL_EXPORT int jax_mscclpp_nccl_runtime_enabled(void) { return our_runtime_enabled() ? 1 : 0; }
+
+JAX_MSCCLPP_NCCL_EXPORT const char* jax_mscclpp_nccl_in_place_between_processes(ncclComm_t comm,
+                                                                                unsigned long long* in_place,
+                                                                                unsigned long long* through_scratch) {
+  thread_local std::string text;
+  uint64_t ran = 0, copied = 0;
+  const OurCommunicator* ours = our_communicator(comm);
+  text = ours != nullptr && ours->runtime != nullptr ? in_place_between_processes(ours, &ran, &copied)
+                                                     : "not a communicator of jax_mscclpp's runtime";
+  if (in_place != nullptr) *in_place = ran;
+  if (through_scratch != nullptr) *through_scratch = copied;
+  return text.c_str();
+}

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,13 @@ ncclResult_t free_buffer(void* ptr);
 // ncclGroupSimulateEnd drops them (discard_group_windows: the windows stay ranges recorded only). *window must stay
 // valid until then.
 ncclResult_t register_window(OurCommunicator* ours, void* buffer, size_t bytes, int flags, void** window);
+// ncclCommRegister / ncclCommDeregister on one of ours with a runtime: the range, local to the rank, lets the calls
+// whose input and output lie in registered ranges run in place on them (runtime/windows.h, routing.h).
+void register_buffer(OurCommunicator* ours, const void* buffer, size_t bytes);
+// What the rank's calls between processes did on registered buffers (runtime/gpu/allocation_exchange.h): how many
+// ran in place and how many copied through scratch; returns why none may ("" where they may).
+std::string in_place_between_processes(const OurCommunicator* ours, uint64_t* in_place, uint64_t* through_scratch);
+void deregister_buffer(OurCommunicator* ours, const void* buffer, size_t bytes);
 ncclResult_t run_group_windows();
 void discard_group_windows();
 void deregister_window(OurCommunicator* ours, void* window);

@@ -46,6 +46,12 @@ ncclResult_t run_group_children() { return ncclSuccess; }
 void discard_group_children() {}
 void discard_group_windows() {}
 void deregister_window(OurCommunicator*, void*) {}
+void register_buffer(OurCommunicator*, const void*, size_t) {}
+std::string in_place_between_processes(const OurCommunicator*, uint64_t* in_place, uint64_t* through_scratch) {
+  *in_place = *through_scratch = 0;
+  return "the library was built without CUDA";
+}
+void deregister_buffer(OurCommunicator*, const void*, size_t) {}
 ncclResult_t free_buffer(void*) { return not_built("ncclMemFree"); }
 int runtime_rank(const OurCommunicator*) { return 0; }
 int runtime_nranks(const OurCommunicator*) { return 0; }

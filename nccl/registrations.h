@@ -1,7 +1,8 @@
 // Buffers registered with a communicator of our runtime (ncclCommRegister) and windows of it
 // (ncclCommWindowRegister). The handle is a RegisteredRange (or, for a window, the ncclWindow_t) of ours:
-//   - a buffer registration records the range only (it is local to the rank, and our kernels copy its calls
-//     through their scratch);
+//   - a buffer registration records the range, local to the rank (our runtime's too, register_buffer): where a
+//     call's input and output are registered on every rank (as NCCL requires where one rank's are), the call entry
+//     runs the streaming calls in place on them (runtime/gpu/call.h), and the others through scratch;
 //   - a window is also registered with our runtime, collectively (our_runtime.h, register_window): where every
 //     rank registered it symmetric (NCCL_WIN_COLL_SYMMETRIC) and maps every other's window, the calls whose buffers
 //     lie in windows run in place, without scratch (collective.h, launch_in_place); `window` is the runtime's

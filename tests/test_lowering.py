@@ -51,8 +51,14 @@ def test_command_buffer_choice(monkeypatch):
     assert not selection.in_command_buffers(small) and selection.in_command_buffers(large)
     assert primitives.gpu_target("jax_mscclpp_all_reduce", small) == "jax_mscclpp_all_reduce_outside_graphs"
     assert primitives.gpu_target("jax_mscclpp_all_reduce", large) == "jax_mscclpp_all_reduce"
+    # On a communicator whose ranks are of several processes, large calls stay out too (they may run in place on
+    # XLA's buffers only outside a capture), unless the variable says to record them.
+    assert not selection.in_command_buffers(1 << 30, between_processes=True)
+    assert (primitives.gpu_target("jax_mscclpp_all_reduce", 1 << 30, between_processes=True)
+            == "jax_mscclpp_all_reduce_outside_graphs")
     monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "1")
     assert selection.in_command_buffers(1)
+    assert selection.in_command_buffers(1 << 30, between_processes=True)
     monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "0")
     assert not selection.in_command_buffers(1 << 30)
     monkeypatch.setenv(settings.ENV_COMMAND_BUFFERS, "yes")

@@ -50,7 +50,8 @@ void register_communicator_bindings(nb::module_& m) {
   m.def(
       "comm_create_rank",
       [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, bool port_channels) {
-        const RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes);
+        RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes);
+        options.exchange_allocations = true;  // XLA's buffers, reached in place by the ranks of other processes
         create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),
@@ -100,6 +101,23 @@ void register_communicator_bindings(nb::module_& m) {
       nb::arg("comm_id"),
       "Whether a kernel of a rank of this communicator failed and stopped (JAX_MSCCLPP_TRAP_ON_FAILURE=0), so that "
       "the communicator refuses every later call while the GPU context stays usable.");
+  m.def(
+      "comm_in_place_between_processes",
+      [](int64_t comm_id) {
+        uint64_t in_place = 0, through_scratch = 0;
+        std::string absence;
+        if (auto comm = find_gpu_communicator(comm_id))
+          comm->for_each_rank([&](GpuRank& rank) {
+            in_place += rank.in_place_between_processes();
+            through_scratch += rank.through_scratch_between_processes();
+            if (absence.empty()) absence = rank.in_place_between_processes_absence();
+          });
+        return std::make_tuple(in_place, through_scratch, absence);
+      },
+      nb::arg("comm_id"),
+      "Of this process's ranks' calls that could run in place between processes (runtime/gpu/allocation_exchange.h): "
+      "how many did, how many copied through scratch because some rank's buffers were not reachable, and why none "
+      "may (\"\" where they may).");
   m.def(
       "gpu_identity",
       [](int device) {

@@ -232,10 +232,17 @@ cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, co
                             uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
                             int32_t max_blocks = 0);
 
-// launch_collective's kInPlace (above): launch_in_place over the buffers the ranks post, this rank's `in` and `out`.
+// launch_collective's kInPlace (above): launch_in_place over the buffers the ranks post, this rank's `in` and `out`
+// (ranks of one process: cudaErrorNotReady without ctx.direct).
 cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collective, const void* in, void* out,
                                    uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
                                    int32_t max_blocks = 0);
+// The same where the ranks are of several processes: `views` holds this rank's input and output as each rank q
+// addresses them (views.in[q], views.out[q]; runtime/gpu/allocation_exchange.h maps them), and the kernel posts
+// each rank its own.
+cudaError_t launch_in_place_views(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& views,
+                                  uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                                  int32_t max_blocks = 0);
 
 // The algorithm the call entry runs for a call that asked for `algorithm`, where the peers may reach the call's
 // buffers (runtime/gpu/call.h, CollectiveCall::peers_reach_buffers: the JAX path's XLA buffers): kInPlace where the
@@ -248,6 +255,10 @@ cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collect
 // and the communicator's shape alone, so every rank decides alike (a rank deciding otherwise fails the call check).
 int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
                          const void* out, uint64_t block_count, int32_t dtype, int32_t op);
+// The same rule whatever ctx.direct says: where the ranks of several processes reach each other's buffers through
+// mapped allocations (runtime/gpu/call.cc), kInPlace is what they then agree on per call.
+int32_t in_place_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
+                           const void* out, uint64_t block_count, int32_t dtype, int32_t op);
 
 // The rank's failed word (jax_mscclpp/call_inbox.cuh) in a context whose scratch is allocated: FailedOutputs::failed.
 const uint64_t* rank_failed_word(const CollectiveContext& ctx);

@@ -21,23 +21,28 @@
 //
 // Where the buffers come from:
 //   - given (launch_in_place): every rank's, as mapped in this process (the NCCL library's windows);
-//   - posted (launch_collective's kInPlace, ranks of one process: CollectiveContext::direct): each rank knows only
-//     its own. Thread 0 of block b stores {input, output} into its own scratch, slot b of the HB half of this
-//     launch's epoch (the kernel uses no scratch otherwise), before the first meet, whose signal releases it; after
-//     the meet, block b reads slot b of every peer's scratch. A fast rank cannot overwrite a slot a slow peer has
-//     not read: its next launch to use that half is two epochs on (collective_common.cuh's argument), and this
-//     launch already ends only after every peer's block b has passed its reads (the second meet).
+//   - posted: each rank knows only its own, as each peer's process addresses them (launch_in_place_posted: ranks
+//     of one process, CollectiveContext::direct, where the addresses are the same for every peer;
+//     launch_in_place_views: ranks of several processes, each buffer's allocation mapped by every peer,
+//     runtime/gpu/allocation_exchange.h). Thread q of block b stores {input, output} as rank q addresses them into
+//     its own scratch, slot (b, q) of the HB half of this launch's epoch (the kernel uses no scratch otherwise),
+//     before the first meet, whose signal releases them; after the meet, block b reads slot (b, rank) of every
+//     peer's scratch. A fast rank cannot overwrite a slot a slow peer has not read: its next launch to use that
+//     half is two epochs on (collective_common.cuh's argument), and this launch already ends only after every
+//     peer's block b has passed its reads (the second meet).
 #include "collectives/algorithms.h"
 
 namespace jax_mscclpp::collectives {
 namespace {
 
 constexpr int kInPlaceThreads = 512;
-constexpr uint64_t kPostBytes = 16;  // a block's post: {input, output}
+constexpr uint64_t kPostBytes = 16;                        // one reader's {input, output}
+constexpr uint64_t kBlockPostBytes = kPostBytes * kDirectPeers;  // a block's posts, one per reader
 
-// Block b's post of launch e in scratch `scratch` (this rank's, or a peer's as mapped here).
-__device__ inline uint64_t* post_slot(const CollectiveContext& c, char* scratch, uint64_t e, int b) {
-  return reinterpret_cast<uint64_t*>(scratch + ScratchLayout::of(c.scratch_bytes).hb(e) + b * kPostBytes);
+// Block b's post for rank `reader` of launch e in scratch `scratch` (this rank's, or a peer's as mapped here).
+__device__ inline uint64_t* post_slot(const CollectiveContext& c, char* scratch, uint64_t e, int b, int reader) {
+  return reinterpret_cast<uint64_t*>(scratch + ScratchLayout::of(c.scratch_bytes).hb(e) + b * kBlockPostBytes +
+                                     reader * kPostBytes);
 }
 
 // Block-wide: every rank's block b meets block b of every peer; what each wrote before is visible to the others
@@ -56,23 +61,25 @@ JAX_MSCCLPP_HOST_DEVICE_INLINE uint64_t slice_bytes(int32_t collective, uint64_t
   return collective == codes::kAllReduce ? round_up(ceil_div(block_bytes, nranks), 16) : block_bytes;
 }
 
-// `given`: every rank's buffers are in `b`; else only this rank's, and the peers' are posted (above).
+// `given`: every rank's buffers; posted: this rank's as each rank addresses them, and the peers' are posted
+// (above).
 template <class T, class Op>
 __global__ void __launch_bounds__(kInPlaceThreads) in_place_kernel(CollectiveContext c, InPlaceBuffers given,
                                                                    bool posted, int32_t collective,
                                                                    uint64_t block_bytes) {
   const int r = c.rank, n = c.nranks;
   const uint64_t e = begin_launch(c);
-  if (posted && threadIdx.x == 0) {
-    uint64_t* mine = post_slot(c, c.scratch, e, blockIdx.x);
-    mine[0] = reinterpret_cast<uint64_t>(given.in[r]);
-    mine[1] = reinterpret_cast<uint64_t>(given.out[r]);
-  }
+  if (posted)
+    for (int q = threadIdx.x; q < n; q += blockDim.x) {
+      uint64_t* mine = post_slot(c, c.scratch, e, blockIdx.x, q);
+      mine[0] = reinterpret_cast<uint64_t>(given.in[q]);
+      mine[1] = reinterpret_cast<uint64_t>(given.out[q]);
+    }
   meet_peers(c, blockIdx.x);
   __shared__ InPlaceBuffers b;
   for (int q = threadIdx.x; q < n; q += blockDim.x) {
     if (posted && q != r) {
-      const uint64_t* theirs = post_slot(c, remote_scratch(c, q), e, blockIdx.x);
+      const uint64_t* theirs = post_slot(c, remote_scratch(c, q), e, blockIdx.x, r);
       b.in[q] = reinterpret_cast<const char*>(load_relaxed_sys(theirs));
       b.out[q] = reinterpret_cast<char*>(load_relaxed_sys(theirs + 1));
     } else {
@@ -139,13 +146,12 @@ cudaError_t launch_in_place_kernel(const CollectiveContext& ctx, int32_t collect
   if (ctx.nranks < 2 || ctx.nranks > kDirectPeers || ctx.rank < 0 || ctx.rank >= ctx.nranks)
     return cudaErrorInvalidValue;
   for (int q = 0; q < ctx.nranks; ++q)
-    if ((!posted || q == ctx.rank) && (buffers.in[q] == nullptr || buffers.out[q] == nullptr))
-      return cudaErrorInvalidValue;
+    if (buffers.in[q] == nullptr || buffers.out[q] == nullptr) return cudaErrorInvalidValue;
   const uint64_t block_bytes = block_count * dtype_bytes(dtype);
   if (block_bytes == 0) return cudaSuccess;
   if (ctx.mem == nullptr || ctx.epoch == nullptr || ctx.stream == nullptr || ctx.stream_blocks < 1)
     return cudaErrorNotReady;
-  if (posted && (ctx.direct == 0 || ScratchLayout::of(ctx.scratch_bytes).hb_half < ctx.stream_blocks * kPostBytes))
+  if (posted && ScratchLayout::of(ctx.scratch_bytes).hb_half < ctx.stream_blocks * kBlockPostBytes)
     return cudaErrorNotReady;
   const bool reduces = collective_reduces(collective);
   const int cap = max_blocks > 0 && max_blocks < ctx.stream_blocks ? max_blocks : ctx.stream_blocks;
@@ -178,17 +184,29 @@ cudaError_t launch_in_place(const CollectiveContext& ctx, int32_t collective, co
 cudaError_t launch_in_place_posted(const CollectiveContext& ctx, int32_t collective, const void* in, void* out,
                                    uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
                                    int32_t max_blocks) {
-  if (ctx.rank < 0 || ctx.rank >= kDirectPeers) return cudaErrorInvalidValue;
+  if (ctx.direct == 0) return cudaErrorNotReady;
   InPlaceBuffers own{};
-  own.in[ctx.rank] = static_cast<const char*>(in);
-  own.out[ctx.rank] = static_cast<char*>(out);
+  for (int q = 0; q < ctx.nranks && q < kDirectPeers; ++q) {
+    own.in[q] = static_cast<const char*>(in);
+    own.out[q] = static_cast<char*>(out);
+  }
   return launch_in_place_kernel(ctx, collective, own, true, block_count, dtype, op, stream, max_blocks);
+}
+
+cudaError_t launch_in_place_views(const CollectiveContext& ctx, int32_t collective, const InPlaceBuffers& views,
+                                  uint64_t block_count, int32_t dtype, int32_t op, cudaStream_t stream,
+                                  int32_t max_blocks) {
+  return launch_in_place_kernel(ctx, collective, views, true, block_count, dtype, op, stream, max_blocks);
 }
 
 int32_t direct_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
                          const void* out, uint64_t block_count, int32_t dtype, int32_t op) {
-  if (ctx.direct == 0 || ctx.nranks < 2 || ctx.nranks > kDirectPeers || !in_place_supported(collective, dtype, op))
-    return algorithm;
+  return ctx.direct != 0 ? in_place_algorithm(ctx, collective, algorithm, in, out, block_count, dtype, op) : algorithm;
+}
+
+int32_t in_place_algorithm(const CollectiveContext& ctx, int32_t collective, int32_t algorithm, const void* in,
+                           const void* out, uint64_t block_count, int32_t dtype, int32_t op) {
+  if (ctx.nranks < 2 || ctx.nranks > kDirectPeers || !in_place_supported(collective, dtype, op)) return algorithm;
   const uint64_t block_bytes = block_count * dtype_bytes(dtype);
   if (!runs_streaming_hb(algorithm, {collective, block_bytes, ctx.nranks, ctx.placement})) return algorithm;
   const uint64_t rank_bytes = collective == codes::kAllReduce ? block_bytes : block_bytes * uint64_t(ctx.nranks);

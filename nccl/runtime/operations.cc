@@ -67,9 +67,12 @@ ncclResult_t launched(const cuda::CallResult& result, const Operation& op, const
 ncclResult_t execute(RuntimeCommunicator& runtime, const Operation& op, const Route& r) {
   switch (r.kind) {
     case Route::kCollective: {
-      const cuda::Call call = collective_call(r, op, runtime.call_place());  // in place over windows, where they serve
-      count(op.function, std::holds_alternative<cuda::InPlaceCall>(call) ? codes::kInPlace : r.algorithm);
-      return launched(runtime.run(call, op.stream), op, runtime);
+      // In place over windows, or on registered buffers (the call entry decides), where they serve.
+      const cuda::Call call = collective_call(r, op, runtime.call_place());
+      const cuda::CallResult result = runtime.run(call, op.stream);
+      const bool in_place = std::holds_alternative<cuda::InPlaceCall>(call) || result.in_place;
+      count(op.function, in_place ? codes::kInPlace : r.algorithm);
+      return launched(result, op, runtime);
     }
     case Route::kComposed:
       count(op.function, kComposedColumn);

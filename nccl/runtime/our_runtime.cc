@@ -534,6 +534,21 @@ void deregister_window(OurCommunicator* ours, void* window) {
   ours->runtime->deregister_window(static_cast<Window*>(window));
 }
 
+std::string in_place_between_processes(const OurCommunicator* ours, uint64_t* in_place, uint64_t* through_scratch) {
+  cuda::GpuRank& rank = ours->runtime->gpu_rank();
+  *in_place = rank.in_place_between_processes();
+  *through_scratch = rank.through_scratch_between_processes();
+  return rank.in_place_between_processes_absence();
+}
+
+void register_buffer(OurCommunicator* ours, const void* buffer, size_t bytes) {
+  ours->runtime->register_buffer(buffer, bytes);
+}
+
+void deregister_buffer(OurCommunicator* ours, const void* buffer, size_t bytes) {
+  ours->runtime->deregister_buffer(buffer, bytes);
+}
+
 int runtime_rank(const OurCommunicator* ours) { return ours->runtime->rank(); }
 int runtime_nranks(const OurCommunicator* ours) { return ours->runtime->nranks(); }
 bool runtime_failed(const OurCommunicator* ours) { return !ours->runtime->failure().empty(); }

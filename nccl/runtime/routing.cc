@@ -134,8 +134,17 @@ cuda::Call collective_call(const Route& route, const Operation& op, const CallPl
         place.windows.in_place(op.send, in_bytes, op.recv, out_bytes, place.nranks, &call.buffers))
       return call;
   }
-  return cuda::CollectiveCall{d.collective, route.algorithm, op.send, op.recv, d.block_count, d.dtype, d.op,
-                              place.max_blocks};
+  cuda::CollectiveCall call{d.collective, route.algorithm, op.send, op.recv, d.block_count, d.dtype, d.op,
+                            place.max_blocks};
+  // Registered buffers (every rank's, as NCCL requires) the peers may reach where they are.
+  const size_t n = static_cast<size_t>(place.nranks);
+  const size_t in_bytes = d.block_bytes * input_blocks(d.collective, n);
+  const size_t out_bytes = d.block_bytes * output_blocks(d.collective, n);
+  call.peers_reach_buffers =
+      place.windows.registered(op.send, in_bytes, op.recv, out_bytes) &&
+      overlap_allowed(d.collective, static_cast<const char*>(op.send), in_bytes, static_cast<const char*>(op.recv),
+                      out_bytes, place.rank);
+  return call;
 }
 
 P2PMessage point_to_point_message(const Route& route, const Operation& op) {

@@ -78,8 +78,9 @@ struct CallPlace {
 // registered in the same group serves it): an InPlaceCall over every rank's buffers at the same offsets in their
 // windows where the input and the output lie in windows every rank mapped, laid out as NCCL defines in-place calls
 // or apart, and launch_in_place runs the (collective, dtype, op); else a CollectiveCall of the route's algorithm on
-// the operation's buffers, which the peers do not reach (only registered windows are reachable: peers_reach_buffers
-// stays false).
+// the operation's buffers, which the peers reach where they are (peers_reach_buffers) only where both lie in
+// registered buffers or windows (ncclCommRegister: NCCL requires every rank's to be, windows.h) laid out as NCCL
+// allows.
 cuda::Call collective_call(const Route& route, const Operation& op, const CallPlace& place);
 // This rank's message of a kPointToPoint route (collective.h, launch_p2p_group): a send reads op.send, a receive
 // writes op.recv, one block each.

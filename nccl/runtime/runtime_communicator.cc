@@ -63,6 +63,7 @@ RuntimeCommunicator::RuntimeCommunicator(std::unique_ptr<BootstrapClient> bootst
     JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&device_));
     cuda::RankOptions options = cuda::gpu_rank_options(device_, rank, nranks, cuda::gpu_scratch_bytes_setting());
     options.on_timeout = library_timeout_policy();
+    options.exchange_allocations = true;  // registered buffers, reached in place by ranks of other processes
     rank_ = std::make_unique<cuda::GpuRank>(options, /*port_channels=*/false);
     // The topology (and so the tuning file) follows from the identities, the same on every rank; its rules are
     // compared in the endpoint round, the first that knows them.

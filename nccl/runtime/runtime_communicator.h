@@ -88,10 +88,14 @@ class RuntimeCommunicator {
   // kernels stop. A collective kernel needs every rank to run the same sequence; a point-to-point group only the
   // ranks it names; a fold (compositions.h) only this rank.
   cuda::CallResult run(const cuda::Call& call, cudaStream_t stream);
+  cuda::GpuRank& gpu_rank() { return *rank_; }
   // ncclCommWindowRegister / ncclCommWindowDeregister of the communicator (windows.h: add is collective; `flags`
   // is winFlags).
   Window* register_window(void* buffer, size_t bytes, int flags);
   void deregister_window(Window* window);
+  // ncclCommRegister / ncclCommDeregister of the communicator: ranges recorded on this rank (windows.h).
+  void register_buffer(const void* buffer, size_t bytes) { windows_.add_buffer(buffer, bytes); }
+  void deregister_buffer(const void* buffer, size_t bytes) { windows_.remove_buffer(buffer, bytes); }
   // This rank's staging buffer for composed reductions (compositions.h): staging_bytes() of device memory, allocated
   // at the first use; null when it cannot be allocated.
   char* staging();

@@ -106,6 +106,32 @@ const Window* Windows::holding(const void* p, size_t bytes) const {
   return nullptr;
 }
 
+void Windows::add_buffer(const void* buffer, size_t bytes) {
+  buffers_.emplace_back(static_cast<const char*>(buffer), bytes);
+}
+
+void Windows::remove_buffer(const void* buffer, size_t bytes) {
+  const auto found = std::find(buffers_.begin(), buffers_.end(),
+                               std::pair<const char*, size_t>(static_cast<const char*>(buffer), bytes));
+  if (found != buffers_.end()) buffers_.erase(found);
+}
+
+bool Windows::recorded(const void* p, size_t bytes) const {
+  const char* at = static_cast<const char*>(p);
+  const auto inside = [&](const char* start, size_t size) {
+    return at >= start && static_cast<size_t>(at - start) <= size && bytes <= size - static_cast<size_t>(at - start);
+  };
+  for (const auto& [start, size] : buffers_)
+    if (inside(start, size)) return true;
+  for (const std::unique_ptr<Window>& w : windows_)
+    if (inside(w->buffer, w->bytes)) return true;
+  return false;
+}
+
+bool Windows::registered(const void* in, size_t in_bytes, const void* out, size_t out_bytes) const {
+  return recorded(in, in_bytes) && recorded(out, out_bytes);
+}
+
 bool Windows::in_place(const void* in, size_t in_bytes, const void* out, size_t out_bytes, int nranks,
                        InPlaceBuffers* buffers) const {
   if (nranks < 2 || nranks > kDirectPeers) return false;

@@ -18,6 +18,12 @@
 //     since NCCL lets each rank pass them at any offset.
 //   - remove() unmaps the peers' ranges after the device finished its work (a kernel in flight may still use
 //     them); local to the rank.
+//   - add_buffer() / remove_buffer() record the ranges of ncclCommRegister, local to the rank. NCCL requires that
+//     where one rank passes registered buffers to a call every rank does, so registered() (the call's input and
+//     output each inside one registered range or window) answers alike on every rank, and the call entry may run
+//     such a call in place on the buffers where they are (runtime/gpu/call.h, CollectiveCall::peers_reach_buffers:
+//     ranks of one process post them; ranks of several processes map their allocations and agree per call,
+//     runtime/gpu/allocation_exchange.h).
 #pragma once
 
 #include <cstddef>
@@ -48,10 +54,16 @@ class Windows {
   // Every rank's input and output of a call of `in_bytes` in and `out_bytes` out, when both lie in mapped windows.
   bool in_place(const void* in, size_t in_bytes, const void* out, size_t out_bytes, int nranks,
                 InPlaceBuffers* buffers) const;
+  void add_buffer(const void* buffer, size_t bytes);
+  void remove_buffer(const void* buffer, size_t bytes);
+  // The call's input and output each lie in one registered buffer or window of this rank.
+  bool registered(const void* in, size_t in_bytes, const void* out, size_t out_bytes) const;
 
  private:
   const Window* holding(const void* p, size_t bytes) const;
+  bool recorded(const void* p, size_t bytes) const;
   std::vector<std::unique_ptr<Window>> windows_;
+  std::vector<std::pair<const char*, size_t>> buffers_;  // ncclCommRegister's ranges
 };
 
 }  // namespace jax_mscclpp::nccl

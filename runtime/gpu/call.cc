@@ -3,6 +3,7 @@
 #include "call.h"
 
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -30,6 +31,16 @@ const char* launch_hint(cudaError_t error) {
 }
 
 std::string plan_where(int64_t plan_id) { return "plan " + std::to_string(plan_id); }
+
+// Whether `stream` is being captured into a graph (an answer other than "none" counts as capturing).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return true;
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
 
 }  // namespace
 
@@ -67,7 +78,7 @@ CallResult GpuRank::run(const Call& call, cudaStream_t stream) {
   // Recorded after a failed launch too: pieces launched before the one that failed may be enqueued, and the next
   // call and the end of the rank's issued work (issued_work) follow them all the same.
   const cudaError_t recorded = order_.after(stream);
-  if (!launched.launched()) return launched;
+  if (!launched.launched() || recorded == cudaSuccess) return launched;
   return launch_result(recorded, "the record of the call's end (for a call on another stream)");
 }
 
@@ -119,12 +130,47 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
                   ? direct_algorithm(device_, c.collective, c.algorithm, c.in, c.out, c.block_count, c.dtype, c.op)
                   : c.algorithm;
           const uint64_t out_bytes = output_blocks(c.collective, size_t(device_.nranks)) * c.block_count * element;
-          return launch_result(launch_collective(call_context(c.out, out_bytes), c.collective, algorithm, c.in, c.out,
-                                                 c.block_count, c.dtype, c.op, stream, c.max_blocks),
-                               [&] {
-                                 return std::string(collective_name(static_cast<Collective>(c.collective))) +
-                                        (algorithm == codes::kInPlace ? " in place" : "");
-                               });
+          // Between ranks of several processes, the same calls where every rank's buffers lie in allocations its
+          // peers mapped (the ranks agree per call, allocation_exchange.h); else through scratch. Never in a stream
+          // capture: a recorded call replays without its agreement, and a process re-records it (XLA updating its
+          // command buffer) when its own buffers moved, whatever its peers do. Whether a call is recorded is the
+          // same in every process (the program's), so every rank decides alike.
+          if (AllocationExchange* exchange = c.peers_reach_buffers ? ctx_->allocation_exchange() : nullptr;
+              exchange != nullptr && !capturing(stream) &&
+              in_place_algorithm(device_, c.collective, c.algorithm, c.in, c.out, c.block_count, c.dtype, c.op) ==
+                  codes::kInPlace) {
+            const uint64_t in_bytes = input_blocks(c.collective, size_t(device_.nranks)) * c.block_count * element;
+            InPlaceBuffers views{};
+            bool agreed = false;
+            try {
+              agreed = exchange->agree(c.in, in_bytes, c.out, out_bytes, ctx_->config().timeout_seconds(), views);
+            } catch (const std::runtime_error& error) {
+              return {CallStatus::kLaunchFailed, cudaErrorTimeout, FailureKind::kTimedOut,
+                      std::string(collective_name(static_cast<Collective>(c.collective))) +
+                          " in place between processes: " + error.what()};
+            }
+            (agreed ? in_place_between_processes_ : through_scratch_between_processes_).fetch_add(1);
+            if (agreed) {
+              CallResult result =
+                  launch_result(launch_in_place_views(call_context(c.out, out_bytes), c.collective, views,
+                                                      c.block_count, c.dtype, c.op, stream, c.max_blocks),
+                                [&] {
+                                  return std::string(collective_name(static_cast<Collective>(c.collective))) +
+                                         " in place between processes";
+                                });
+              result.in_place = result.launched();
+              return result;
+            }
+          }
+          CallResult result =
+              launch_result(launch_collective(call_context(c.out, out_bytes), c.collective, algorithm, c.in, c.out,
+                                              c.block_count, c.dtype, c.op, stream, c.max_blocks),
+                            [&] {
+                              return std::string(collective_name(static_cast<Collective>(c.collective))) +
+                                     (algorithm == codes::kInPlace ? " in place" : "");
+                            });
+          result.in_place = result.launched() && algorithm == codes::kInPlace;
+          return result;
         } else if constexpr (std::is_same_v<Kind, PermuteCall>) {
           return launch_result(launch_permute(call_context(c.out, c.block_count * dtype_bytes(c.dtype)), c.algorithm,
                                               c.in, c.out, c.block_count, c.dtype, c.send_to, c.recv_from, stream,

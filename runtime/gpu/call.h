@@ -131,6 +131,9 @@ struct CallResult {
   // kRefused: why the rank failed (the record of its first failed kernel, error_record.cuh): kOutOfStep or kTimedOut
   FailureKind failure = FailureKind::kOutOfStep;
   std::string message;              // what happened, for the frontend's error (empty when launched)
+  // A CollectiveCall launched in place on the buffers where they are (direct_algorithm between ranks of one process,
+  // the allocation exchange between processes), not through scratch.
+  bool in_place = false;
   bool launched() const { return status == CallStatus::kLaunched; }
 };
 

@@ -62,6 +62,12 @@ class GpuRank {
   const ExecutorPlan* plan(int64_t plan_id) const;
   // The name of the bound plan with this fingerprint (DevicePlan::fingerprint), "" when none has it.
   std::string plan_name(uint32_t fingerprint) const;
+  // Calls between ranks of several processes that could run in place (allocation_exchange.h): how many did, and
+  // how many copied through scratch because some rank's buffers were not reachable.
+  uint64_t in_place_between_processes() const { return in_place_between_processes_.load(); }
+  uint64_t through_scratch_between_processes() const { return through_scratch_between_processes_.load(); }
+  // Why calls between processes never run in place on this rank ("" where they may).
+  std::string in_place_between_processes_absence() const { return ctx_->allocation_exchange_absence(); }
 
  private:
   // The context a call's kernels run on: context(), and where this rank's failing kernels stop rather than trap,
@@ -79,6 +85,8 @@ class GpuRank {
   CollectiveContext device_{};
   std::mutex order_mutex_;
   IssueOrder order_;
+  std::atomic<uint64_t> in_place_between_processes_{0};
+  std::atomic<uint64_t> through_scratch_between_processes_{0};
   // Declared last: freed first, while the channel tables their device tables point into still exist.
   mutable std::mutex plans_mutex_;
   std::map<int64_t, std::unique_ptr<ExecutorPlan>> plans_;
@@ -93,6 +101,11 @@ class GpuCommunicator {
   // The rank on `device` (not yet connected: rank_setup.h, connect_all).
   GpuRank& create_rank(int device, const RankOptions& options, bool port_channels);
   GpuRank* rank(int device);  // nullptr if this process holds no rank on `device`
+  template <class Visit>
+  void for_each_rank(Visit visit) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [device, rank] : ranks_) visit(*rank);
+  }
   // One line per rank whose kernels recorded a timeout (rank, peer, operation, epoch), else empty.
   std::vector<std::string> errors();
   // Whether a rank's kernel recorded a failure and stopped rather than trapped (RankOptions::stop_on_failure).

@@ -22,6 +22,7 @@ DriverApi load() {
   lookup("cuGetErrorString", api.get_error_string);
   lookup("cuStreamWriteValue64", api.stream_write_value64);
   lookup("cuMemGetAddressRange", api.mem_get_address_range);
+  lookup("cuPointerGetAttributes", api.pointer_get_attributes);
   lookup("cuMemGetAllocationGranularity", api.mem_get_allocation_granularity);
   lookup("cuMemCreate", api.mem_create);
   lookup("cuMemRelease", api.mem_release);

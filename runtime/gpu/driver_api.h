@@ -11,6 +11,8 @@ struct DriverApi {
   decltype(&::cuStreamWriteValue64) stream_write_value64 = nullptr;
   // The allocation a device address lies in (memory.h: a handle of a range inside one).
   decltype(&::cuMemGetAddressRange) mem_get_address_range = nullptr;
+  // An address's allocation and its buffer id (allocation_exchange.h).
+  decltype(&::cuPointerGetAttributes) pointer_get_attributes = nullptr;
   // Virtual memory management (the opt-in NVLS path, nvls.h, and the NCCL-API library's ncclMemAlloc) and
   // multicast (the NVLS path only).
   decltype(&::cuMemGetAllocationGranularity) mem_get_allocation_granularity = nullptr;

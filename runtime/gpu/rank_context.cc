@@ -23,6 +23,7 @@ struct EndpointHeader {
   uint64_t p2p_bytes;
   uint32_t direct_exchange;
   uint32_t unused;
+  char outbox[AllocationExchange::kNameBytes];  // the rank's AllocationExchange, "" where it has none
 };
 
 }  // namespace
@@ -45,6 +46,13 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
   pool_ = DeviceBuffer(opts.device, words * sizeof(uint64_t));
   peer_scratch_.resize(opts.nranks);
   peer_pool_.resize(opts.nranks);
+  if (opts.exchange_allocations && opts.direct_exchange && opts.nranks > 1 && opts.nranks <= kDirectPeers) {
+    try {
+      allocations_ = std::make_unique<AllocationExchange>(opts.rank, opts.nranks, opts.device);
+    } catch (const std::runtime_error& error) {
+      allocations_error_ = error.what();  // no shared memory here: this rank's calls copy through scratch
+    }
+  }
 }
 
 RankContext::~RankContext() {
@@ -52,6 +60,7 @@ RankContext::~RankContext() {
     for (uint32_t id : port_channel_ids_) proxy_->remove_channel(id);
     proxy_.reset();
   }
+  allocations_.reset();
   peer_scratch_.clear();
   peer_pool_.clear();
 }
@@ -73,7 +82,8 @@ std::string RankContext::endpoint() const {
   const StreamTuning& t = opts_.stream_tuning;
   EndpointHeader h{kEndpointMagic, opts_.rank,    opts_.nranks, opts_.channels_per_peer,
                    opts_.stream_blocks, t.slots, t.block_bytes, t.max_chunk,
-                   static_cast<uint64_t>(opts_.p2p_bytes), opts_.direct_exchange ? 1u : 0u, 0u};
+                   static_cast<uint64_t>(opts_.p2p_bytes), opts_.direct_exchange ? 1u : 0u, 0u, {}};
+  if (allocations_) std::strncpy(h.outbox, allocations_->name().c_str(), sizeof(h.outbox) - 1);
   std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
   out += MemoryHandle::make(scratch_.get(), scratch_.bytes(), opts_.device).serialize();
   out += MemoryHandle::make(pool_.get(), pool_.bytes(), opts_.device).serialize();
@@ -112,6 +122,8 @@ void RankContext::connect(int peer, const std::string& remote) {
   MemoryHandle pool = MemoryHandle::deserialize(remote.substr(sizeof(h) + hsize, hsize));
   peer_scratch_[peer] = MappedMemory(scratch, opts_.device);
   peer_pool_[peer] = MappedMemory(pool, opts_.device);
+  if (allocations_ && h.outbox[0] != '\0' && pool.host_id == host_identity())
+    allocations_->add_peer(peer, std::string(h.outbox, strnlen(h.outbox, sizeof(h.outbox))), pool.pid);
 }
 
 bool RankContext::connected(int peer) const {
@@ -183,6 +195,23 @@ bool RankContext::direct_to_every_peer() const {
   for (int q = 0; q < opts_.nranks; ++q)
     if (q != opts_.rank && !direct_to(q)) return false;
   return opts_.nranks > 1;
+}
+
+std::string RankContext::allocation_exchange_absence() const {
+  if (!opts_.exchange_allocations) return "the rank was made without it";
+  if (!opts_.direct_exchange) return "the direct exchange is off (JAX_MSCCLPP_DIRECT_EXCHANGE=0)";
+  if (opts_.nranks < 2 || opts_.nranks > kDirectPeers)
+    return "it serves 2 to " + std::to_string(kDirectPeers) + " ranks";
+  if (!allocations_) return allocations_error_;
+  if (direct_to_every_peer()) return "every rank is of this process (their calls run in place on posted addresses)";
+  if (!allocations_->covers_every_peer())
+    return "some process drives several ranks, or some rank is on another host or has no outbox";
+  return "";
+}
+
+AllocationExchange* RankContext::allocation_exchange() const {
+  if (!allocations_ || direct_to_every_peer() || !allocations_->covers_every_peer()) return nullptr;
+  return allocations_.get();
 }
 
 PortChannelDeviceHandle RankContext::port_channel(int peer, int index, const char* local, size_t local_bytes) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "allocation_exchange.h"
 #include "collectives/collective.h"
 #include "collectives/p2p_layout.h"
 #include "jax_mscclpp/call_inbox.cuh"
@@ -67,6 +68,10 @@ struct RankOptions {
   // streaming HB calls run in place on the posted buffers (CollectiveContext::direct, direct_algorithm). The same
   // on every rank of a communicator (connect checks).
   bool direct_exchange = direct_exchange_setting();
+  // With direct_exchange: ranks of other processes of this host reach this rank's buffers too, through the
+  // allocations that hold them, mapped and agreed per call (allocation_exchange.h): the JAX path's ranks. Where
+  // shared memory is not available the rank goes without (its calls copy through scratch).
+  bool exchange_allocations = false;
 };
 
 // The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its
@@ -115,6 +120,11 @@ class RankContext {
   // so that the device addresses it posts are valid here. direct_to_every_peer: so with every peer (and one at least).
   bool direct_to(int peer) const;
   bool direct_to_every_peer() const;
+  // Where some peer is of another process and every peer's outbox is open (RankOptions::exchange_allocations on
+  // every rank, all of one host): the exchange through which the ranks reach each other's buffers; else nullptr.
+  AllocationExchange* allocation_exchange() const;
+  // Why allocation_exchange() is null ("" where it is not).
+  std::string allocation_exchange_absence() const;
 
   // Channel `index` to `peer`. `local` is this rank's buffer that offset-based puts read from.
   MemoryChannelDeviceHandle memory_channel(int peer, int index, char* local) const;
@@ -159,6 +169,8 @@ class RankContext {
   std::shared_ptr<ProxyService> proxy_;
   std::vector<uint32_t> port_channel_ids_;
   DeviceBuffer switch_members_;
+  std::unique_ptr<AllocationExchange> allocations_;
+  std::string allocations_error_;  // why the rank has no AllocationExchange where it asked for one
 };
 
 }  // namespace jax_mscclpp::cuda

@@ -4,7 +4,9 @@
 
 Each process holds one device (GPU pid mod JAX_MSCCLPP_TEST_GPUS); the mesh spans the processes. Every rank's input comes from a seed known to all
 processes, so each checks its own output against numpy. Prints one line per check and exits non-zero on any
-mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "quick" (fewer cases of
+mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "in_place" and
+"in_place_mixed" (calls in place on XLA's buffers between the processes, and where one process's cannot be),
+"quick" (fewer cases of
 the same), "plans" (DSL library plans registered with register_algorithm, run on the GPU executor), "lost_peer"
 (the last process skips the collective: the others must report a timeout naming rank and peer), "large_world"
 (more ranks than an emulated SwitchChannel holds: every other algorithm runs, 2PA-NVLS is refused with an error),
@@ -26,6 +28,8 @@ from _rank_data import per_rank_inputs  # noqa: E402  (tests/gpu, beside this sc
 
 def main() -> int:
     pid, nproc, port, scenario = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    if scenario == "in_place_mixed" and pid == 0:
+        os.environ["XLA_PYTHON_CLIENT_ALLOCATOR"] = "cuda_async"  # a pool whose memory CUDA IPC does not export
     import jax
 
     # One device per process: GPU pid mod the GPU count (all processes share GPU 0 on a one-GPU machine).
@@ -99,6 +103,11 @@ def main() -> int:
     reducers = {"sum": np.add, "max": np.maximum, "min": np.minimum}
     if scenario == "large_world":
         check_large_world(jm, n, mine, run, inputs, check, reducers)
+        jax.distributed.shutdown()
+        print(f"rank {mine}: {failures} failures", flush=True)
+        return 1 if failures else 0
+    if scenario in ("in_place", "in_place_mixed"):
+        check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect_in_place=scenario == "in_place")
         jax.distributed.shutdown()
         print(f"rank {mine}: {failures} failures", flush=True)
         return 1 if failures else 0
@@ -180,6 +189,53 @@ def check_data_movement(jm, n, mine, run, inputs, check, counts):
         check(f"psum_scatter n={count}", scattered, np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
         exchanged = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
         check(f"all_to_all n={count}", exchanged, np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+
+
+def check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect_in_place) -> None:
+    """Calls large enough to run in place on XLA's buffers between the processes (docs/architecture.md, "In place
+    between processes"): every collective, odd sizes, several dtypes and ops, each twice on fresh data (XLA reuses
+    its buffers), against numpy. Then how many ran in place: all of them where every process's buffers can be
+    mapped by the others (`expect_in_place`); none where one process keeps XLA's buffers in a pool CUDA IPC does not
+    export (every rank then copies through scratch, correctly)."""
+    import ml_dtypes
+    from jax.sharding import PartitionSpec as P
+
+    from jax_mscclpp import selection_table
+
+    comm = jm.Communicator(mesh, "x")
+    before = comm.in_place_between_processes()
+    rank_bytes = max(selection_table.in_place_min_rank_bytes(n), 1 << 20)
+    calls = 0
+    for repeat in range(2):
+        for dtype, op in [(np.float32, "sum"), (ml_dtypes.bfloat16, "max"), (np.int32, "min")]:
+            count = rank_bytes // np.dtype(dtype).itemsize + 5
+            per_rank = inputs(31 + repeat, count, dtype)
+            got = run(lambda v: jm.all_reduce(v, "x", op=op, algorithm="2pa_hb"), per_rank, P())
+            want = per_rank[0].copy()
+            for r in range(1, n):
+                want = reducers[op](want, per_rank[r]).astype(dtype)
+            check(f"in place: all_reduce {np.dtype(dtype).name} {op} n={count} (call {repeat + 1})", got, want,
+                  1e-5 if dtype == np.float32 else 0)
+            calls += 1
+        count = rank_bytes // (4 * n) + 3
+        per_rank = inputs(41 + repeat, n * count, np.float32)
+        gathered = run(lambda v: jm.all_gather(v, "x", tiled=True, algorithm="allpairs"), per_rank)
+        check(f"in place: all_gather n={count} (call {repeat + 1})", gathered, np.concatenate(per_rank), 0)
+        scattered = run(lambda v: jm.psum_scatter(v, "x", tiled=True, algorithm="allpairs"), per_rank)
+        check(f"in place: psum_scatter n={count} (call {repeat + 1})", scattered,
+              np.sum(per_rank, axis=0).reshape(n, count)[mine], 1e-5)
+        exchanged = run(lambda v: jm.all_to_all(v, "x", 0, 0, tiled=True, algorithm="allpairs"), per_rank)
+        check(f"in place: all_to_all n={count} (call {repeat + 1})", exchanged,
+              np.concatenate([p.reshape(n, count)[mine] for p in per_rank]), 0)
+        calls += 3
+    after = comm.in_place_between_processes()
+    in_place = after["in_place"] - before["in_place"]
+    through_scratch = after["through_scratch"] - before["through_scratch"]
+    print(f"rank {mine}: {in_place} of {calls} calls in place between processes, {through_scratch} through scratch"
+          + (f" (unavailable: {after['unavailable']})" if after["unavailable"] else ""), flush=True)
+    want_in_place = calls if expect_in_place else 0
+    check("in place: calls that ran in place", np.array([in_place, through_scratch]),
+          np.array([want_in_place, calls - want_in_place]), 0)
 
 
 def check_recovery(jax, jm, mesh, mine, n, global_array, inputs) -> int:

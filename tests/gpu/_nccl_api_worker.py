@@ -239,8 +239,12 @@ def load_library(path: str) -> ctypes.CDLL:
         "jax_mscclpp_nccl_call_counts": [],
         "jax_mscclpp_nccl_runtime_enabled": [],
         "jax_mscclpp_nccl_group_depth": [],
+        "jax_mscclpp_nccl_in_place_between_processes": [P, ctypes.POINTER(ctypes.c_ulonglong),
+                                                        ctypes.POINTER(ctypes.c_ulonglong)],
         "ncclCommWindowRegister": [P, P, S, ctypes.POINTER(P), I],
         "ncclCommWindowDeregister": [P, P],
+        "ncclCommRegister": [P, P, S, ctypes.POINTER(P)],
+        "ncclCommDeregister": [P, P],
         "ncclMemAlloc": [ctypes.POINTER(P), S],
         "ncclMemFree": [P],
     }
@@ -248,7 +252,8 @@ def load_library(path: str) -> ctypes.CDLL:
         function = getattr(lib, name)
         function.argtypes = argtypes
         function.restype = ctypes.c_char_p if name in ("ncclGetErrorString", "ncclGetLastError",
-                                                        "jax_mscclpp_nccl_call_counts") else ctypes.c_int
+                                                        "jax_mscclpp_nccl_call_counts",
+                                                        "jax_mscclpp_nccl_in_place_between_processes") else ctypes.c_int
     return lib
 
 
@@ -318,6 +323,14 @@ class Case:
                                                                              NCCL_WIN_COLL_SYMMETRIC))
         w.windows.append(handle)
 
+    def register(self, b: Buffer):
+        """Registers `b` with the communicator (ncclCommRegister: local to the rank; every rank registers the buffers
+        of a call, as NCCL requires); deregistered after the batch (World.release_windows)."""
+        w = self.world
+        handle = ctypes.c_void_p()
+        self.returned("ncclCommRegister", w.lib.ncclCommRegister(w.comm, b.ptr, b.nbytes, ctypes.byref(handle)))
+        w.registrations.append(handle)
+
     def output(self, label: str, want: np.ndarray, tol=None, buffer: Buffer | None = None,
                nccl_memory: bool = False) -> Buffer:
         """A poisoned output (or `buffer`, an in-place one) that must hold `want` after the batch."""
@@ -359,6 +372,7 @@ class World:
         self.s = stream.ptr
         self._inputs: dict = {}
         self.windows: list = []  # registered by the batch's cases (Case.window)
+        self.registrations: list = []  # ncclCommRegister's handles of the batch's cases (Case.register)
         self.nccl_allocations: list = []  # ncclMemAlloc's memory of the batch's buffers
 
     def release_windows(self):
@@ -367,6 +381,10 @@ class World:
         for handle in self.windows:
             if self.lib.ncclCommWindowDeregister(self.comm, handle) != NCCL_SUCCESS:
                 problems.append(f"ncclCommWindowDeregister: {self.last_error()}")
+        for handle in self.registrations:
+            if self.lib.ncclCommDeregister(self.comm, handle) != NCCL_SUCCESS:
+                problems.append(f"ncclCommDeregister: {self.last_error()}")
+        self.registrations.clear()
         for ptr in self.nccl_allocations:
             if self.lib.ncclMemFree(ptr) != NCCL_SUCCESS:
                 problems.append(f"ncclMemFree: {self.last_error()}")
@@ -408,6 +426,49 @@ def _all_reduce(tag, name, op, count, in_place, title=""):
 
 
 WINDOW_CASE = "in windows"
+
+
+def _registered(collective, name, op, count, nccl_memory):
+    """A call whose input and output every rank registered (ncclCommRegister), large enough for the selection to
+    stream it: in place on the buffers where they are, each process's cudaMalloc allocations mapped by the others
+    through CUDA IPC (runtime/gpu/allocation_exchange.h); the table's algorithm through scratch where one cannot be
+    (ncclMemAlloc's cuMem memory between processes); the same results either way."""
+    def build(c, w):
+        n = w.n
+        per_rank = collective in ("reduce_scatter", "all_to_all")
+        blocks = w.inputs(f"reg-{collective}", n * count if per_rank else count, name)
+        if collective == "all_reduce":
+            want, tol = reduce_reference(blocks, name, op), tolerance(blocks, name, op)
+        elif collective == "reduce_scatter":
+            mine = [b[w.rank * count:(w.rank + 1) * count] for b in blocks]
+            want, tol = reduce_reference(mine, name, op), tolerance(mine, name, op)
+        else:
+            want, tol = np.concatenate(blocks), None
+        send = c.buffer(blocks[w.rank], nccl_memory)
+        out = c.output("result", want, tol, nccl_memory=nccl_memory)
+        c.register(send)
+        c.register(out)
+        code = DTYPE_CODES[name]
+        if collective in ("all_reduce", "reduce_scatter"):
+            function = {"all_reduce": w.lib.ncclAllReduce, "reduce_scatter": w.lib.ncclReduceScatter}[collective]
+            return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, OP_CODES[op], w.comm, w.s))
+        return lambda: c.returned(collective, w.lib.ncclAllGather(send.ptr, out.ptr, count, code, w.comm, w.s))
+    memory = "ncclMemAlloc" if nccl_memory else "cudaMalloc"
+    return f"{collective} {name} {op} count={count} {REGISTERED_CASE} of {memory} memory", build
+
+
+# The registered cases: (collective, dtype, op, elements of a block, in ncclMemAlloc's memory); 4 MiB and more a rank,
+# which the selection streams on 2, 3 and 4 ranks sharing a GPU, so that those of cudaMalloc memory run in place.
+REGISTERED_CASE = "in registered buffers"
+REGISTERED_CASES = [("all_reduce", "float32", "sum", (1 << 20) + 7, False),
+                    ("all_reduce", "bfloat16", "max", (2 << 20) + 5, False),
+                    ("reduce_scatter", "float32", "sum", (1 << 20) + 3, False),
+                    ("all_gather", "int32", "sum", (1 << 20) + 1, False),
+                    ("all_reduce", "float32", "sum", (1 << 20) + 7, True)]
+
+
+def registered_batch():
+    return [_registered(*case) for case in REGISTERED_CASES]
 
 
 def _windowed(collective, name, op, count, nccl_memory, grouped=False):
@@ -939,7 +1000,7 @@ def _group_simulate_end():
 
 def batches(n: int) -> list:
     return ([[_communicator_queries()]] + all_reduce_batches() + [premulsum_batch(n)] + reduction_batches(n) +
-            rooted_batches(n) + [gather_batch(), window_batch()] + p2p_batch(n) +
+            rooted_batches(n) + [gather_batch(), window_batch(), registered_batch()] + p2p_batch(n) +
             [[_on_several_streams()], [_bad_input()], [_group_simulate_end()]])
 
 
@@ -1058,9 +1119,13 @@ def main() -> int:
         if lib.ncclCommDestroy(alone) != NCCL_SUCCESS:
             report.append({"name": "one-rank split destroy", "passed": False, "detail": lone.last_error()})
     calls = call_counts(lib)
+    ran, copied = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+    absence = lib.jax_mscclpp_nccl_in_place_between_processes(comm, ctypes.byref(ran), ctypes.byref(copied))
+    between_processes = {"in_place": ran.value, "through_scratch": copied.value, "unavailable": absence.decode()}
     seconds = round(time.monotonic() - started, 1)
     destroy = lib.ncclCommDestroy(comm)
-    out = {"rank": rank, "world": n, "seconds": seconds, "cases": report, "calls": calls, "destroy": destroy}
+    out = {"rank": rank, "world": n, "seconds": seconds, "cases": report, "calls": calls, "destroy": destroy,
+           "between_processes": between_processes}
     record_dir = os.environ.get("JAX_MSCCLPP_TEST_RECORD_DIR")
     if record_dir:
         os.makedirs(record_dir, exist_ok=True)

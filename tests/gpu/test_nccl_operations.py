@@ -102,9 +102,10 @@ def test_group_simulate_end_launches_nothing(reports):
 
 def test_calls_on_windows_run_in_place_where_every_rank_maps_them(reports):
     """The window cases of cudaMalloc memory ran in place on every rank (CUDA IPC maps them between processes), those
-    registered in a group included; those of ncclMemAlloc's cuMem memory, which CUDA IPC does not export, ran the
-    table's algorithms (their results are checked with every case's)."""
-    from tests.gpu._nccl_api_worker import WINDOW_CASE, WINDOW_CASES
+    registered in a group included, and so did the cases in ncclCommRegister'ed cudaMalloc buffers (each process's
+    allocations mapped by the others, agreed call by call); those of ncclMemAlloc's cuMem memory, which CUDA IPC does
+    not export, ran the table's algorithms through scratch (their results are checked with every case's)."""
+    from tests.gpu._nccl_api_worker import REGISTERED_CASES, WINDOW_CASE, WINDOW_CASES
 
     functions = {"all_reduce": "ncclAllReduce", "reduce_scatter": "ncclReduceScatter", "all_gather": "ncclAllGather",
                  "all_to_all": "ncclAlltoAll"}
@@ -116,4 +117,8 @@ def test_calls_on_windows_run_in_place_where_every_rank_maps_them(reports):
         for (collective, *_), nccl_memory, _ in WINDOW_CASES:
             if not nccl_memory:
                 want[functions[collective]] = want.get(functions[collective], 0) + 1
-        assert ran == want, f"rank {report['rank']} ran in place {ran}, expected {want}"
+        for collective, *_, nccl_memory in REGISTERED_CASES:
+            if not nccl_memory:
+                want[functions[collective]] = want.get(functions[collective], 0) + 1
+        assert ran == want, (f"rank {report['rank']} ran in place {ran}, expected {want}; between processes: "
+                             f"{report.get('between_processes')}")

@@ -30,6 +30,13 @@ int jax_mscclpp_nccl_runtime_enabled(void);
 // thread's next call of this function.
 const char* jax_mscclpp_nccl_call_counts(void);
 
+// Why the calls of `comm` between ranks of several processes cannot run in place on registered buffers ("" where
+// they can: each rank a process of its own on one host, runtime/gpu/allocation_exchange.h), with *in_place and
+// *through_scratch (either may be null) the rank's calls that could and did, or that copied through scratch because
+// some rank's buffers were not reachable. Valid until the calling thread's next call of this function.
+const char* jax_mscclpp_nccl_in_place_between_processes(ncclComm_t comm, unsigned long long* in_place,
+                                                        unsigned long long* through_scratch);
+
 // Opens the real NCCL now rather than at the first call needing it. enable_nccl_backend() calls it before JAX's
 // CUDA plugin loads NVIDIA's library by the same path: the process then holds that library as opened here, with
 // RTLD_DEEPBIND, so its calls to its own exports stay inside it (loaded first without it, they would bind to ours).
