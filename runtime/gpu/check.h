@@ -41,12 +41,15 @@ class CudaError : public std::runtime_error {
 
 namespace jax_mscclpp::cuda {
 
-// Makes `device` current for the guard's lifetime (host runtime calls act on the current device).
+// Makes `device` current for the guard's lifetime (host runtime calls act on the current device), its primary
+// context current on the calling thread too, so that driver calls made under the guard find it: cudaSetDevice even
+// where `device` is already the thread's device (a thread that never made a runtime call has the device but no
+// current context, and cuMemGetAddressRange there fails).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     JAX_MSCCLPP_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (device != previous_) JAX_MSCCLPP_CUDA_CHECK(cudaSetDevice(device));
+    JAX_MSCCLPP_CUDA_CHECK(cudaSetDevice(device));
   }
   ~DeviceGuard() { JAX_MSCCLPP_CUDA_IGNORE(cudaSetDevice(previous_)); }
 

@@ -80,9 +80,14 @@ MemoryHandle MemoryHandle::make(const void* ptr, size_t bytes, int device, bool 
   DeviceGuard g(device);
   CUdeviceptr base = h.address;
   if (const DriverApi& api = driver_api(); api.mem_get_address_range != nullptr) {
+    // The handle names the allocation, so a peer adds `offset` to its base: a range whose allocation is unknown
+    // cannot be exported (an offset of 0 would place it at the allocation's start).
     size_t allocation = 0;
-    if (api.mem_get_address_range(&base, &allocation, static_cast<CUdeviceptr>(h.address)) != CUDA_SUCCESS)
-      base = h.address;
+    if (const CUresult r = api.mem_get_address_range(&base, &allocation, static_cast<CUdeviceptr>(h.address));
+        r != CUDA_SUCCESS) {
+      if (local_only) return h;
+      throw std::runtime_error(std::string("jax_mscclpp: cuMemGetAddressRange failed: ") + driver_error_string(r));
+    }
   }
   h.offset = h.address - static_cast<uint64_t>(base);
   const cudaError_t exported = cudaIpcGetMemHandle(&h.ipc, reinterpret_cast<void*>(base));

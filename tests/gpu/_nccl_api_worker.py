@@ -267,9 +267,10 @@ def call_counts(lib) -> dict:
 
 class Buffer:
     """Device bytes followed by a guard: `content` (bytes, uploaded with the guard in one stream-ordered copy), in
-    cupy's memory (cudaMalloc), or in ncclMemAlloc's (`nccl_memory`: freed with the world's windows)."""
+    cupy's memory (cudaMalloc), or in ncclMemAlloc's (`nccl_memory`: freed with the world's windows); cupy's at
+    `offset` bytes into its allocation where that is > 0 (a range inside an allocation, as a pool hands out)."""
 
-    def __init__(self, world, content: np.ndarray, nccl_memory: bool = False):
+    def __init__(self, world, content: np.ndarray, nccl_memory: bool = False, offset: int = 0):
         cp = world.cp
         host = np.concatenate([np.ascontiguousarray(content).view(np.uint8).reshape(-1), GUARD_PATTERN])
         self.nbytes = host.size - GUARD_BYTES
@@ -283,7 +284,7 @@ class Buffer:
             memory = cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(ptr.value, host.size, None), 0)
             self.dev = cp.ndarray(host.size, dtype=cp.uint8, memptr=memory)
         else:
-            self.dev = cp.empty(host.size, dtype=cp.uint8)
+            self.dev = cp.empty(offset + host.size, dtype=cp.uint8)[offset:]
         self.dev.set(host, stream=world.stream)
 
     @property
@@ -307,8 +308,8 @@ class Case:
         self.keep: list = []
         self.launch = None
 
-    def buffer(self, content: np.ndarray, nccl_memory: bool = False) -> Buffer:
-        b = Buffer(self.world, content, nccl_memory)
+    def buffer(self, content: np.ndarray, nccl_memory: bool = False, offset: int = 0) -> Buffer:
+        b = Buffer(self.world, content, nccl_memory, offset)
         self.buffers.append(b)
         return b
 
@@ -475,7 +476,10 @@ def _windowed(collective, name, op, count, nccl_memory, grouped=False):
     """A call whose input and output are windows of every rank: in place where every rank maps every other's window
     (cupy's cudaMalloc memory, through CUDA IPC), the table's algorithm where one cannot (ncclMemAlloc's cuMem memory
     between processes); the same results either way. `grouped`: the two windows registered in one group, as
-    nccl-tests -R 2 registers them (each registration collective: a rank's two pair up with its peers' in order)."""
+    nccl-tests -R 2 registers them (each registration collective: a rank's two pair up with its peers' in order),
+    by the group's thread for the communicator (which has made no CUDA call before), and each window 4 KiB into its
+    allocation (a peer maps the allocation and adds the window's offset: an offset taken as 0 reads the wrong
+    bytes)."""
     def build(c, w):
         n = w.n
         per_rank = collective in ("reduce_scatter", "all_to_all")
@@ -489,8 +493,9 @@ def _windowed(collective, name, op, count, nccl_memory, grouped=False):
             want, tol = np.concatenate(blocks), None
         else:
             want, tol = np.concatenate([b[w.rank * count:(w.rank + 1) * count] for b in blocks]), None
-        send = c.buffer(blocks[w.rank], nccl_memory)
-        out = c.output("result", want, tol, nccl_memory=nccl_memory)
+        offset = 4096 if grouped and not nccl_memory else 0
+        send = c.buffer(blocks[w.rank], nccl_memory, offset)
+        out = c.output("result", want, tol, buffer=c.buffer(poison_for(want), nccl_memory, offset))
         if grouped:
             c.returned("ncclGroupStart", w.lib.ncclGroupStart())
         c.window(send)
