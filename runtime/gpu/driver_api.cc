@@ -23,6 +23,9 @@ DriverApi load() {
   lookup("cuStreamWriteValue64", api.stream_write_value64);
   lookup("cuMemGetAddressRange", api.mem_get_address_range);
   lookup("cuPointerGetAttributes", api.pointer_get_attributes);
+  lookup("cuMemRetainAllocationHandle", api.mem_retain_allocation_handle);
+  lookup("cuMemExportToShareableHandle", api.mem_export_to_shareable_handle);
+  lookup("cuMemImportFromShareableHandle", api.mem_import_from_shareable_handle);
   lookup("cuMemGetAllocationGranularity", api.mem_get_allocation_granularity);
   lookup("cuMemCreate", api.mem_create);
   lookup("cuMemRelease", api.mem_release);

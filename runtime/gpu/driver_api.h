@@ -13,6 +13,10 @@ struct DriverApi {
   decltype(&::cuMemGetAddressRange) mem_get_address_range = nullptr;
   // An address's allocation and its buffer id (allocation_exchange.h).
   decltype(&::cuPointerGetAttributes) pointer_get_attributes = nullptr;
+  // cuMem allocations shared between processes through file descriptors (allocation_exchange.h).
+  decltype(&::cuMemRetainAllocationHandle) mem_retain_allocation_handle = nullptr;
+  decltype(&::cuMemExportToShareableHandle) mem_export_to_shareable_handle = nullptr;
+  decltype(&::cuMemImportFromShareableHandle) mem_import_from_shareable_handle = nullptr;
   // Virtual memory management (the opt-in NVLS path, nvls.h, and the NCCL-API library's ncclMemAlloc) and
   // multicast (the NVLS path only).
   decltype(&::cuMemGetAllocationGranularity) mem_get_allocation_granularity = nullptr;

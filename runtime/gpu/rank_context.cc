@@ -48,7 +48,7 @@ RankContext::RankContext(const RankOptions& opts) : opts_(opts) {
   peer_pool_.resize(opts.nranks);
   if (opts.exchange_allocations && opts.direct_exchange && opts.nranks > 1 && opts.nranks <= kDirectPeers) {
     try {
-      allocations_ = std::make_unique<AllocationExchange>(opts.rank, opts.nranks, opts.device);
+      allocations_ = std::make_unique<AllocationExchange>(opts.rank, opts.nranks, opts.device, opts.map_cumem);
     } catch (const std::runtime_error& error) {
       allocations_error_ = error.what();  // no shared memory here: this rank's calls copy through scratch
     }
@@ -260,6 +260,11 @@ StreamTuning stream_tuning_setting() {
 bool stop_on_failure_setting() {
   const char* value = setting_value(Setting::kTrapOnFailure);
   return value != nullptr && std::strcmp(value, "0") == 0;
+}
+
+bool map_cumem_setting() {
+  const char* value = setting_value(Setting::kMapCuMem);
+  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 bool direct_exchange_setting() {

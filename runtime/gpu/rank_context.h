@@ -35,6 +35,7 @@ StreamTuning stream_tuning_setting();
 int stream_blocks_setting();
 bool stop_on_failure_setting();
 bool direct_exchange_setting();
+bool map_cumem_setting();
 
 // The GPU communicators' defaults, the JAX path's (the module exports them) and the NCCL-API library's alike:
 // registered scratch per rank (every protocol's region, both halves; larger messages are pipelined through it) and
@@ -72,6 +73,9 @@ struct RankOptions {
   // allocations that hold them, mapped and agreed per call (allocation_exchange.h): the JAX path's ranks. Where
   // shared memory is not available the rank goes without (its calls copy through scratch).
   bool exchange_allocations = false;
+  // With exchange_allocations: cuMem allocations (XLA's allocator's, ncclMemAlloc's) travel too, as file
+  // descriptors (JAX_MSCCLPP_MAP_CUMEM, allocation_exchange.h); else only those CUDA IPC exports.
+  bool map_cumem = map_cumem_setting();
 };
 
 // The options of rank `rank` of `nranks` on `device` with `scratch_bytes` of scratch and kGpuChannelsPerPeer, its
