@@ -51,7 +51,10 @@ void register_communicator_bindings(nb::module_& m) {
       "comm_create_rank",
       [](int64_t comm_id, int device, int rank, int nranks, size_t scratch_bytes, bool port_channels) {
         RankOptions options = gpu_rank_options(device, rank, nranks, scratch_bytes);
-        options.exchange_allocations = true;  // XLA's buffers, reached in place by the ranks of other processes
+        // XLA's buffers, reached in place by the ranks of other processes: XLA's allocations are cuMem's, which
+        // travel only as file descriptors, so without them no call would ever agree (each would wait for the
+        // peers' words for nothing).
+        options.exchange_allocations = options.map_cumem;
         create_gpu_communicator(comm_id)->create_rank(device, options, port_channels);
       },
       nb::arg("comm_id"), nb::arg("device"), nb::arg("rank"), nb::arg("nranks"), nb::arg("scratch_bytes"),

@@ -107,10 +107,10 @@ def main() -> int:
         print(f"rank {mine}: {failures} failures", flush=True)
         return 1 if failures else 0
     if scenario in ("in_place", "in_place_mixed"):
-        # Every call in place where XLA's buffers can be mapped whatever their allocator (JAX_MSCCLPP_MAP_CUMEM=1
-        # maps cuMem's); none where one process keeps them in a pool neither transport exports.
-        expect = "none" if scenario == "in_place_mixed" else (
-            "all" if os.environ.get("JAX_MSCCLPP_MAP_CUMEM") == "1" else "either")
+        # Every call in place where XLA's buffers can be mapped (JAX_MSCCLPP_MAP_CUMEM=1 maps XLA's cuMem
+        # allocations); none where one process keeps them in a pool no transport exports; no agreement without it.
+        expect = ("none" if scenario == "in_place_mixed" else "all") if os.environ.get(
+            "JAX_MSCCLPP_MAP_CUMEM") == "1" else "off"
         check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect)
         jax.distributed.shutdown()
         print(f"rank {mine}: {failures} failures", flush=True)
@@ -200,8 +200,8 @@ def check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect) -> N
     between processes"): every collective, odd sizes, several dtypes and ops, each twice on fresh data (XLA reuses
     its buffers), against numpy. Then how many ran in place (`expect`): "all" where every process's buffers can be
     mapped by the others, "none" where one process keeps XLA's buffers in a pool no transport exports (every rank
-    then copies through scratch, correctly), "either" where that depends on XLA's allocator; every call either ran
-    in place or copied through scratch, none skipped the agreement."""
+    then copies through scratch, correctly, after agreeing so call by call), "off" where the ranks do not map each
+    other's allocations (no agreement: every call copies through scratch, and the communicator says why)."""
     import ml_dtypes
     from jax.sharding import PartitionSpec as P
 
@@ -238,9 +238,12 @@ def check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect) -> N
     through_scratch = after["through_scratch"] - before["through_scratch"]
     print(f"rank {mine}: {in_place} of {calls} calls in place between processes, {through_scratch} through scratch"
           + (f" (unavailable: {after['unavailable']})" if after["unavailable"] else ""), flush=True)
-    want_in_place = {"all": calls, "none": 0, "either": in_place}[expect]
-    check("in place: calls that ran in place", np.array([in_place, through_scratch]),
-          np.array([want_in_place, calls - want_in_place]), 0)
+    want = {"all": [calls, 0], "none": [0, calls], "off": [0, 0]}[expect]
+    check("in place: calls that ran in place, and that agreed on scratch", np.array([in_place, through_scratch]),
+          np.array(want), 0)
+    if expect == "off":
+        check("in place: the communicator says why no call may", np.array([bool(after["unavailable"])]),
+              np.array([True]), 0)
 
 
 def check_recovery(jax, jm, mesh, mine, n, global_array, inputs) -> int:
