@@ -34,6 +34,9 @@ import zlib
 import ml_dtypes
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.nccl
+from tests.nccl._nccl_structs import UniqueId  # noqa: E402,F401  (tests/gpu/_nccl_ranks.py imports it from here)
+
 # ---- NCCL's ABI (nccl/include/jax_mscclpp_nccl/nccl_api.h) ----
 NCCL_SUCCESS, NCCL_INVALID_ARGUMENT = 0, 4
 DTYPE_CODES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
@@ -196,10 +199,6 @@ def alltoallv_counts(seed: int, n: int) -> np.ndarray:
 
 
 # ---- the library and the device ----
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
 
 class SimInfo(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
@@ -429,33 +428,46 @@ def _all_reduce(tag, name, op, count, in_place, title=""):
 WINDOW_CASE = "in windows"
 
 
-def _registered(collective, name, op, count, nccl_memory):
-    """A call whose input and output every rank registered (ncclCommRegister), large enough for the selection to
-    stream it: in place on the buffers where they are, each process's cudaMalloc allocations mapped by the others
-    through CUDA IPC (runtime/gpu/allocation_exchange.h); the table's algorithm through scratch where one cannot be
-    (ncclMemAlloc's cuMem memory between processes); the same results either way."""
+def _call_on_own_buffers(tag, collective, name, op, count, nccl_memory, offset, register):
+    """The build of a call whose input and output are this rank's buffers registered by `register(c, w, send, out)`
+    (`offset` bytes into their allocations), with its reference result: an all-reduce, reduce-scatter, all-gather
+    or all-to-all of `count` elements a block of `w.inputs(tag, ...)`."""
     def build(c, w):
         n = w.n
         per_rank = collective in ("reduce_scatter", "all_to_all")
-        blocks = w.inputs(f"reg-{collective}", n * count if per_rank else count, name)
+        blocks = w.inputs(tag, n * count if per_rank else count, name)
         if collective == "all_reduce":
             want, tol = reduce_reference(blocks, name, op), tolerance(blocks, name, op)
         elif collective == "reduce_scatter":
             mine = [b[w.rank * count:(w.rank + 1) * count] for b in blocks]
             want, tol = reduce_reference(mine, name, op), tolerance(mine, name, op)
-        else:
+        elif collective == "all_gather":
             want, tol = np.concatenate(blocks), None
-        send = c.buffer(blocks[w.rank], nccl_memory)
-        out = c.output("result", want, tol, nccl_memory=nccl_memory)
-        c.register(send)
-        c.register(out)
+        else:
+            want, tol = np.concatenate([b[w.rank * count:(w.rank + 1) * count] for b in blocks]), None
+        send = c.buffer(blocks[w.rank], nccl_memory, offset)
+        out = c.output("result", want, tol, buffer=c.buffer(poison_for(want), nccl_memory, offset))
+        register(c, w, send, out)
         code = DTYPE_CODES[name]
         if collective in ("all_reduce", "reduce_scatter"):
             function = {"all_reduce": w.lib.ncclAllReduce, "reduce_scatter": w.lib.ncclReduceScatter}[collective]
             return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, OP_CODES[op], w.comm, w.s))
-        return lambda: c.returned(collective, w.lib.ncclAllGather(send.ptr, out.ptr, count, code, w.comm, w.s))
+        function = {"all_gather": w.lib.ncclAllGather, "all_to_all": w.lib.ncclAlltoAll}[collective]
+        return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, w.comm, w.s))
+    return build
+
+
+def _registered(collective, name, op, count, nccl_memory):
+    """A call whose input and output every rank registered (ncclCommRegister), large enough for the selection to
+    stream it: in place on the buffers where they are, each process's cudaMalloc allocations mapped by the others
+    through CUDA IPC (runtime/gpu/allocation_exchange.h); the table's algorithm through scratch where one cannot be
+    (ncclMemAlloc's cuMem memory between processes); the same results either way."""
+    def register(c, w, send, out):
+        c.register(send)
+        c.register(out)
     memory = "ncclMemAlloc" if nccl_memory else "cudaMalloc"
-    return f"{collective} {name} {op} count={count} {REGISTERED_CASE} of {memory} memory", build
+    return (f"{collective} {name} {op} count={count} {REGISTERED_CASE} of {memory} memory",
+            _call_on_own_buffers(f"reg-{collective}", collective, name, op, count, nccl_memory, 0, register))
 
 
 # The registered cases: (collective, dtype, op, elements of a block, in ncclMemAlloc's memory); 4 MiB and more a rank,
@@ -480,37 +492,19 @@ def _windowed(collective, name, op, count, nccl_memory, grouped=False):
     by the group's thread for the communicator (which has made no CUDA call before), and each window 4 KiB into its
     allocation (a peer maps the allocation and adds the window's offset: an offset taken as 0 reads the wrong
     bytes)."""
-    def build(c, w):
-        n = w.n
-        per_rank = collective in ("reduce_scatter", "all_to_all")
-        blocks = w.inputs(f"win-{collective}", n * count if per_rank else count, name)
-        if collective == "all_reduce":
-            want, tol = reduce_reference(blocks, name, op), tolerance(blocks, name, op)
-        elif collective == "reduce_scatter":
-            mine = [b[w.rank * count:(w.rank + 1) * count] for b in blocks]
-            want, tol = reduce_reference(mine, name, op), tolerance(mine, name, op)
-        elif collective == "all_gather":
-            want, tol = np.concatenate(blocks), None
-        else:
-            want, tol = np.concatenate([b[w.rank * count:(w.rank + 1) * count] for b in blocks]), None
-        offset = 4096 if grouped and not nccl_memory else 0
-        send = c.buffer(blocks[w.rank], nccl_memory, offset)
-        out = c.output("result", want, tol, buffer=c.buffer(poison_for(want), nccl_memory, offset))
+    def register(c, w, send, out):
         if grouped:
             c.returned("ncclGroupStart", w.lib.ncclGroupStart())
         c.window(send)
         c.window(out)
         if grouped:
             c.returned("ncclGroupEnd", w.lib.ncclGroupEnd())
-        code = DTYPE_CODES[name]
-        if collective in ("all_reduce", "reduce_scatter"):
-            function = {"all_reduce": w.lib.ncclAllReduce, "reduce_scatter": w.lib.ncclReduceScatter}[collective]
-            return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, OP_CODES[op], w.comm, w.s))
-        function = {"all_gather": w.lib.ncclAllGather, "all_to_all": w.lib.ncclAlltoAll}[collective]
-        return lambda: c.returned(collective, function(send.ptr, out.ptr, count, code, w.comm, w.s))
     memory = "ncclMemAlloc" if nccl_memory else "cudaMalloc"
+    offset = 4096 if grouped and not nccl_memory else 0
     return (f"{collective} {name} {op} count={count} {WINDOW_CASE} of {memory} memory"
-            + (", registered in a group" if grouped else "")), build
+            + (", registered in a group" if grouped else ""),
+            _call_on_own_buffers(f"win-{collective}", collective, name, op, count, nccl_memory, offset, register))
+
 
 
 # The calls of the window cases.

@@ -39,22 +39,11 @@ import time
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.nccl
+from tests.nccl._nccl_structs import Config, UniqueId  # noqa: E402
+
 NCCL_SUCCESS, NCCL_IN_PROGRESS, FLOAT32, SUM = 0, 7, 7, 0
 NCCL_SHRINK_DEFAULT, NCCL_SHRINK_ABORT = 0, 1
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
-class Config(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
-                ("blocking", ctypes.c_int), ("cgaClusterSize", ctypes.c_int), ("minCTAs", ctypes.c_int),
-                ("maxCTAs", ctypes.c_int), ("netName", ctypes.c_char_p), ("splitShare", ctypes.c_int),
-                ("trafficClass", ctypes.c_int), ("commName", ctypes.c_char_p)] + [
-                   (name, ctypes.c_int) for name in ("collnetEnable", "CTAPolicy", "shrinkShare", "nvlsCTAs",
-                                                     "nChannelsPerNetPeer", "nvlinkCentricSched", "graphUsageMode",
-                                                     "numRmaCtx", "maxP2pPeers", "graphStreamOrdering")]
 
 
 def load(path):

@@ -8,23 +8,9 @@ import os
 import sys
 import threading
 
+from tests.nccl._nccl_structs import Config, UniqueId
+
 NCCL_SUCCESS, NCCL_SYSTEM_ERROR, NCCL_INVALID_ARGUMENT, NCCL_INVALID_USAGE = 0, 2, 4, 5
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
-class Config(ctypes.Structure):
-    """ncclConfig_t of NCCL 2.30 (the members this test sets, then the rest as ints/pointers in order)."""
-
-    _fields_ = [("size", ctypes.c_size_t), ("magic", ctypes.c_uint), ("version", ctypes.c_uint),
-                ("blocking", ctypes.c_int), ("cgaClusterSize", ctypes.c_int), ("minCTAs", ctypes.c_int),
-                ("maxCTAs", ctypes.c_int), ("netName", ctypes.c_char_p), ("splitShare", ctypes.c_int),
-                ("trafficClass", ctypes.c_int), ("commName", ctypes.c_char_p)] + [
-                   (name, ctypes.c_int) for name in ("collnetEnable", "CTAPolicy", "shrinkShare", "nvlsCTAs",
-                                                     "nChannelsPerNetPeer", "nvlinkCentricSched", "graphUsageMode",
-                                                     "numRmaCtx", "maxP2pPeers", "graphStreamOrdering")]
 
 
 def load(path: str) -> ctypes.CDLL:
