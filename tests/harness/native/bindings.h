@@ -16,6 +16,7 @@ void register_harness(nanobind::module_& m);          // harness_bindings.cc
 void register_executor(nanobind::module_& m);         // executor_bindings.cc
 void register_bootstrap(nanobind::module_& m);        // bootstrap_bindings.cc
 void register_selection(nanobind::module_& m);        // selection_bindings.cc
+void register_allocation_exchange(nanobind::module_& m);  // exchange_bindings.cc
 
 inline nanobind::bytes to_bytes(const std::string& s) { return nanobind::bytes(s.data(), s.size()); }
 inline std::string from_bytes(const nanobind::bytes& b) {

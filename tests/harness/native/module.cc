@@ -39,4 +39,5 @@ NB_MODULE(_jax_mscclpp_testing, m) {
   register_executor(m);
   register_bootstrap(m);
   register_selection(m);
+  register_allocation_exchange(m);
 }

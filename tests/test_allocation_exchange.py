@@ -1,0 +1,86 @@
+"""The allocation exchange of ranks in several processes (runtime/gpu/allocation_exchange.h), through the GPU tests'
+harness module (the CUDA build; no GPU needed): ranks, here threads standing for processes (each told its peers'
+process ids), map each other's outboxes and agree call by call whether a call runs in place. Without a GPU no
+buffer is reachable, so every call agrees on scratch on every rank; the words alternate by parity and stay in step
+over many calls whatever the ranks' pace; a rank that does not reach a call fails the others' agreement within the
+timeout, naming it and the call; a communicator whose ranks share a process never agrees."""
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from tests.harness import MISSING, native_module
+
+    module = native_module()
+    if module is None:
+        pytest.skip(MISSING)
+    return module
+
+
+def connected(harness, nranks, pids=None):
+    """`nranks` exchanges, each told every peer's outbox and process (default: a process of its own each)."""
+    pids = pids or [100000 + r for r in range(nranks)]
+    ranks = [harness.AllocationExchange(r, nranks) for r in range(nranks)]
+    for r, x in enumerate(ranks):
+        for q, peer in enumerate(ranks):
+            if q != r:
+                x.add_peer(q, peer.name, pids[q] if pids[q] != pids[r] else os.getpid())
+    return ranks
+
+
+def run_calls(ranks, calls, timeout_s, seed=0):
+    """Each rank in a thread agrees on calls[rank] calls of null buffers, at a random pace: {rank: [agreed, ...] or
+    the exception it raised}."""
+    results = {}
+
+    def rank_main(r):
+        pace = random.Random(seed * 100 + r)
+        agreed = []
+        try:
+            for _ in range(calls[r]):
+                if pace.random() < 0.1:
+                    time.sleep(pace.random() * 0.003)
+                agreed.append(ranks[r].agree(0, 0, 0, 0, timeout_s)[0])
+            results[r] = agreed
+        except Exception as error:  # noqa: BLE001 - what the rank raised is the result
+            results[r] = error
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(len(ranks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+def test_every_call_agrees_on_scratch_in_step(harness):
+    ranks = connected(harness, 3)
+    assert all(x.covers_every_peer() for x in ranks)
+    results = run_calls(ranks, [300, 300, 300], timeout_s=30)
+    assert results == {r: [False] * 300 for r in range(3)}
+
+
+def test_a_rank_that_does_not_reach_a_call_is_named(harness):
+    ranks = connected(harness, 3)
+    started = time.monotonic()
+    results = run_calls(ranks, [5, 5, 4], timeout_s=1.0, seed=1)
+    assert results[2] == [False] * 4
+    for r in (0, 1):
+        assert isinstance(results[r], RuntimeError), results[r]
+        assert "rank 2 did not reach call 5" in str(results[r]), str(results[r])
+    assert time.monotonic() - started < 20
+
+
+def test_ranks_that_share_a_process_never_agree(harness):
+    lone = harness.AllocationExchange(0, 2)
+    assert not lone.covers_every_peer()  # no peer yet
+    ranks = connected(harness, 2, pids=[7, 7])
+    assert not any(x.covers_every_peer() for x in ranks)
+    ranks = connected(harness, 3)
+    assert all(x.covers_every_peer() for x in ranks)
