@@ -2,16 +2,22 @@
 
     python _jax_worker.py PROCESS_ID NUM_PROCESSES PORT SCENARIO
 
-Each process holds one device (GPU pid mod JAX_MSCCLPP_TEST_GPUS); the mesh spans the processes. Every rank's input comes from a seed known to all
-processes, so each checks its own output against numpy. Prints one line per check and exits non-zero on any
-mismatch. Scenarios: "collectives" (every algorithm, dtypes, odd sizes, repeated calls), "in_place" and
-"in_place_mixed" (calls in place on XLA's buffers between the processes, and where one process's cannot be),
-"quick" (fewer cases of
-the same), "plans" (DSL library plans registered with register_algorithm, run on the GPU executor), "lost_peer"
-(the last process skips the collective: the others must report a timeout naming rank and peer), "large_world"
-(more ranks than an emulated SwitchChannel holds: every other algorithm runs, 2PA-NVLS is refused with an error),
-"setup_fails" (the last process asks for more scratch than the GPU holds: every process's setup fails at once,
-naming it; then a communicator made again works everywhere).
+Each process holds one device (GPU pid mod JAX_MSCCLPP_TEST_GPUS); the mesh spans the processes. Every rank's
+input comes from a seed known to all processes, so each checks its own output against numpy. Prints one line per
+check and exits non-zero on any mismatch. Scenarios:
+  "collectives"          every algorithm, dtypes, odd sizes, repeated calls;
+  "quick"                fewer cases of the same;
+  "in_place"             calls in place on XLA's buffers between the processes;
+  "in_place_mixed"       the same where one process's buffers cannot be mapped;
+  "plans"                DSL library plans registered with register_algorithm, run on the GPU executor;
+  "lost_peer"            the last process skips the collective: the others must report a timeout naming rank and
+                         peer;
+  "lost_peer_in_place"   the same where the calls would run in place between the processes;
+  "large_world"          more ranks than an emulated SwitchChannel holds: every other algorithm runs, 2PA-NVLS is
+                         refused with an error;
+  "setup_fails"          the last process asks for more scratch than the GPU holds: every process's setup fails at
+                         once, naming it; then a communicator made again works everywhere;
+  "recover"              failing kernels stop rather than trap: mismatched calls, a refused call, a fresh program.
 """
 
 import os
@@ -70,8 +76,10 @@ def main() -> int:
         failures += not ok
         print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
 
-    if scenario == "lost_peer":
-        x = inputs(1, 64, np.float32)
+    if scenario in ("lost_peer", "lost_peer_in_place"):
+        # In place between processes (with JAX_MSCCLPP_MAP_CUMEM=1): the lost peer is found on the host, when the
+        # others wait for it to map their buffers, rather than by a kernel's bounded wait.
+        x = inputs(1, (1 << 20) + 5 if scenario == "lost_peer_in_place" else 64, np.float32)
         f = jax.jit(jax.shard_map(lambda v: jm.psum(v, "x", algorithm="2pa_hb"), mesh=mesh, in_specs=P("x"),
                                   out_specs=P()))
         if mine == n - 1:
@@ -86,6 +94,8 @@ def main() -> int:
         except Exception as error:  # the kernel trapped on its bounded wait
             comm = jm.Communicator(mesh, "x")
             print(f"rank {mine}: error raised: {type(error).__name__}", flush=True)
+            if scenario == "lost_peer_in_place":
+                print(f"rank {mine}: {str(error)[:600]}", flush=True)
             for line in comm.errors():
                 print(line, flush=True)
             os._exit(0)

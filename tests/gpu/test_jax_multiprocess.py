@@ -89,6 +89,17 @@ def test_a_setup_that_fails_on_one_process_fails_every_process_naming_it(gpus):
         assert "psum after the failed setup: ok" in out, out[-3000:]
 
 
+def test_a_peer_lost_where_calls_run_in_place_is_named(gpus):
+    """Where the calls would run in place between the processes, the others find the lost peer on the host (it never
+    maps their buffers or reaches the call): the call fails within the timeout, naming it, and nothing hangs."""
+    results = launch(2, "lost_peer_in_place", {"JAX_MSCCLPP_TIMEOUT_S": "3", "JAX_MSCCLPP_MAP_CUMEM": "1"},
+                     timeout=200)
+    code, out = results[0]
+    assert code == 0, out[-6000:]
+    assert "error raised" in out
+    assert "rank 1 did not" in out and "rank 0" in out, out[-3000:]
+
+
 def test_lost_peer_is_reported(gpus):
     results = launch(2, "lost_peer", {"JAX_MSCCLPP_TIMEOUT_S": "3"}, timeout=200)
     code, out = results[0]
