@@ -25,8 +25,10 @@
 // peer could not map.
 //
 // An allocation replaced at the same address (a new buffer id) is exported again under a new generation, and the
-// peers close the old mapping when they see it: the old allocation was freed, which waits for the device's work
-// (so no kernel of its owner still posts it, and the peers' accesses ended before the owner's kernel did).
+// peers close the old mapping when they see it: the old allocation was freed, which its owner does only after the
+// device's work on it (cudaFree waits for the device; an allocator of cuMem memory, XLA's, frees after the streams
+// that used it), so no kernel of its owner still posts it, and the peers' accesses ended before the owner's kernel
+// did.
 //
 // Every wait (a peer's mapping, a peer's call word) serves this rank's own imports meanwhile, so two ranks that
 // wait for each other both go on; a wait is bounded by the rank's timeout and then throws, naming the peer.
