@@ -22,6 +22,7 @@ class Placed:
     rank: int
     ref: dict
     channel: int | None
+    path: tuple = ()  # where ``ref`` sits in the operation: (field,), (field, k) or (field, k, entry key)
 
 
 def chunk_keys(rank: int, ref: dict) -> list[tuple[int, str, int]]:
@@ -35,12 +36,30 @@ def channel_ranks(channel: dict) -> list[int]:
 
 def operand_refs(operand: Operand, op: dict) -> list[tuple[dict, int | None]]:
     """(reference, channel it goes through) for each chunk reference of ``operand`` in ``op``."""
-    value = op[operand.field]
+    return [(ref, channel) for ref, channel, _ in _operand_paths(operand, op)]
+
+
+def _operand_paths(operand: Operand, op: dict) -> list[tuple[dict, int | None, tuple]]:
+    """(reference, channel, path in ``op``) for each chunk reference of ``operand`` in ``op``."""
+    field, value = operand.field, op[operand.field]
     if operand.shape == REF:
-        return [(value, op.get("channel"))]
+        return [(value, op.get("channel"), (field,))]
     if operand.shape == REFS:
-        return [(ref, None) for ref in value]
-    return [(item[operand.entry_key], item["channel"]) for item in value]
+        return [(ref, None, (field, k)) for k, ref in enumerate(value)]
+    key = operand.entry_key
+    return [(item[key], item["channel"], (field, k, key)) for k, item in enumerate(value)]
+
+
+def with_ref(op: dict, path: tuple, ref: dict) -> dict:
+    """A copy of ``op`` whose chunk reference at ``path`` (``Placed.path``) is ``ref``."""
+    op = dict(op)
+    if len(path) == 1:
+        op[path[0]] = ref
+        return op
+    items = list(op[path[0]])
+    items[path[1]] = ref if len(path) == 2 else {**items[path[1]], path[2]: ref}
+    op[path[0]] = items
+    return op
 
 
 def placed_refs(op: dict, rank: int, channels: list[dict]) -> list[Placed]:
@@ -48,9 +67,9 @@ def placed_refs(op: dict, rank: int, channels: list[dict]) -> list[Placed]:
     order, a remote reference once per rank it reaches."""
     placed = []
     for operand in spec_of(op["op"]).operands:
-        for ref, channel in operand_refs(operand, op):
+        for ref, channel, path in _operand_paths(operand, op):
             ranks = [rank] if operand.place == LOCAL else channel_ranks(channels[channel])
-            placed.extend(Placed(operand, r, ref, channel) for r in ranks)
+            placed.extend(Placed(operand, r, ref, channel, path) for r in ranks)
     return placed
 
 

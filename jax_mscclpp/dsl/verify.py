@@ -42,6 +42,17 @@ def verify_plan(plan: dict) -> dict:
     return plan
 
 
+def writers_of_reads(plan: dict) -> dict[tuple, list]:
+    """For a plan that verifies: (rank, thread block, op index, path of the reference in the op, ``Placed.path``)
+    of every plain (not packet) chunk reference an operation reads -> per chunk of it, the location of the
+    operation whose write it reads (None where the chunk is the input, never written). In a plan free of races
+    this does not depend on the order the symbolic run picks. Raises VerificationError as ``verify_plan`` does."""
+    verify_plan(plan)
+    run = _SymbolicRun(plan, read_log={})
+    run.run()
+    return run.read_log
+
+
 def _describe_key(key: tuple) -> str:
     rank, buffer, index = key
     return f"rank {rank} {buffer}[{index}]"
@@ -171,8 +182,9 @@ def _join(clock: dict, other: dict) -> None:
 
 
 class _SymbolicRun:
-    def __init__(self, plan: dict):
+    def __init__(self, plan: dict, read_log: dict | None = None):
         self.plan = plan
+        self.read_log = read_log  # (rank, tb, op index, path) -> writer locations (writers_of_reads), if kept
         self.channels = [rank_plan["channels"] for rank_plan in plan["ranks"]]
         self.blocks = [_Block(rank, tb, block["ops"]) for rank, rank_plan in enumerate(plan["ranks"])
                        for tb, block in enumerate(rank_plan["threadblocks"])]
@@ -336,6 +348,10 @@ class _SymbolicRun:
                     values.append(self._read_packets(key, actor, rank, place.channel))
                 else:
                     values.append(self._read(key, actor, block.clock))
+                    if self.read_log is not None:
+                        writer = self.cells[key].write
+                        self.read_log.setdefault((rank, block.index, block.pc - 1, place.path), []).append(
+                            writer.at if writer else None)
             result = values[0] if len(values) == 1 else self._combine(values, me.at)
             for place in destinations:
                 packets = (rank, place.channel) if place.operand.packets else None

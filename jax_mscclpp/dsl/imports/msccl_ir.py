@@ -310,7 +310,7 @@ class _Translation:
             for tb in gpu.tbs.values():
                 for step in tb.steps:
                     self._translate(step)
-        self.plan = self.program.lower()
+        self.plan = self.inputs.without_prologues(self.program.lower())
         check_positions(self.plan)
 
     # Pass 1: transfers, scratch and where the input lives ----------------------------------------------

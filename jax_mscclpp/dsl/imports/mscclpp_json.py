@@ -224,7 +224,7 @@ class _Translation:
             self.inputs.add_prologue(self.program, self.order, rank, len(tbs))
             for tb_index, tb in enumerate(tbs):
                 self._threadblock(rank, tb_index, tb)
-        self.plan = self.program.lower()
+        self.plan = self.inputs.without_prologues(self.program.lower())
         check_positions(self.plan)
 
     # Packets: who writes and who unpacks each scratch chunk ---------------------------------------------
