@@ -13,7 +13,11 @@ not count: they are placed afterwards). With the current table they are:
   can see between the two without a signal) and the second's other sources do not name it. The order of the
   reduction is unchanged: the same result bit for bit, but for 16-bit floats, which the executor rounds once a
   reduction rather than once a link. A chain of reductions (MSCCLang's ``c = c.reduce(...)``, one source at a
-  time, through temporaries or in place) becomes one pass over its sources.
+  time, through temporaries or in place) becomes one pass over its sources. The first may itself be a fused
+  reduction that reads packets (``reduce_packets``, which adds them after its plain sources) and sends nothing;
+  the second then has no plain source but T, so that the order stays the chain's: MSCCL++'s accumulation of the
+  peers' packets into the output, one peer at a time, becomes one ``reduce_packets`` over all of them. The
+  sources of the second are folded first: the operation that fills one may come between the two.
 * destinations: ``reduce(D <- ...)`` immediately followed by puts of exactly D -> ``reduce_put`` (HB memory
   channels) or ``reduce_packets`` with ``remotes`` (LL memory channels): the result goes to the peers from
   registers. Port channels are left alone (no reduction sends over them): their DMA reads memory, so the
@@ -124,24 +128,43 @@ def _fold_sources(ops: list, rank: int, channels: list, readers: Counter) -> lis
 
 
 def _absorb_sources(reduction: dict, out: list, rank: int, channels: list, readers: Counter) -> dict:
-    srcs, entries, absorbed = [], _entries(reduction), []
-    for i, src in enumerate(reduction["srcs"]):
-        position = _feeding_reduction(reduction, out, rank, channels, readers) if i == 0 else None
-        if position is not None:
-            feeder = out[position]
-            srcs.extend(feeder["srcs"])
-            absorbed.append((position, feeder))
-            out[position] = None
-            continue
-        position = _feeding_source(src, out, rank, channels, readers)
-        if position is None:
-            srcs.append(src)
-            continue
+    """``reduction`` with the operations that feed its sources folded in (the sources and chains rewrites), or
+    ``reduction`` itself when no reduction of the table holds the result. The sources after the first are
+    folded first: a chain's feeder may be followed by the operations that fill them."""
+    absorbed = []
+
+    def absorb(position: int) -> dict:
         feeder = out[position]
-        target = _target(feeder)
-        entries[target.field] = entries.get(target.field, []) + [_entry(feeder, target)]
         absorbed.append((position, feeder))
         out[position] = None
+        return feeder
+
+    folded = [None] * len(reduction["srcs"])  # per source: the entry it became, or None while plain
+    for i, src in enumerate(reduction["srcs"][1:], start=1):
+        position = _feeding_source(src, out, rank, channels, readers)
+        if position is not None:
+            feeder = absorb(position)
+            target = _target(feeder)
+            folded[i] = (target.field, _entry(feeder, target))
+    srcs = [src for src, entry in zip(reduction["srcs"], folded) if entry is None]
+    own = _entries(reduction)
+    added = [entry for entry in folded if entry is not None]
+    chain = _feeding_reduction(reduction, srcs, own, added, out, rank, channels, readers)
+    if chain is not None:
+        feeder = absorb(chain)
+        srcs = feeder["srcs"] + srcs[1:]
+        first = _entries(feeder)
+        own = {field: first.get(field, []) + own.get(field, []) for field in first.keys() | own.keys()}
+    else:
+        position = _feeding_source(reduction["srcs"][0], out, rank, channels, readers)
+        if position is not None:
+            feeder = absorb(position)
+            target = _target(feeder)
+            added.insert(0, (target.field, _entry(feeder, target)))
+            srcs = srcs[1:]
+    entries = dict(own)
+    for field, entry in added:
+        entries[field] = entries.get(field, []) + [entry]
     fused = _reduction(reduction, srcs, entries, channels) if absorbed else None
     if fused is None:
         for position, feeder in absorbed:
@@ -184,11 +207,14 @@ def _feeding_source(temp: dict, out: list, rank: int, channels: list, readers: C
     return position
 
 
-def _feeding_reduction(reduction: dict, out: list, rank: int, channels: list, readers: Counter) -> int | None:
-    """Position in ``out`` of a plain ``reduce`` that fills T, the first source of ``reduction``, for it alone, with
-    only waits after it; or None. T is a scratch temporary nothing else reads, or ``reduction``'s own destination
-    (an accumulation in place: with no signal in between, no one else may see the value between the two) that its
-    other sources do not name."""
+def _feeding_reduction(reduction: dict, srcs: list, own: dict, added: list, out: list, rank: int, channels: list,
+                       readers: Counter) -> int | None:
+    """Position in ``out`` of a reduction that fills T, the first source of ``reduction``, for it alone, with only
+    waits after it (besides the operations already folded into ``reduction``); or None. T is a scratch temporary
+    nothing else reads, or ``reduction``'s own destination (an accumulation in place: with no signal in between,
+    no one else may see the value between the two) that its other sources do not name. ``srcs`` are the sources
+    of ``reduction`` still plain, ``own`` its entries by field and ``added`` the (field, entry) pairs its other
+    sources became."""
     temp = reduction["srcs"][0]
     if temp == reduction["dst"]:
         temp_keys = set(chunk_keys(rank, temp))
@@ -197,11 +223,39 @@ def _feeding_reduction(reduction: dict, out: list, rank: int, channels: list, re
     elif not _is_temporary(temp, rank, readers):
         return None
     position = _last_access(temp, out, rank, channels)
-    if position is None or out[position]["op"] != "reduce" or out[position]["dst"] != temp:
+    if position is None or not spec_of(out[position]["op"]).reduction or out[position]["dst"] != temp:
         return None
     if any(o is not None and o["op"] != WAIT_OP for o in out[position + 1:]):
         return None
+    reads = {field for field, items in own.items() if items and _access(field) == READ}
+    reads |= {field for field, _ in added if _access(field) == READ}
+    if not _chains_in_order(out[position], len(srcs), reads):
+        return None
     return position
+
+
+def _chains_in_order(feeder: dict, plain_sources: int, reads: set[str]) -> bool:
+    """Whether ``feeder``'s sources and entries may go first in one reduction with the one it feeds, which has
+    ``plain_sources`` plain sources (the fed one first) and read entries of the fields ``reads``. The feeder sends
+    nothing (no written entries); when it has read entries (packet sources, which a reduction adds after its
+    plain sources), the one it feeds has no plain source but the fed one and its read entries are of the same
+    single field, so that the fused order is the chain's: the feeder's plain sources, its entries, then the
+    others'."""
+    if _via_fields(feeder, WRITE):
+        return False
+    feeder_reads = _via_fields(feeder, READ)
+    return not feeder_reads or (plain_sources == 1 and len(feeder_reads) == 1 and reads <= feeder_reads)
+
+
+def _via_fields(op: dict, access) -> set[str]:
+    """The fields of ``op``'s entries of ``access`` that are not empty."""
+    return {operand.field for operand in spec_of(op["op"]).operands
+            if operand.shape == VIA and operand.access == access and op.get(operand.field)}
+
+
+def _access(field: str):
+    """Whether the entries of ``field`` are read or written, from the reductions of the op table."""
+    return next(spec.operand(field).access for spec in REDUCTIONS if spec.operand(field))
 
 
 def _fold_destinations(ops: list, channels: list) -> list:

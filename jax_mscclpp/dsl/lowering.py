@@ -53,6 +53,19 @@ def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bo
     return plan
 
 
+def fuse_and_place_barriers(plan: dict) -> dict:
+    """Steps 4 and 5 again on ``plan``, a lowered plan rewritten since (imports/: reads moved to where the data
+    already is can leave fusions to make and barriers that order nothing): a fused copy with its barriers placed
+    anew if it verifies, else ``plan`` itself."""
+    rewritten = copy.deepcopy(plan)
+    fusion.fuse_plan(rewritten)
+    barriers.place_barriers(rewritten)
+    try:
+        return verify_plan(rewritten)
+    except VerificationError:
+        return plan
+
+
 class _Layout:
     """Thread block counts and channel endpoints of the replicated program."""
 

@@ -170,6 +170,53 @@ def test_a_chain_link_read_twice_stays():
     assert count_ops(reduce_chain_program("temporary read twice").lower(), "reduce") == 2 * 3
 
 
+def packet_chain_program(last_link: str):
+    """4-rank LL all-reduce whose rank unpacks each peer's chunk just before the link of an accumulation in its
+    output that adds it (as MSCCL++'s ``reduce`` of packet chunks, one peer at a time, loads): ``last_link``
+    "one source" adds one peer a link; "two sources" has the last link add the last two peers, the last peer first
+    and from a temporary that a copy reads too (so that it stays a plain source, before the packets)."""
+    n = 4
+    prog = Program("all_reduce", n, chunks=1, scratch_chunks=2 * n + 1, protocol="LL")
+    pipes = all_pairs(prog, MemoryChannel)
+    for r, rank in enumerate(prog.ranks):
+        for p in prog.peers(r):
+            pipes[r, p].put_packets(prog.rank(p).scratch[r], rank.input[0])
+        first, *others = prog.peers(r)
+        pipes[first, r].read_packets(rank.scratch[n + first], rank.scratch[first])
+        rank.reduce(rank.output[0], [rank.input[0], rank.scratch[n + first]])
+        links = [[p] for p in others] if last_link == "one source" else [others[::-1]]
+        for link in links:
+            for p in link:
+                pipes[p, r].read_packets(rank.scratch[n + p], rank.scratch[p])
+            rank.reduce(rank.output[0], [rank.output[0]] + [rank.scratch[n + p] for p in link])
+        if last_link == "two sources":
+            rank.copy(rank.scratch[2 * n], rank.scratch[n + others[-1]])
+    return prog
+
+
+@pytest.mark.parametrize("last_link", ["one source", "two sources"])
+def test_a_chain_of_packet_reductions_is_one_reduction_where_its_order_allows(last_link):
+    fused = packet_chain_program(last_link).lower()
+    unfused = packet_chain_program(last_link).lower(fuse=False)
+    peers = [1, 2, 3]
+    reductions = [op for op in fused["ranks"][0]["threadblocks"][0]["ops"] if op["op"] == "reduce_packets"]
+    if last_link == "one source":
+        # i0 (+) P1 (+) P2 (+) P3: the plain source first, then the packets in the order the chain adds them.
+        (reduction,) = reductions
+        assert reduction["srcs"] == [{"buffer": "input", "index": 0, "count": 1}]
+        assert [item["src"]["index"] for item in reduction["packet_srcs"]] == peers
+    else:
+        # The last link's plain source would come before the packets of both links: the links stay apart.
+        assert len(reductions) == 2
+        assert [item["src"]["index"] for item in reductions[0]["packet_srcs"]] == [1]
+        assert reductions[1]["srcs"][0] == {"buffer": "output", "index": 0, "count": 1}
+    simulate_all_reduce(fused)
+    rng = np.random.default_rng(7)
+    inputs = [(rng.standard_normal(41) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(4)]
+    for got, want in zip(run_plan(fused, inputs, "sum"), run_plan(unfused, inputs, "sum")):
+        assert got.tobytes() == want.tobytes()
+
+
 def barrier_program():
     """One rank, one thread block: a chain of copies with DSL barriers, most of them useless."""
     prog = Program("all_gather", 2, chunks=1, scratch_chunks=3)

@@ -5,7 +5,7 @@ leave short and empty tail chunks."""
 import numpy as np
 import pytest
 
-from jax_mscclpp.dsl import Program, verify
+from jax_mscclpp.dsl import Program, library, load_plan, verify
 from jax_mscclpp.dsl.simulate import run_plan
 from tests.dsl import mscclpp_channel_programs, mscclpp_chunk_programs
 from tests.dsl.test_dsl_simulate import expected_outputs
@@ -60,6 +60,20 @@ def test_the_channels_of_the_plan():
 def test_ll_reductions_fuse_into_reduce_packets():
     ops = {op["op"] for *_, op in _ops(mscclpp_channel_programs.allreduce_allpairs_ll(4).plan())}
     assert "reduce_packets" in ops and "read_packets" in ops and "reduce" not in ops
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_the_ll_all_pairs_all_reduce_runs_what_ours_runs(world_size):
+    """MSCCL++'s LL all-pairs all-reduce reduces the peers' packets into its output one peer at a time; the chain
+    fuses into one reduction, so the program, and its executor JSON loaded back, run the thread blocks, operations
+    and channels of our own two-phase LL all-reduce."""
+    program = mscclpp_chunk_programs.allreduce_allpairs_ll(world_size)
+    ours = library.allreduce_2pa_ll(world_size).lower()
+    for plan in (program.plan(), load_plan(program.to_json())):
+        for mine, theirs in zip(ours["ranks"], plan["ranks"]):
+            assert [[op["op"] for op in tb["ops"]] for tb in mine["threadblocks"]] == \
+                [[op["op"] for op in tb["ops"]] for tb in theirs["threadblocks"]]
+            assert len(mine["channels"]) == len(theirs["channels"])
 
 
 def _ops(plan):

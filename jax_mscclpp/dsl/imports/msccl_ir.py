@@ -30,6 +30,7 @@ from ..program import Chunk, Program
 from . import in_place
 from .collectives import chunks_per_block, our_collective
 from .errors import PlanImportError
+from ..lowering import fuse_and_place_barriers
 from .copy_forwarding import forward_copies
 from .input_places import InputPlaces
 from .positions import check_positions
@@ -311,7 +312,7 @@ class _Translation:
             for tb in gpu.tbs.values():
                 for step in tb.steps:
                     self._translate(step)
-        self.plan = forward_copies(self.inputs.without_prologues(self.program.lower()))
+        self.plan = fuse_and_place_barriers(forward_copies(self.inputs.without_prologues(self.program.lower())))
         check_positions(self.plan)
 
     # Pass 1: transfers, scratch and where the input lives ----------------------------------------------

@@ -36,6 +36,7 @@ from ..program import Chunk, Program
 from . import in_place
 from .collectives import chunks_per_block, our_collective
 from .errors import PlanImportError
+from ..lowering import fuse_and_place_barriers
 from .copy_forwarding import forward_copies
 from .input_places import InputPlaces
 from .positions import check_positions
@@ -225,7 +226,7 @@ class _Translation:
             self.inputs.add_prologue(self.program, self.order, rank, len(tbs))
             for tb_index, tb in enumerate(tbs):
                 self._threadblock(rank, tb_index, tb)
-        self.plan = forward_copies(self.inputs.without_prologues(self.program.lower()))
+        self.plan = fuse_and_place_barriers(forward_copies(self.inputs.without_prologues(self.program.lower())))
         check_positions(self.plan)
 
     # Packets: who writes and who unpacks each scratch chunk ---------------------------------------------
