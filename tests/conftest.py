@@ -66,6 +66,17 @@ def fault_hooks():
     return faults
 
 
+@pytest.fixture(scope="module")
+def harness():
+    """The GPU tests' harness module (the CUDA build; no GPU needed), which binds the library's runtime parts."""
+    from tests.harness import MISSING, native_module
+
+    module = native_module()
+    if module is None:
+        pytest.skip(MISSING)
+    return module
+
+
 @pytest.fixture
 def rng(request):
     # A different, reproducible stream per test (whatever PYTHONHASHSEED is): random data, never zeros.

@@ -10,17 +10,6 @@ import random
 import threading
 import time
 
-import pytest
-
-
-@pytest.fixture(scope="module")
-def harness():
-    from tests.harness import MISSING, native_module
-
-    module = native_module()
-    if module is None:
-        pytest.skip(MISSING)
-    return module
 
 
 def connected(harness, nranks, pids=None):

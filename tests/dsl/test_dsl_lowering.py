@@ -34,6 +34,16 @@ def simulate_all_reduce(plan, count=37):
         np.testing.assert_array_equal(output, np.sum(inputs, axis=0, dtype=np.int32))
 
 
+def assert_same_float32_sums(fused, unfused):
+    """The fused plan keeps the unfused plan's order of reduction: float32 sums of numbers of many magnitudes equal
+    bit for bit."""
+    rng = np.random.default_rng(5)
+    inputs = [(rng.standard_normal(41) * 10.0 ** rng.integers(-3, 4)).astype(np.float32)
+              for _ in range(fused["world_size"])]
+    for got, want in zip(run_plan(fused, inputs, "sum"), run_plan(unfused, inputs, "sum")):
+        assert got.tobytes() == want.tobytes()
+
+
 def reduce_then_put_program(channel_type):
     """2-rank all-reduce: reduce chunk r, put the result to the peer, signal; copy what arrives."""
     prog = Program("all_reduce", 2, chunks=2, scratch_chunks=4)
@@ -159,11 +169,7 @@ def test_a_chain_of_reductions_is_one_reduction(links):
     assert reduction["srcs"] == [first, {"buffer": "scratch", "index": 1, "count": 1},
                                  {"buffer": "scratch", "index": 2, "count": 1}]
     simulate_all_reduce(fused)
-    # The order of the reduction is kept: float32 sums equal bit for bit.
-    rng = np.random.default_rng(5)
-    inputs = [(rng.standard_normal(41) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(3)]
-    for got, want in zip(run_plan(fused, inputs, "sum"), run_plan(unfused, inputs, "sum")):
-        assert got.tobytes() == want.tobytes()
+    assert_same_float32_sums(fused, unfused)
 
 
 def test_a_chain_link_read_twice_stays():
@@ -211,10 +217,7 @@ def test_a_chain_of_packet_reductions_is_one_reduction_where_its_order_allows(la
         assert [item["src"]["index"] for item in reductions[0]["packet_srcs"]] == [1]
         assert reductions[1]["srcs"][0] == {"buffer": "output", "index": 0, "count": 1}
     simulate_all_reduce(fused)
-    rng = np.random.default_rng(7)
-    inputs = [(rng.standard_normal(41) * 10.0 ** rng.integers(-3, 4)).astype(np.float32) for _ in range(4)]
-    for got, want in zip(run_plan(fused, inputs, "sum"), run_plan(unfused, inputs, "sum")):
-        assert got.tobytes() == want.tobytes()
+    assert_same_float32_sums(fused, unfused)
 
 
 def barrier_program():

@@ -51,14 +51,3 @@ def run_worker(scenario: str, real_nccl: str | None, *, extra_env: dict | None =
 @pytest.fixture(scope="session")
 def worker():
     return run_worker
-
-
-@pytest.fixture(scope="module")
-def harness():
-    """The GPU tests' harness module (the CUDA build; no GPU needed), which binds the library's runtime parts."""
-    from tests.harness import MISSING, native_module
-
-    module = native_module()
-    if module is None:
-        pytest.skip(MISSING)
-    return module
