@@ -11,7 +11,6 @@ import threading
 import time
 
 
-
 def connected(harness, nranks, pids=None):
     """`nranks` exchanges, each told every peer's outbox and process (default: a process of its own each)."""
     pids = pids or [100000 + r for r in range(nranks)]
