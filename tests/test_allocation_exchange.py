@@ -7,8 +7,9 @@ timeout, naming it and the call; a communicator whose ranks share a process neve
 
 import os
 import random
-import threading
 import time
+
+from tests.rank_threads import run_rank_threads
 
 
 def connected(harness, nranks, pids=None):
@@ -25,26 +26,17 @@ def connected(harness, nranks, pids=None):
 def run_calls(ranks, calls, timeout_s, seed=0):
     """Each rank in a thread agrees on calls[rank] calls of null buffers, at a random pace: {rank: [agreed, ...] or
     the exception it raised}."""
-    results = {}
 
     def rank_main(r):
         pace = random.Random(seed * 100 + r)
         agreed = []
-        try:
-            for _ in range(calls[r]):
-                if pace.random() < 0.1:
-                    time.sleep(pace.random() * 0.003)
-                agreed.append(ranks[r].agree(0, 0, 0, 0, timeout_s)[0])
-            results[r] = agreed
-        except Exception as error:  # noqa: BLE001 - what the rank raised is the result
-            results[r] = error
+        for _ in range(calls[r]):
+            if pace.random() < 0.1:
+                time.sleep(pace.random() * 0.003)
+            agreed.append(ranks[r].agree(0, 0, 0, 0, timeout_s)[0])
+        return agreed
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(len(ranks))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
+    return run_rank_threads(rank_main, range(len(ranks)))
 
 
 def test_every_call_agrees_on_scratch_in_step(harness):

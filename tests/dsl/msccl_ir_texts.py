@@ -135,20 +135,44 @@ def allpairs_reducescatter(n: int, proto: str = "Simple", into_input: bool = Fal
     into the output."""
     xml = XmlWriter(f"allpairs_reducescatter_{proto}", "reducescatter", n, proto, n, n, 1, s_chunks=n - 1)
     for r in range(n):
-        peers = [(r + d) % n for d in range(1, n)]
-        tbs = [xml.tb(r, send=p, recv=p) for p in peers]
-        for t, p in zip(tbs, peers):
-            xml.step(r, t, "s", src=("i", p), dst=("s", t))
-            xml.step(r, t, "r", src=("i", r), dst=("s", t))
+        tbs = _gather_own_block(xml, n, r)
         reduced = ("i", r) if into_input else ("o", 0)
         if not into_input:
             xml.step(r, 0, "cpy", src=("i", r), dst=reduced)
-        xml.step(r, 0, "re", src=("s", 0), dst=reduced)
-        for t in tbs[1:]:
-            xml.step(r, 0, "re", src=("s", t), dst=reduced, dep=(t, 1))
+        _reduce_gathered(xml, r, tbs, reduced)
         if into_input:
             xml.step(r, 0, "cpy", src=reduced, dst=("o", 0))
     return xml.text()
+
+
+def mixed_input_reads(n: int) -> str:
+    """allpairs_reducescatter into its input, then one step that copies the whole input (the reduced chunk and
+    the untouched others) into scratch and one that takes the reduced chunk from there into the output."""
+    xml = XmlWriter("mixed_input_reads", "reducescatter", n, "Simple", n, n, 1, s_chunks=2 * n - 1)
+    for r in range(n):
+        _reduce_gathered(xml, r, _gather_own_block(xml, n, r), ("i", r))
+        xml.step(r, 0, "cpy", src=("i", 0), dst=("s", n - 1), cnt=n)
+        xml.step(r, 0, "cpy", src=("s", n - 1 + r), dst=("o", 0))
+    return xml.text()
+
+
+def _gather_own_block(xml: XmlWriter, n: int, r: int) -> list[int]:
+    """Rank r sends every peer its block and receives its own block from each into scratch chunk t, on thread
+    block t of that peer; returns those thread blocks."""
+    peers = [(r + d) % n for d in range(1, n)]
+    tbs = [xml.tb(r, send=p, recv=p) for p in peers]
+    for t, p in zip(tbs, peers):
+        xml.step(r, t, "s", src=("i", p), dst=("s", t))
+        xml.step(r, t, "r", src=("i", r), dst=("s", t))
+    return tbs
+
+
+def _reduce_gathered(xml: XmlWriter, r: int, tbs: list[int], reduced: tuple) -> None:
+    """On thread block 0 of rank r, reduce the scratch chunks ``_gather_own_block`` received into ``reduced``, each
+    after its thread block's receive."""
+    xml.step(r, 0, "re", src=("s", 0), dst=reduced)
+    for t in tbs[1:]:
+        xml.step(r, 0, "re", src=("s", t), dst=reduced, dep=(t, 1))
 
 
 def ring_reducescatter(n: int, proto: str = "LL") -> str:

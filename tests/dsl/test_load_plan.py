@@ -108,30 +108,12 @@ def test_plans_that_write_their_input_read_it_where_it_is_unchanged(rng, name):
         check_with_numpy(plan, rng, "max" if n == 3 else "sum")
 
 
-def mixed_input_reads(n: int) -> str:
-    """allpairs_reducescatter into its input, then one step that copies the whole input (the reduced chunk and
-    the untouched others) into scratch and one that takes the reduced chunk from there into the output."""
-    writer = XmlWriter("mixed_input_reads", "reducescatter", n, "Simple", n, n, 1, s_chunks=2 * n - 1)
-    for r in range(n):
-        peers = [(r + d) % n for d in range(1, n)]
-        tbs = [writer.tb(r, send=p, recv=p) for p in peers]
-        for t, p in zip(tbs, peers):
-            writer.step(r, t, "s", src=("i", p), dst=("s", t))
-            writer.step(r, t, "r", src=("i", r), dst=("s", t))
-        writer.step(r, 0, "re", src=("s", 0), dst=("i", r))
-        for t in tbs[1:]:
-            writer.step(r, 0, "re", src=("s", t), dst=("i", r), dep=(t, 1))
-        writer.step(r, 0, "cpy", src=("i", 0), dst=("s", n - 1), cnt=n)
-        writer.step(r, 0, "cpy", src=("s", n - 1 + r), dst=("o", 0))
-    return writer.text()
-
-
 def test_a_read_of_both_copied_and_written_input_chunks_keeps_the_prologue(rng):
     """A reference whose chunks are partly still the input and partly written by a step cannot read the input:
     such a plan keeps its prologue (its copy of the input, and every thread block waiting for it), and computes
     its collective."""
     for n in (2, 3):
-        text = mixed_input_reads(n)
+        text = xml.mixed_input_reads(n)
         plan = load_plan(text)
         input_chunks = plan["buffers"]["input"]["blocks"] * plan["buffers"]["input"]["chunks_per_block"]
         for ranked, foreign in zip(plan["ranks"], foreign_thread_blocks(text)):

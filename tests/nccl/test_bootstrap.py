@@ -7,31 +7,22 @@ place of the ranks; our id round-trips and the real library's is never taken for
 
 import socket
 import struct
-import threading
 import time
 
 import pytest
 
+from tests.rank_threads import run_rank_threads
 
 
 def run_ranks(harness, root, nranks, rounds, ranks=None, nranks_claimed=None):
     """Each rank of `ranks` (default: all) in its own thread: connect, then `rounds` all-gathers of its own frames.
     {rank: [frames of each round] or the exception it raised}."""
-    results = {}
 
     def rank_main(r):
-        try:
-            client = harness.BootstrapClient(root, r, nranks_claimed or nranks)
-            results[r] = [client.all_gather(f"rank {r} round {k}".encode() * (r + 1)) for k in range(rounds)]
-        except Exception as error:  # noqa: BLE001 - what the rank raised is the result
-            results[r] = error
+        client = harness.BootstrapClient(root, r, nranks_claimed or nranks)
+        return [client.all_gather(f"rank {r} round {k}".encode() * (r + 1)) for k in range(rounds)]
 
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in (ranks if ranks is not None else range(nranks))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return results
+    return run_rank_threads(rank_main, ranks if ranks is not None else range(nranks))
 
 
 def test_rounds_of_all_gather_in_rank_order(harness):
@@ -65,28 +56,19 @@ def test_a_rank_that_fails_fails_every_other_rank_naming_it(harness, set_timeout
     or after, raises at once (far within the timeout) with the failed rank and its reason, not a timeout."""
     set_timeout(30.0)
     root = harness.bootstrap_root()
-    results = {}
 
     def rank_main(r):
-        try:
-            client = harness.BootstrapClient(root, r, 3)
-            client.all_gather(b"first")
-            if r == failing:
-                client.report_failure("out of device memory (a test's)")
-                results[r] = client  # kept open: the failure must reach the others before this rank leaves
-                return
-            if r == 2:
-                time.sleep(0.5)  # enters the round after the failure
-            results[r] = client.all_gather(b"second")
-        except Exception as error:  # noqa: BLE001 - what the rank raised is the result
-            results[r] = error
+        client = harness.BootstrapClient(root, r, 3)
+        client.all_gather(b"first")
+        if r == failing:
+            client.report_failure("out of device memory (a test's)")
+            return client  # kept open: the failure must reach the others before this rank leaves
+        if r == 2:
+            time.sleep(0.5)  # enters the round after the failure
+        return client.all_gather(b"second")
 
     start = time.monotonic()
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = run_rank_threads(rank_main, range(3), join_s=60)
     elapsed = time.monotonic() - start
     for r in set(range(3)) - {failing}:
         assert isinstance(results[r], RuntimeError), results[r]
