@@ -5,7 +5,7 @@ MSCCL++ JSON those write, and the hand-written kernel.
     python bench/kernels/front_ends.py [--nranks 2,4,8] [--out FILE] [--quick]
 
 Per protocol (LL packets, HB puts and signals), world size N and message size (bytes per rank, float32 sum
-all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1 and 4 instances, the faster
+all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1, 4 and 16 instances, the fastest
 kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks. Plans:
 
 - ``dsl``: ``jax_mscclpp.dsl.library``'s ``allreduce_2pa_ll`` / ``allreduce_2pa_hb``;
@@ -40,7 +40,7 @@ from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, nati
 
 KiB, MiB = 1 << 10, 1 << 20
 SCRATCH = 64 * MiB
-INSTANCES = (1, 4)
+INSTANCES = (1, 4, 16)  # the hand-written LL kernel runs up to 16 blocks a rank (kLLMaxBlocks)
 
 
 def plan_makers(dsl_program: str, msccl_protocol: str, chunk_program) -> dict:
@@ -136,7 +136,7 @@ def main() -> None:
         **device_run_header("front_ends", cuda),
         "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
                        "samples of (events around `repeats` back-to-back calls on every rank released together) / "
-                       "repeats; a plan's best of 1 and 4 instances; vs_dsl, vs_kernel: its time over theirs",
+                       "repeats; a plan's best of 1, 4 and 16 instances; vs_dsl, vs_kernel: its time over theirs",
         "rows": rows,
         "not_resident": not_resident,
     }
