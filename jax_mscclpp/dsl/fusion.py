@@ -17,10 +17,14 @@ not count: they are placed afterwards). With the current table they are:
   reduction that reads packets (``reduce_packets``, which adds them after its plain sources) and sends nothing;
   the second then has no plain source but T, so that the order stays the chain's: MSCCL++'s accumulation of the
   peers' packets into the output, one peer at a time, becomes one ``reduce_packets`` over all of them. The
-  sources of the second are folded first: the operation that fills one may come between the two.
-* destinations: ``reduce(D <- ...)`` immediately followed by puts of exactly D -> ``reduce_put`` (HB memory
-  channels) or ``reduce_packets`` with ``remotes`` (LL memory channels): the result goes to the peers from
-  registers. Port channels are left alone (no reduction sends over them): their DMA reads memory, so the
+  first may also be a ``copy`` (a reduction of one source): a copy of the input into the output that a
+  reduction in place then accumulates into reads the input where it is. The sources of the second are folded
+  first: the operation that fills one may come between the two.
+* destinations: ``reduce(D <- ...)`` followed by puts of exactly D, with nothing but signals between them ->
+  ``reduce_put`` (HB memory channels) or ``reduce_packets`` with ``remotes`` (LL memory channels), then those
+  signals in their order: the result goes to the peers from registers. A put moved before a signal on another
+  channel only lands sooner (no wait comes between, so nothing its destination's readiness depends on is
+  passed), and one moved before its own channel's signal is published by it too. Port channels are left alone (no reduction sends over them): their DMA reads memory, so the
   local write is needed anyway.
 * pairs: ``put`` immediately followed by ``signal`` on the same channel -> ``put_with_signal``.
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .access import chunk_keys, op_accesses
-from .ops import BARRIER_OP, FUSED_PAIRS, READ, REDUCTIONS, VIA, WAIT_OP, WRITE, Operand, spec_of
+from .ops import BARRIER_OP, COPY_OP, FUSED_PAIRS, READ, REDUCTIONS, SIGNAL_OP, VIA, WAIT_OP, WRITE, Operand, spec_of
 
 
 def fuse_plan(plan: dict) -> None:
@@ -152,7 +156,7 @@ def _absorb_sources(reduction: dict, out: list, rank: int, channels: list, reade
     chain = _feeding_reduction(reduction, srcs, own, added, out, rank, channels, readers)
     if chain is not None:
         feeder = absorb(chain)
-        srcs = feeder["srcs"] + srcs[1:]
+        srcs = _fills(feeder) + srcs[1:]
         first = _entries(feeder)
         own = {field: first.get(field, []) + own.get(field, []) for field in first.keys() | own.keys()}
     else:
@@ -223,7 +227,7 @@ def _feeding_reduction(reduction: dict, srcs: list, own: dict, added: list, out:
     elif not _is_temporary(temp, rank, readers):
         return None
     position = _last_access(temp, out, rank, channels)
-    if position is None or not spec_of(out[position]["op"]).reduction or out[position]["dst"] != temp:
+    if position is None or _fills(out[position]) is None or out[position]["dst"] != temp:
         return None
     if any(o is not None and o["op"] != WAIT_OP for o in out[position + 1:]):
         return None
@@ -232,6 +236,14 @@ def _feeding_reduction(reduction: dict, srcs: list, own: dict, added: list, out:
     if not _chains_in_order(out[position], len(srcs), reads):
         return None
     return position
+
+
+def _fills(op: dict) -> list | None:
+    """The plain sources from which ``op`` computes its destination on its own rank: a reduction's ``srcs``, a
+    copy's ``[src]``; None for any other operation."""
+    if spec_of(op["op"]).reduction:
+        return op["srcs"]
+    return [op["src"]] if op["op"] == COPY_OP else None
 
 
 def _chains_in_order(feeder: dict, plain_sources: int, reads: set[str]) -> bool:
@@ -266,18 +278,24 @@ def _fold_destinations(ops: list, channels: list) -> list:
         if not spec_of(op["op"]).reduction:
             out.append(op)
             continue
-        fused, entries = op, _entries(op)
-        while i < len(ops):
-            target = _target(ops[i])
-            if target is None or target.access != WRITE or ops[i]["src"] != op["dst"]:
+        fused, entries, passed = op, _entries(op), []  # passed: the signals the folded puts moved before
+        j = i
+        while j < len(ops):
+            if ops[j]["op"] == SIGNAL_OP:
+                j += 1
+                continue
+            target = _target(ops[j])
+            if target is None or target.access != WRITE or ops[j]["src"] != op["dst"]:
                 break
-            more = {**entries, target.field: entries.get(target.field, []) + [_entry(ops[i], target)]}
+            more = {**entries, target.field: entries.get(target.field, []) + [_entry(ops[j], target)]}
             candidate = _reduction(op, op["srcs"], more, channels)
             if candidate is None:
                 break
             fused, entries = candidate, more
-            i += 1
+            passed += [signal for signal in ops[i:j] if signal["op"] == SIGNAL_OP]
+            i = j = j + 1
         out.append(fused)
+        out.extend(passed)
     return out
 
 

@@ -165,6 +165,11 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in _TABLE}
 BARRIER_OP = "barrier"
 # The operation that only waits for a signal: fusion may move a reduction past it (fusion.py, "chains").
 WAIT_OP = "wait"
+# The operation that only signals: fusion may move a put of a reduction's result before it (fusion.py,
+# "destinations").
+SIGNAL_OP = "signal"
+# The local copy: fusion takes it for a reduction of one source (fusion.py, "chains").
+COPY_OP = "copy"
 
 # (first, second) -> the operation that is both, on one channel.
 FUSED_PAIRS: dict[tuple[str, str], str] = {spec.fused_from: spec.name for spec in _TABLE if spec.fused_from}

@@ -77,6 +77,35 @@ def test_reduce_then_put_fuses_into_reduce_put():
     simulate_all_reduce(unfused)
 
 
+def test_puts_of_a_reduction_with_signals_between_fuse_into_reduce_put():
+    """3-rank all-reduce whose rank sends its reduced chunk to one peer, signals it, then the next: the puts move
+    before the signals into one reduce_put, and the signals follow in their order."""
+    prog = Program("all_reduce", 3, chunks=3, scratch_chunks=6)
+    pipes = all_pairs(prog, MemoryChannel)
+    for r, rank in enumerate(prog.ranks):
+        peers = prog.peers(r)
+        for p in peers:
+            pipes[r, p].put(prog.rank(p).scratch[r], rank.input[p])
+            pipes[r, p].signal()
+        for p in peers:
+            pipes[p, r].wait()
+        rank.reduce(rank.output[r], [rank.input[r]] + [rank.scratch[p] for p in peers])
+        for p in peers:
+            pipes[r, p].put(prog.rank(p).scratch[3 + r], rank.output[r])
+            pipes[r, p].signal()
+        for p in peers:
+            pipes[p, r].wait()
+            rank.copy(rank.output[p], rank.scratch[3 + p])
+    fused = prog.lower()
+    assert op_names(fused) == ["put_with_signal"] * 2 + ["wait"] * 2 + ["reduce_put", "signal", "signal"] + \
+        ["wait", "copy"] * 2
+    reduce_put = fused["ranks"][0]["threadblocks"][0]["ops"][4]
+    assert [remote["channel"] for remote in reduce_put["remotes"]] == [0, 1]
+    assert [op["channel"] for op in fused["ranks"][0]["threadblocks"][0]["ops"][5:7]] == [0, 1]
+    simulate_all_reduce(fused)
+    simulate_all_reduce(prog.lower(fuse=False))
+
+
 def test_port_channel_keeps_the_reduce_and_fuses_put_with_signal():
     plan = reduce_then_put_program(PortChannel).lower()
     # The DMA reads memory, so the reduction stays. put_with_signal is a barrier point only after its put, whose
@@ -161,10 +190,10 @@ def test_a_chain_of_reductions_is_one_reduction(links):
     fused = reduce_chain_program(links).lower()
     unfused = reduce_chain_program(links).lower(fuse=False)
     assert count_ops(unfused, "reduce") == 2 * 3
-    copies = ["copy"] if links == "in place" else []
-    assert op_names(fused) == ["put_with_signal", "put_with_signal"] + copies + ["wait", "wait", "reduce"]
+    # In place, the copy of the input that the chain starts from folds in too: a reduction of one source.
+    assert op_names(fused) == ["put_with_signal", "put_with_signal", "wait", "wait", "reduce"]
     (reduction,) = [op for op in fused["ranks"][0]["threadblocks"][0]["ops"] if op["op"] == "reduce"]
-    first = {"buffer": "output" if links == "in place" else "input", "index": 0, "count": 1}
+    first = {"buffer": "input", "index": 0, "count": 1}
     assert reduction["dst"] == {"buffer": "output", "index": 0, "count": 1}
     assert reduction["srcs"] == [first, {"buffer": "scratch", "index": 1, "count": 1},
                                  {"buffer": "scratch", "index": 2, "count": 1}]

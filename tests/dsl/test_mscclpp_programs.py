@@ -76,6 +76,21 @@ def test_the_ll_all_pairs_all_reduce_runs_what_ours_runs(world_size):
             assert len(mine["channels"]) == len(theirs["channels"])
 
 
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_the_two_phase_all_reduce_runs_the_operations_ours_runs(world_size):
+    """MSCCL++'s two-phase all-reduce copies its own chunk into the output, accumulates the peers' into it and
+    puts the result to each peer with a signal in between: the copy and the puts fold into the reduction, so the
+    program, and its executor JSON loaded back, run our two-phase HB all-reduce's operations over as many
+    channels (the last copies in the program's order, each after its own wait)."""
+    program = mscclpp_chunk_programs.allreduce_two_phase(world_size)
+    ours = library.allreduce_2pa_hb(world_size).lower()
+    for plan in (program.plan(), load_plan(program.to_json())):
+        for mine, theirs in zip(ours["ranks"], plan["ranks"]):
+            assert [sorted(op["op"] for op in tb["ops"]) for tb in mine["threadblocks"]] == \
+                [sorted(op["op"] for op in tb["ops"]) for tb in theirs["threadblocks"]]
+            assert len(mine["channels"]) == len(theirs["channels"])
+
+
 def _ops(plan):
     for r, rank in enumerate(plan["ranks"]):
         for tb, block in enumerate(rank["threadblocks"]):

@@ -312,8 +312,10 @@ class _Translation:
             for tb in gpu.tbs.values():
                 for step in tb.steps:
                     self._translate(step)
+        # Positions are a property of the data flow, which fusion and the rewrites keep: checked on the plan whose
+        # operations are the foreign steps one for one, so that a refusal names the step that moves the data.
+        check_positions(self.program.lower(fuse=False, verify=False))
         self.plan = fuse_and_place_barriers(forward_copies(self.inputs.without_prologues(self.program.lower())))
-        check_positions(self.plan)
 
     # Pass 1: transfers, scratch and where the input lives ----------------------------------------------
 

@@ -226,8 +226,10 @@ class _Translation:
             self.inputs.add_prologue(self.program, self.order, rank, len(tbs))
             for tb_index, tb in enumerate(tbs):
                 self._threadblock(rank, tb_index, tb)
+        # Positions are a property of the data flow, which fusion and the rewrites keep: checked on the plan whose
+        # operations are the foreign steps one for one, so that a refusal names the step that moves the data.
+        check_positions(self.program.lower(fuse=False, verify=False))
         self.plan = fuse_and_place_barriers(forward_copies(self.inputs.without_prologues(self.program.lower())))
-        check_positions(self.plan)
 
     # Packets: who writes and who unpacks each scratch chunk ---------------------------------------------
 
