@@ -6,7 +6,8 @@ MSCCL++ JSON those write, and the hand-written kernel.
 
 Per protocol (LL packets, HB puts and signals), world size N and message size (bytes per rank, float32 sum
 all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1, 4 and 16 instances, the fastest
-kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks. Plans:
+kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks, the streaming
+kernels on the grid production gives N ranks sharing the GPU (``production_stream_blocks``). Plans:
 
 - ``dsl``: ``jax_mscclpp.dsl.library``'s ``allreduce_2pa_ll`` / ``allreduce_2pa_hb``;
 - ``msccl``: tests/dsl/msccl_programs.py's ``allreduce_allpairs`` (protocol LL / Simple), lowered by
@@ -103,7 +104,7 @@ def main() -> None:
                 for k in INSTANCES:
                     plan = make(n, k)
                     with PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
-                                   timeout_s=30) as pr:
+                                   timeout_s=30, stream_blocks=cuda.production_stream_blocks(n)) as pr:
                         if name == "dsl" and k == INSTANCES[0]:  # the kernel, on the same ranks
                             algorithm = ALGORITHM_CODES[kernel]
                             for nbytes in sizes:

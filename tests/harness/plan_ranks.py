@@ -63,7 +63,7 @@ class PlanRanks(RankData):
 
     def __init__(self, plan: dict, *, max_block_count: int, itemsize: int = 8, device: int = 0,
                  scratch_bytes: int | None = None, channels_per_peer: int | None = None, threads: int = 0,
-                 timeout_s: float | None = None, port_channels: bool | None = None):
+                 timeout_s: float | None = None, port_channels: bool | None = None, stream_blocks: int = 4):
         cuda = native_cuda()
         if cuda is None:
             from . import MISSING
@@ -85,7 +85,8 @@ class PlanRanks(RankData):
             for r in range(n):
                 self.ranks.append(make_rank(cuda.ExecutorRank, r, n, device=device, input_bytes=in_bytes,
                                             output_bytes=out_bytes, scratch_bytes=scratch_bytes,
-                                            channels_per_peer=cpp, timeout_s=timeout_s, port_channels=port))
+                                            channels_per_peer=cpp, timeout_s=timeout_s, port_channels=port,
+                                            stream_blocks=stream_blocks))
             connect_all(self.ranks)
             for rk in self.ranks:
                 rk.set_plan(self.spec, threads)
