@@ -24,8 +24,8 @@ not count: they are placed afterwards). With the current table they are:
   ``reduce_put`` (HB memory channels) or ``reduce_packets`` with ``remotes`` (LL memory channels), then those
   signals in their order: the result goes to the peers from registers. A put moved before a signal on another
   channel only lands sooner (no wait comes between, so nothing its destination's readiness depends on is
-  passed), and one moved before its own channel's signal is published by it too. Port channels are left alone (no reduction sends over them): their DMA reads memory, so the
-  local write is needed anyway.
+  passed), and one moved before its own channel's signal is published by it too. Port channels are left alone
+  (no reduction sends over them): their DMA reads memory, so the local write is needed anyway.
 * pairs: ``put`` immediately followed by ``signal`` on the same channel -> ``put_with_signal``.
 
 The fused reduction is the first reduction of the table that holds all its entries (ops.py); when none does,
@@ -37,7 +37,8 @@ from __future__ import annotations
 from collections import Counter
 
 from .access import chunk_keys, op_accesses
-from .ops import BARRIER_OP, COPY_OP, FUSED_PAIRS, READ, REDUCTIONS, SIGNAL_OP, VIA, WAIT_OP, WRITE, Operand, spec_of
+from .ops import (BARRIER_OP, COPY_OP, FUSED_PAIRS, READ, REDUCTIONS, SIGNAL_OP, VIA, WAIT_OP, WRITE, Operand,
+                  spec_of)
 
 
 def fuse_plan(plan: dict) -> None:
