@@ -89,7 +89,7 @@ def test_mscclpp_program(cuda, rng, name, nranks, form):
 
 
 def test_every_msccl_program_with_a_plan_runs_here():
-    """MSCCL's test programs of the lax collectives are all above; AllToNext, a custom collective, has no plan."""
+    """MSCCLang's test programs of the lax collectives are all above; AllToNext, a custom collective, has no plan."""
     written = {name for name in dir(msccl_programs)
                if name.startswith(("allreduce_", "allgather_", "reducescatter_", "alltoall_"))}
     used = {"allreduce_ring", "allreduce_allpairs", "allreduce_recursive_halving_doubling", "allreduce_hierarchical",
