@@ -154,7 +154,9 @@ def _absorb_sources(reduction: dict, out: list, rank: int, channels: list, reade
     srcs = [src for src, entry in zip(reduction["srcs"], folded) if entry is None]
     own = _entries(reduction)
     added = [entry for entry in folded if entry is not None]
-    chain = _feeding_reduction(reduction, srcs, own, added, out, rank, channels, readers)
+    reads = {field for field, items in own.items() if items} | {field for field, _ in added}
+    reads = {field for field in reads if _access(field) == READ}
+    chain = _feeding_reduction(reduction, len(srcs), reads, out, rank, channels, readers)
     if chain is not None:
         feeder = absorb(chain)
         srcs = _fills(feeder) + srcs[1:]
@@ -212,14 +214,14 @@ def _feeding_source(temp: dict, out: list, rank: int, channels: list, readers: C
     return position
 
 
-def _feeding_reduction(reduction: dict, srcs: list, own: dict, added: list, out: list, rank: int, channels: list,
+def _feeding_reduction(reduction: dict, plain_sources: int, reads: set[str], out: list, rank: int, channels: list,
                        readers: Counter) -> int | None:
-    """Position in ``out`` of a reduction that fills T, the first source of ``reduction``, for it alone, with only
-    waits after it (besides the operations already folded into ``reduction``); or None. T is a scratch temporary
-    nothing else reads, or ``reduction``'s own destination (an accumulation in place: with no signal in between,
-    no one else may see the value between the two) that its other sources do not name. ``srcs`` are the sources
-    of ``reduction`` still plain, ``own`` its entries by field and ``added`` the (field, entry) pairs its other
-    sources became."""
+    """Position in ``out`` of a reduction or copy that fills T, the first source of ``reduction``, for it alone,
+    with only waits after it (besides the operations already folded into ``reduction``); or None. T is a scratch
+    temporary nothing else reads, or ``reduction``'s own destination (an accumulation in place: with no signal in
+    between, no one else may see the value between the two) that its other sources do not name.
+    ``plain_sources``: how many of ``reduction``'s sources are still plain; ``reads``: the fields of its read
+    entries (``_chains_in_order``)."""
     temp = reduction["srcs"][0]
     if temp == reduction["dst"]:
         temp_keys = set(chunk_keys(rank, temp))
@@ -232,9 +234,7 @@ def _feeding_reduction(reduction: dict, srcs: list, own: dict, added: list, out:
         return None
     if any(o is not None and o["op"] != WAIT_OP for o in out[position + 1:]):
         return None
-    reads = {field for field, items in own.items() if items and _access(field) == READ}
-    reads |= {field for field, _ in added if _access(field) == READ}
-    if not _chains_in_order(out[position], len(srcs), reads):
+    if not _chains_in_order(out[position], plain_sources, reads):
         return None
     return position
 

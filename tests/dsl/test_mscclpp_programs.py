@@ -62,32 +62,33 @@ def test_ll_reductions_fuse_into_reduce_packets():
     assert "reduce_packets" in ops and "read_packets" in ops and "reduce" not in ops
 
 
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_the_ll_all_pairs_all_reduce_runs_what_ours_runs(world_size):
-    """MSCCL++'s LL all-pairs all-reduce reduces the peers' packets into its output one peer at a time; the chain
-    fuses into one reduction, so the program, and its executor JSON loaded back, run the thread blocks, operations
-    and channels of our own two-phase LL all-reduce."""
-    program = mscclpp_chunk_programs.allreduce_allpairs_ll(world_size)
-    ours = library.allreduce_2pa_ll(world_size).lower()
-    for plan in (program.plan(), load_plan(program.to_json())):
-        for mine, theirs in zip(ours["ranks"], plan["ranks"]):
-            assert [[op["op"] for op in tb["ops"]] for tb in mine["threadblocks"]] == \
-                [[op["op"] for op in tb["ops"]] for tb in theirs["threadblocks"]]
-            assert len(mine["channels"]) == len(theirs["channels"])
+# MSCCL++'s program, ours, whether the order of operations is ours too
+SAME_OPERATIONS = {
+    # LL all-pairs: the peers' packets reduced into the output one peer at a time; the chain fuses into one.
+    "ll_all_pairs": (mscclpp_chunk_programs.allreduce_allpairs_ll, library.allreduce_2pa_ll, True),
+    # Two-phase: its own chunk copied into the output, the peers' accumulated into it, the result put to each peer
+    # with a signal in between; the copy and the puts fold into the reduction (the last copies stay in the
+    # program's order, each after its own wait).
+    "two_phase": (mscclpp_chunk_programs.allreduce_two_phase, library.allreduce_2pa_hb, False),
+}
 
 
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
-def test_the_two_phase_all_reduce_runs_the_operations_ours_runs(world_size):
-    """MSCCL++'s two-phase all-reduce copies its own chunk into the output, accumulates the peers' into it and
-    puts the result to each peer with a signal in between: the copy and the puts fold into the reduction, so the
-    program, and its executor JSON loaded back, run our two-phase HB all-reduce's operations over as many
-    channels (the last copies in the program's order, each after its own wait)."""
-    program = mscclpp_chunk_programs.allreduce_two_phase(world_size)
-    ours = library.allreduce_2pa_hb(world_size).lower()
+@pytest.mark.parametrize("name", sorted(SAME_OPERATIONS))
+def test_the_all_reduces_run_the_operations_ours_run(name, world_size):
+    """MSCCL++'s all-reduces, written and loaded back from their executor JSON, run the thread blocks,
+    operations and channels of our two-phase all-reduce of the same protocol."""
+    theirs_of, ours_of, ordered = SAME_OPERATIONS[name]
+    program, ours = theirs_of(world_size), ours_of(world_size).lower()
+
+    def operations(block):
+        names = [op["op"] for op in block["ops"]]
+        return names if ordered else sorted(names)
+
     for plan in (program.plan(), load_plan(program.to_json())):
         for mine, theirs in zip(ours["ranks"], plan["ranks"]):
-            assert [sorted(op["op"] for op in tb["ops"]) for tb in mine["threadblocks"]] == \
-                [sorted(op["op"] for op in tb["ops"]) for tb in theirs["threadblocks"]]
+            assert [operations(tb) for tb in mine["threadblocks"]] == \
+                [operations(tb) for tb in theirs["threadblocks"]]
             assert len(mine["channels"]) == len(theirs["channels"])
 
 

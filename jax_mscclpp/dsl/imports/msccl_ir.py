@@ -30,10 +30,8 @@ from ..program import Chunk, Program
 from . import in_place
 from .collectives import chunks_per_block, our_collective
 from .errors import PlanImportError
-from ..lowering import fuse_and_place_barriers
-from .copy_forwarding import forward_copies
 from .input_places import InputPlaces
-from .positions import check_positions
+from .lowered import lowered_plan
 from .thread_block_order import ThreadBlockOrder
 
 # protocol attribute -> protocol of the memory channels that carry the transfers.
@@ -312,10 +310,7 @@ class _Translation:
             for tb in gpu.tbs.values():
                 for step in tb.steps:
                     self._translate(step)
-        # Positions are a property of the data flow, which fusion and the rewrites keep: checked on the plan whose
-        # operations are the foreign steps one for one, so that a refusal names the step that moves the data.
-        check_positions(self.program.lower(fuse=False, verify=False))
-        self.plan = fuse_and_place_barriers(forward_copies(self.inputs.without_prologues(self.program.lower())))
+        self.plan = lowered_plan(self.program, self.inputs)
 
     # Pass 1: transfers, scratch and where the input lives ----------------------------------------------
 
