@@ -85,7 +85,7 @@ def _lower(platform, ctx, x, *, axes, world, perm, algorithm):
     return primitives._lower(
         platform, ctx, x, collective=Collective.PERMUTE, axes=axes, world=world, op="sum", algorithm=algorithm,
         extra_attrs={"destinations": destinations(perm, world)},
-        lax_equivalent=lambda v: lax.ppermute(v, axes, perm))
+        lax_equivalent=lambda v: lax.ppermute(v, axes, perm), permutation=perm)
 
 
 primitives.register_lowerings(permute_p, Collective.PERMUTE, _lower)

@@ -172,14 +172,23 @@ def scratch_per_call(platform: str, scratch_bytes: int) -> int:
 
 
 def pick(collective: Collective, platform: str, requested: str | None, nbytes: int, world_size: int,
-         block_count: int, itemsize: int, scratch_bytes: int, port_channels: bool) -> tuple[PlanAlgorithm, dict] | None:
+         block_count: int, itemsize: int, scratch_bytes: int, port_channels: bool,
+         permutation=None) -> tuple[PlanAlgorithm, dict] | None:
     """The registered plan to run for this call, if any: the requested one (a ValueError if it cannot run here),
     else the first registered for this collective and platform whose size range covers the call and that runs
-    here (its scratch fits, ``fits_scratch``; on GPUs, port channels only when the communicator has them).
+    here (its scratch fits, ``fits_scratch``; on GPUs, port channels only when the communicator has them; for the
+    permutation, ``permutation``, the call's (source, destination) pairs, are the plan's).
     ``scratch_bytes`` is the communicator's; the host backend runs a call in one of its two halves."""
+    from .dsl.plan_format import permutation_of
+
     scratch_limit = scratch_per_call(platform, scratch_bytes)
+    call_pairs = None if permutation is None else sorted(map(tuple, permutation))
 
     def runs_here(plan: dict) -> str | None:  # why not, or None
+        plan_pairs = permutation_of(plan)
+        if plan_pairs is not None and sorted(plan_pairs) != call_pairs:
+            return (f"implements the permutation {sorted(plan_pairs)}, not this call's "
+                    f"{call_pairs}")
         if not fits_scratch(plan, platform, block_count, itemsize, scratch_limit):
             needs = "this message" if platform == "cpu" else "one element per chunk"
             where = (f"the {scratch_limit} bytes a call may use of the communicator's {scratch_bytes}"

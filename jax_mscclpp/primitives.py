@@ -74,13 +74,14 @@ def gpu_target(name: str, nbytes: int, between_processes: bool = False) -> str:
 
 
 def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=None, extra_attrs=None,
-           lax_equivalent=None):
+           lax_equivalent=None, permutation=None):
     """Lowers one collective for ``platform`` ("cpu" or "gpu") as ``selection.decide`` says: a registered plan or
     one of our algorithms as a custom call, 2PH as a composition, or the lax collective. ``call_id`` (an int) makes
     it a started call (overlap.py): on GPUs our kernel runs on the side stream, over the axes' side-stream
     communicator, until the done of the same id; whatever else it lowers to is complete when it returns.
     ``extra_attrs``: attributes of the custom call beyond the common ones (the permutation's destinations);
-    ``lax_equivalent``: the function computing the same result with lax (default ``_lax_equivalent``)."""
+    ``lax_equivalent``: the function computing the same result with lax (default ``_lax_equivalent``);
+    ``permutation``: the permutation's pairs, for its registered plans (``selection.decide``)."""
     mesh = _compat.lowering_mesh(ctx)
     if mesh is None:
         raise NotImplementedError(
@@ -105,7 +106,8 @@ def _lower(platform, ctx, x, *, collective, axes, world, op, algorithm, call_id=
     blocks, _ = layout.blocks(collective, world)
     decision = selection.decide(collective, platform, nbytes=count * itemsize, world=world,
                                 block_count=count // blocks, itemsize=itemsize, algorithm=algorithm,
-                                communicator=lambda: Communicator(mesh, axes, side_stream=started))
+                                communicator=lambda: Communicator(mesh, axes, side_stream=started),
+                                permutation=permutation)
     if decision.kind == "composed":
         _explained(collective, op, axes, aval_in, decision.algorithm, decision.reason)
         return mlir.lower_fun(_hierarchical_all_reduce(mesh, axes, op), multiple_results=False)(ctx, x)

@@ -199,9 +199,10 @@ def choose(collective: Collective, platform: str, nbytes: int, requested: str | 
 
 
 def decide(collective: Collective, platform: str, *, nbytes: int, world: int, block_count: int, itemsize: int,
-           algorithm: str | None, communicator) -> Decision:
+           algorithm: str | None, communicator, permutation=None) -> Decision:
     """How to lower one call. ``communicator()`` returns the call's Communicator (made on first use; only called
-    when one of our algorithms may run)."""
+    when one of our algorithms may run); ``permutation``: the permutation's (source, destination) pairs, which a
+    registered plan of it must implement."""
     from . import plans
 
     gradient_tree = algorithm == GRADIENT_TREE_LAX
@@ -213,7 +214,7 @@ def decide(collective: Collective, platform: str, *, nbytes: int, world: int, bl
             # The host backend has every port channel; on GPUs they exist only if the communicator was made so.
             port_channels = platform == "cpu" or comm.port_channels
             picked = plans.pick(collective, platform, requested, nbytes, world, block_count, itemsize,
-                                comm.scratch_bytes, port_channels)
+                                comm.scratch_bytes, port_channels, permutation)
             if picked is not None:
                 reason = (_requested_reason(requested, algorithm) if wants_plan
                           else "a registered plan covers this call")

@@ -216,8 +216,23 @@ def test_rewrite_replaces_ppermute_pshuffle_pbroadcast_and_invariant_gather(mesh
     assert_same(jax.jit(jm.rewrite(broadcast))(x), jnp.tile(x.reshape(8, -1)[3], 8))
 
 
-def test_no_plan_implements_the_permutation():
-    from jax_mscclpp.dsl import Program
+@pytest.mark.parametrize("name", ["mixed_self", "swap_pairs", "one_pair"])
+def test_a_plan_of_the_permutation_runs_its_pairs(mesh8, rng, name):
+    """A permutation written in our DSL, registered: ppermute with its pairs runs the plan, every dtype bit for
+    bit, ranks that receive nothing get zeros; by size range a call of another permutation passes it over."""
+    from tests.dsl.test_dsl_plan import shift_program
 
-    with pytest.raises(Exception, match="unknown collective 'permute'"):
-        Program("permute", 4)
+    perm = PERMS[name]
+    entry = jm.register_algorithm(shift_program(8, perm), name=f"dsl_permute_{name}")
+    try:
+        for dtype in ("float32", "bfloat16", "int8"):
+            x = random_array(rng, (8 * 37,), dtype)
+            ours = jax.shard_map(lambda v: jm.ppermute(v, "x", perm), mesh=mesh8, in_specs=P("x"), out_specs=P("x"))
+            assert [call.algorithm for call in jm.explain(ours, x)] == [entry.name]
+            compare_with_lax(lambda v: jm.ppermute(v, "x", perm), lambda v: lax.ppermute(v, "x", perm),
+                             mesh8, (x,), P("x"), P("x"))
+        other = jax.shard_map(lambda v: jm.ppermute(v, "x", PERMS["shift"]), mesh=mesh8, in_specs=P("x"),
+                              out_specs=P("x"))
+        assert [call.algorithm for call in jm.explain(other, x)] != [entry.name]
+    finally:
+        jm.unregister_algorithm(entry.name)

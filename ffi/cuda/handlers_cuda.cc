@@ -101,6 +101,11 @@ ffi::Error permute_cuda(cudaStream_t stream, int32_t device, ffi::AnyBuffer x, f
     return ffi::Error(ffi::ErrorCode::kInvalidArgument,
                       "jax_mscclpp: permute got a destination table that is not a partial permutation of " +
                           std::to_string(ctx.nranks) + " ranks");
+  if (algorithm == int32_t(Algorithm::kPlan)) {  // a registered plan of this permutation (jax_mscclpp/plans.py)
+    const cuda::CollectiveCall call{int32_t(Collective::kPermute), algorithm, x.untyped_data(), y->untyped_data(),
+                                    x.element_count(), int32_t(dtype), op, max_blocks, plan_id, true, recv_from < 0};
+    return status_of(rank->run(call, stream), comm_id, device);
+  }
   const cuda::PermuteCall call{algorithm, x.untyped_data(), y->untyped_data(), x.element_count(), int32_t(dtype),
                                send_to, recv_from, max_blocks};
   return status_of(rank->run(call, stream), comm_id, device);

@@ -14,8 +14,8 @@ from .._codes import Collective
 
 BUFFERS = ("input", "output", "scratch")
 
-# The collectives a plan may implement: not the permutation, whose peers a plan cannot carry.
-COLLECTIVES = tuple(c.name.lower() for c in Collective if c != Collective.PERMUTE)
+# The collectives a plan may implement; a plan of the permutation carries its pairs (PLAN.md, "permutation").
+COLLECTIVES = tuple(c.name.lower() for c in Collective)
 
 
 def buffer_blocks(collective: str, world_size: int) -> tuple[int, int]:

@@ -43,6 +43,8 @@ def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bo
         buffers[name]["chunks_per_block"] *= instances
     plan = {"version": PLAN_VERSION, "name": program.name, "collective": program.collective,
             "world_size": program.world_size, "buffers": buffers, "ranks": ranks}
+    if program.permutation is not None:
+        plan["permutation"] = copy.deepcopy(program.permutation)
     buffers["scratch"]["packets"] = any(spec_of(op["op"]).uses_packets for *_, op in iter_ops(plan))
     validate_plan(plan)
     if fuse:

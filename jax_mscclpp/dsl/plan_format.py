@@ -97,6 +97,36 @@ def _is_int(value, minimum: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
+def permutation_of(plan: dict) -> tuple[tuple[int, int], ...] | None:
+    """The (source, destination) pairs of a permutation's plan (None for every other collective)."""
+    pairs = plan.get("permutation")
+    return None if pairs is None else tuple((int(src), int(dst)) for src, dst in pairs)
+
+
+def receives_nothing(plan: dict, rank: int) -> bool:
+    """Whether ``rank`` is no pair's destination in a permutation's plan: its executor zeroes its output before
+    the plan runs, as lax.ppermute gives such a rank zeros, and the plan writes nothing there (PLAN.md)."""
+    pairs = permutation_of(plan)
+    return pairs is not None and all(dst != rank for _, dst in pairs)
+
+
+def _check_permutation(plan: dict, world: int) -> None:
+    if plan["collective"] != "permute":
+        if "permutation" in plan:
+            raise _schema(f"only a plan of the permutation has 'permutation'; this one is {plan['collective']}")
+        return
+    pairs = plan.get("permutation")
+    if not isinstance(pairs, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 and all(_is_int(r) and r < world for r in pair)
+            for pair in pairs):
+        raise _schema(f"a plan of the permutation needs 'permutation': a list of [source, destination] pairs of "
+                      f"ranks below {world}")
+    for side, name in ((0, "source"), (1, "destination")):
+        ranks = [pair[side] for pair in pairs]
+        if len(set(ranks)) != len(ranks):
+            raise _schema(f"'permutation' names a {name} twice: {pairs}")
+
+
 def _check_header(plan: dict) -> None:
     if not isinstance(plan, dict):
         raise _schema("a plan is a JSON object")
@@ -116,6 +146,7 @@ def _check_header(plan: dict) -> None:
     for name, layout in buffers.items():
         if not _is_int(layout.get("blocks"), 1) or not _is_int(layout.get("chunks_per_block"), 0):
             raise _schema(f"buffer {name} needs int blocks >= 1 and chunks_per_block >= 0")
+    _check_permutation(plan, world)
     expected_blocks = geometry.buffer_blocks(plan["collective"], world)
     if (buffers["input"]["blocks"], buffers["output"]["blocks"]) != expected_blocks:
         raise _schema(f"{plan['collective']} over {world} ranks has (input, output) blocks {expected_blocks}")

@@ -174,13 +174,17 @@ class Program:
     ``chunks`` is the number of chunks per block of input and output, ``scratch_chunks`` the number of scratch
     chunks per rank; ``protocol`` is the default protocol of memory channels. Rank count is fixed here; element
     counts are bound when the plan runs, and ``lower(instances=k)`` replicates the program k times over k-times
-    finer chunks and k times the thread blocks and channels.
+    finer chunks and k times the thread blocks and channels. A program of ``"permute"`` names its
+    ``permutation``: the (source, destination) pairs of ranks it implements (PLAN.md, "permutation").
     """
 
     def __init__(self, collective: str, world_size: int, *, name: str | None = None, chunks: int = 1,
-                 scratch_chunks: int = 0, protocol: str = "HB"):
+                 scratch_chunks: int = 0, protocol: str = "HB", permutation=None):
         if collective not in geometry.COLLECTIVES:
             raise program_error(f"unknown collective {collective!r}; one of {geometry.COLLECTIVES}")
+        if (permutation is None) != (collective != "permute"):
+            raise program_error("a program of the permutation, and only one, names its permutation: "
+                                "Program('permute', world_size, permutation=[(source, destination), ...])")
         if world_size < 1 or chunks < 1 or scratch_chunks < 0:
             raise program_error("world_size and chunks must be positive, scratch_chunks non-negative")
         if protocol not in PROTOCOLS:
@@ -190,6 +194,7 @@ class Program:
         self.name = name or collective
         self.protocol = protocol
         self.buffers = geometry.buffer_layout(collective, world_size, chunks, scratch_chunks)
+        self.permutation = None if permutation is None else [[int(src), int(dst)] for src, dst in permutation]
         self.ranks = [Rank(self, r) for r in range(world_size)]
         self.channels: list = []
         self.operations: list[Operation] = []

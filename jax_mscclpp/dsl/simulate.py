@@ -7,7 +7,8 @@ consistent here (ordering bugs are the verifier's business): the simulator check
 computes, for any dtype and any element count, including chunks that are short or empty.
 
 Output and scratch start filled with NaN (or the dtype's minimum for integers), so an element the plan never
-writes shows up in the result.
+writes shows up in the result; but the output of a permutation's rank that receives nothing starts as zeros, as
+every executor gives it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .access import placed_refs
 from .errors import VerificationError
 from .geometry import ElementGeometry
 from .ops import LOCAL, READ, SIGNAL, WAIT, WRITE, spec_of
-from .plan_format import locate, validate_plan
+from .plan_format import locate, receives_nothing, validate_plan
 from .verify import check_channel_kinds
 
 REDUCTIONS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -38,6 +39,9 @@ def run_plan(plan: dict, inputs: list, op: str = "sum") -> list[np.ndarray]:
     if len({(a.dtype, a.size) for a in arrays}) != 1:
         raise ValueError("all ranks' inputs must have one dtype and size")
     machine = _Machine(plan, arrays, REDUCTIONS[op])
+    for rank, memory in enumerate(machine.memory):
+        if receives_nothing(plan, rank):  # the executor's zeros (PLAN.md, "permutation")
+            memory["output"][:] = 0
     machine.run()
     return [memory["output"] for memory in machine.memory]
 

@@ -29,7 +29,7 @@ from . import geometry
 from .access import add_pending, chunk_keys, conflicts, is_barrier_point, op_accesses, placed_refs
 from .errors import OpLocation, VerificationError
 from .ops import FLUSH, LOCAL, READ, SIGNAL, VIA, WAIT, WRITE, spec_of
-from .plan_format import describe_ref, iter_ops, locate, validate_plan
+from .plan_format import describe_ref, iter_ops, locate, permutation_of, validate_plan
 
 
 def verify_plan(plan: dict) -> dict:
@@ -422,9 +422,10 @@ class _SymbolicRun:
         plan = self.plan
         world, collective = plan["world_size"], plan["collective"]
         per_block = plan["buffers"]["input"]["chunks_per_block"]
+        sources = {dst: src for src, dst in permutation_of(plan) or ()}
         for rank in range(world):
             for index in range(geometry.chunk_total(plan["buffers"], "output")):
-                expected = _expected(collective, world, per_block, rank, index)
+                expected = _expected(collective, world, per_block, rank, index, sources)
                 cell = self.cells.get((rank, "output", index), _Cell())
                 if cell.value != expected:
                     last_writer = cell.write.at if cell.write else None
@@ -433,12 +434,15 @@ class _SymbolicRun:
                                                              f"{_describe_value(expected)}", last_writer)
 
 
-def _expected(collective: str, world: int, per_block: int, rank: int, index: int) -> tuple:
+def _expected(collective: str, world: int, per_block: int, rank: int, index: int, sources: dict) -> tuple | None:
     """The contributions output chunk ``index`` of ``rank`` must hold (the collective's postcondition), from its
     block layout (``layout.py``): the chunk comes from the input block for ``rank`` (block 0 when the input holds
     one block), of rank b for output block b when the output holds one block per rank, else of every rank (the
-    reductions, all_reduce and reduce_scatter)."""
+    reductions, all_reduce and reduce_scatter). The permutation's: the same chunk of the input of the rank that
+    sends to ``rank`` (``sources``: destination -> source), and nothing where none does."""
     block, within = divmod(index, per_block)
+    if collective == "permute":
+        return ((sources[rank], within),) if rank in sources else None
     per_rank_in, per_rank_out = layout.per_rank(collective)
     source = (rank if per_rank_in else 0) * per_block + within
     return ((block, source),) if per_rank_out else tuple((q, source) for q in range(world))

@@ -121,6 +121,10 @@ CallResult GpuRank::launch(const Call& call, cudaStream_t stream) {
                           std::to_string(input_blocks(c.collective, world)) + " and " +
                           std::to_string(output_blocks(c.collective, world))};
             const CollectiveContext ctx = call_context(c.out, c.block_count * dp.output_blocks * element);
+            if (c.receives_nothing)
+              if (const cudaError_t zeroed = cudaMemsetAsync(c.out, 0, c.block_count * element, stream);
+                  zeroed != cudaSuccess)
+                return launch_result(zeroed, "the zeros of a permutation's plan");
             return launch_result(launch_plan(ctx, dp, c.in, c.out, c.block_count, c.dtype, c.op, stream),
                                  [&] { return plan_where(c.plan_id) + " ('" + bound->plan().name + "')"; });
           }

@@ -16,7 +16,8 @@
 //   - Where the rank's failing kernels stop rather than trap, the call's kernels poison every output the call
 //     writes should the rank have failed by their end (collective.h, FailedOutputs; fold.h for a fold), so that a
 //     failed call's outputs cannot pass for results. No launch is added for it: a call enqueues its own kernels
-//     only (one per piece of the call, collective.h), and a device copy where it moves bytes within the rank.
+//     only (one per piece of the call, collective.h), a device copy where it moves bytes within the rank, and a
+//     memset where a permutation's plan leaves a rank's output to zeros (CollectiveCall::receives_nothing).
 //   - In issue order across streams: a call on a stream other than the rank's previous call's waits for it on the
 //     device first (issue_order.h), as NCCL orders a communicator's operations: an eager call for the previous
 //     eager call, a captured one for the previous call of its capture. The event that records a call's end is
@@ -56,6 +57,9 @@ struct CollectiveCall {
   // (the runtime enables peer access between the GPUs of its ranks, which covers XLA's allocations). A caller that
   // cannot promise it (the NCCL library: NCCL reaches only registered buffers) leaves it false.
   bool peers_reach_buffers = false;
+  // A plan of the permutation (PLAN.md, "permutation") on a rank that is no pair's destination: its output is zeroed
+  // before the plan runs, as lax.ppermute gives such a rank zeros (the plan writes nothing there).
+  bool receives_nothing = false;
 };
 
 // The permutation (launch_permute): this rank's block to send_to, the block of recv_from into out.

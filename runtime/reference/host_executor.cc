@@ -380,6 +380,9 @@ HostFailure run_plan(HostCommunicator& comm, HostPlanInstance& instance, int64_t
 #endif
   RankCallGuard guard(comm.id(), *g, g->ranks[rank], CallSignature::of(call, plan_id));
   if (!guard.admitted()) return guard.failure();
+  // A permutation's rank that is no pair's destination gets zeros; the plan writes nothing there (PLAN.md).
+  if (call.collective == Collective::kPermute && call.recv_from < 0)
+    std::memset(call.out, 0, call.block_count * dtype_size(call.dtype));
   PlanRun run(comm, instance, plan_id, group, rank, call, timeout_s);
   return run.run() ? HostFailure{} : run.failure();
 }

@@ -184,9 +184,9 @@ class AllToNext(Collective):
         return correct
 
 
-def alltonext(n, chunk_factor=2, protocol="Simple", relay=True):
+def alltonext(n, protocol="Simple", instances=1, chunk_factor=2, relay=True):
     """AllToNext; with ``relay`` chunk 0 goes through a scratch buffer of the next-but-one rank and back."""
-    with MSCCLProgram("alltonext", fully_connected(n), AllToNext(n, chunk_factor, False), 1,
+    with MSCCLProgram("alltonext", fully_connected(n), AllToNext(n, chunk_factor, False), instances,
                       protocol=protocol) as prog:
         for r in range(n - 1):
             for c in range(chunk_factor):
@@ -195,3 +195,23 @@ def alltonext(n, chunk_factor=2, protocol="Simple", relay=True):
                     ref = ref.copy((r + 2) % n, f"relay{r}", 0)
                 ref.copy(r + 1, Buffer.output, c)
     return prog
+
+
+def _two_nodes(n):
+    return n >= 4 and n % 2 == 0
+
+
+# name -> (builder of (world size, protocol), whether it is written for that world size): every program above, as
+# the tests that run them on a world size take them
+PROGRAMS = {
+    "ring": (lambda n, p: allreduce_ring(n, p), lambda n: True),
+    "ring_out_of_place": (lambda n, p: allreduce_ring(n, p, inplace=False), lambda n: True),
+    "allpairs": (lambda n, p: allreduce_allpairs(n, p), lambda n: True),
+    "recursive_halving_doubling": (lambda n, p: allreduce_recursive_halving_doubling(n, p),
+                                   lambda n: n & (n - 1) == 0),
+    "hierarchical": (lambda n, p: allreduce_hierarchical(2, n // 2, p), _two_nodes),
+    "allgather_ring": (lambda n, p: allgather_ring(n, p), lambda n: True),
+    "reducescatter_ring": (lambda n, p: reducescatter_ring(n, p, chunk_factor=2), lambda n: True),
+    "alltoall_two_step": (lambda n, p: alltoall_two_step(2, n // 2, p), _two_nodes),
+    "alltonext": (lambda n, p: alltonext(n, p), lambda n: n >= 2),
+}

@@ -6,7 +6,18 @@ import json
 import numpy as np
 import pytest
 
-from jax_mscclpp.dsl import PLAN_VERSION, VerificationError, library, plan_from_json, plan_to_json, validate_plan
+from jax_mscclpp.dsl import (
+    PLAN_VERSION,
+    MemoryChannel,
+    Program,
+    VerificationError,
+    all_pairs,
+    library,
+    plan_from_json,
+    plan_to_json,
+    validate_plan,
+    verify,
+)
 from jax_mscclpp.dsl.geometry import ElementGeometry
 from jax_mscclpp.dsl.simulate import run_plan
 
@@ -68,6 +79,52 @@ def first_op(plan):
 def test_validation_errors(plan, edit, kind, text):
     error = broken(plan, edit)
     assert error.kind == kind and text in str(error)
+
+
+def shift_program(world: int, pairs) -> Program:
+    """A permutation written in the DSL: each pair's source puts its block into its destination's scratch and
+    signals, and the destination copies it out (a pair of one rank copies its input into its output)."""
+    prog = Program("permute", world, scratch_chunks=1, permutation=pairs)
+    pipes = all_pairs(prog, MemoryChannel)
+    for src, dst in pairs:
+        if src == dst:
+            prog.rank(dst).copy(prog.rank(dst).output[0], prog.rank(src).input[0])
+            continue
+        pipes[src, dst].put_with_signal(prog.rank(dst).scratch[0], prog.rank(src).input[0])
+        pipes[src, dst].wait()
+        prog.rank(dst).copy(prog.rank(dst).output[0], prog.rank(dst).scratch[0])
+    return prog
+
+
+def test_a_permutation_plan_carries_its_pairs_and_zeros_the_ranks_that_receive_nothing(rng):
+    plan = verify(shift_program(4, [(0, 1), (1, 2), (3, 0)]).lower())
+    assert plan["permutation"] == [[0, 1], [1, 2], [3, 0]]
+    assert plan_from_json(plan_to_json(plan)) == plan
+    inputs = [rng.standard_normal(7).astype("float32") for _ in range(4)]
+    outputs = run_plan(plan, inputs)
+    for rank, source in ((1, 0), (2, 1), (0, 3)):
+        assert np.array_equal(outputs[rank], inputs[source])
+    assert np.array_equal(outputs[3], np.zeros(7, "float32"))  # no pair sends to rank 3
+
+
+@pytest.mark.parametrize("edit,text", [
+    (lambda p: p.pop("permutation"), "needs 'permutation'"),
+    (lambda p: p.update(permutation=[[0, 1], [2, 1]]), "names a destination twice"),
+    (lambda p: p.update(permutation=[[0, 1], [0, 2]]), "names a source twice"),
+    (lambda p: p.update(permutation=[[0, 4]]), "ranks below 4"),
+    (lambda p: p.update(permutation=[[0]]), "pairs"),
+    (lambda p: p.update(collective="all_reduce"), "only a plan of the permutation"),
+])
+def test_permutation_validation_errors(edit, text):
+    error = broken(shift_program(4, [(0, 1), (1, 2)]).lower(), edit)
+    assert error.kind == "schema" and text in str(error)
+
+
+def test_a_permutation_program_names_its_pairs_and_only_it():
+    with pytest.raises(VerificationError, match="names its permutation"):
+        Program("permute", 2)
+    with pytest.raises(VerificationError, match="names its permutation"):
+        Program("all_reduce", 2, permutation=[(0, 1)])
 
 
 def test_validation_error_names_the_operation(plan):

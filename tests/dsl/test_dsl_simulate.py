@@ -26,8 +26,12 @@ def random_inputs(rng, world_size, count, dtype_name):
     return list(values)
 
 
-def expected_outputs(collective, inputs, reduction):
+def expected_outputs(collective, inputs, reduction, permutation=None):
+    """Each rank's output (the permutation's: its (source, destination) pairs; zeros where nothing is sent)."""
     n = len(inputs)
+    if collective == "permute":
+        sources = {dst: src for src, dst in permutation}
+        return [inputs[sources[r]] if r in sources else np.zeros_like(inputs[r]) for r in range(n)]
     reduced = reduction.reduce(np.stack(inputs), axis=0, dtype=inputs[0].dtype)
     if collective == "all_reduce":
         return [reduced] * n

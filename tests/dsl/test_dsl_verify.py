@@ -293,3 +293,17 @@ def test_mistakes_caught_while_writing_the_program():
         prog.rank(0).copy(prog.rank(0).output[0:1], prog.rank(0).scratch[0:2])
     with pytest.raises(VerificationError, match="unknown collective"):
         Program("broadcast", 2)
+
+
+def test_a_permutation_plan_is_held_to_its_pairs():
+    """The plan's pairs are its postcondition: a destination must hold its source's input, and a rank no pair
+    sends to must have no output written (its executor zeroes it)."""
+    from tests.dsl.test_dsl_plan import shift_program
+
+    plan = shift_program(3, [(0, 1), (1, 2)]).lower()
+    for pairs, text in (([[0, 2], [1, 1]], "permute leaves rank 1 output[0] = input[0] of ranks [0]; expected "
+                                             "input[0] of ranks [1]"),
+                        ([[1, 2]], "permute leaves rank 1 output[0] = input[0] of ranks [0]; expected nothing")):
+        edited = dict(plan, permutation=pairs)
+        error = expect_error("postcondition", edited)
+        assert text in str(error)

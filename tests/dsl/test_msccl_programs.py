@@ -28,7 +28,7 @@ def assert_computes(plan, rng, dtype="float32", op="sum"):
         else:
             inputs = [rng.integers(-1000, 1000, blocks * block_count).astype(dtype) for _ in range(plan["world_size"])]
         outputs = run_plan(plan, inputs, op)
-        wanted = expected_outputs(plan["collective"], inputs, REDUCTIONS[op])
+        wanted = expected_outputs(plan["collective"], inputs, REDUCTIONS[op], plan.get("permutation"))
         for rank, (ours, reference) in enumerate(zip(outputs, wanted)):
             np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5, err_msg=f"rank {rank}")
 
@@ -44,6 +44,8 @@ PROGRAMS = [
     ("allgather_ring_inplace", lambda n, p, i: programs.allgather_ring(n, p, i, inplace=True), (3, 4)),
     ("reducescatter_ring", lambda n, p, i: programs.reducescatter_ring(n, p, i, chunk_factor=2), (2, 3, 5)),
     ("alltoall_two_step", lambda n, p, i: programs.alltoall_two_step(2, n // 2, p, i), (4, 6)),
+    ("alltonext", programs.alltonext, (2, 3, 5)),
+    ("alltonext_direct", lambda n, p, i: programs.alltonext(n, p, i, relay=False), (2, 4)),
 ]
 
 

@@ -374,7 +374,7 @@ def check_large_world(jm, n, mine, run, inputs, check, reducers):
 
 def check_plans(jax, jm, mesh, n, mine, local_device, global_array, inputs, check, reducers):
     """Library plans registered as algorithms run on the GPU executor: all_reduce 1PA-LL, 2PA-HB and 2PR (port
-    channels), all-pairs all_gather; odd sizes, several dtypes and ops, each case twice on fresh data over
+    channels), all-pairs all_gather, MSCCLang's AllToNext (a permutation); odd sizes, several dtypes and ops, each case twice on fresh data over
     poisoned memory, and messages larger than one scratch piece on a communicator with a small scratch."""
     import ml_dtypes
     from jax.sharding import Mesh, PartitionSpec as P
@@ -445,6 +445,20 @@ def check_plans(jax, jm, mesh, n, mine, local_device, global_array, inputs, chec
     run_plan("allgather_allpairs", gather,
              [(dtype, count, gathered, 0) for count in (1, 7, 4099) for dtype in (np.float32, ml_dtypes.bfloat16,
                                                                                    np.uint8)])
+
+    # MSCCLang's AllToNext, a plan of the permutation: rank r's block lands on rank r + 1, rank 0 gets zeros (the
+    # runtime's, written over poisoned memory).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests.dsl
+    from tests.dsl import msccl_programs
+
+    pairs = [(r, r + 1) for r in range(n - 1)]
+    from_previous = lambda per_rank: per_rank[mine - 1] if mine > 0 else np.zeros_like(per_rank[mine])
+    for protocol in ("Simple", "LL"):
+        name = names[f"alltonext_{protocol}"] = jm.register_algorithm(
+            msccl_programs.alltonext(n, protocol), name=f"plan_alltonext_{protocol}").name
+        run_plan(f"alltonext {protocol}", lambda v, a, name=name: jm.ppermute(v, a, pairs, algorithm=name),
+                 [(dtype, count, from_previous, 0) for count in (1, 7, 4099)
+                  for dtype in (np.float32, ml_dtypes.bfloat16, np.uint8)])
 
     # Larger than one piece: the plan's scratch for the whole message exceeds the communicator's whole scratch,
     # so any one half of it.

@@ -38,9 +38,12 @@ def random_input(rng, dtype, count):
     return rng.standard_normal(count).astype(np.float32).astype(dt)
 
 
-def numpy_reference(collective, inputs, op, n):
-    """Each rank's expected output, in float64 for floats."""
+def numpy_reference(collective, inputs, op, n, permutation=None):
+    """Each rank's expected output, in float64 for floats (the permutation's: its (source, destination) pairs)."""
     wide = [x.astype(np.float64) if x.dtype.kind not in "iu" else x.astype(np.int64) for x in inputs]
+    if collective == "permute":
+        sources = {dst: src for src, dst in permutation}
+        return [wide[sources[r]] if r in sources else np.zeros_like(wide[r]) for r in range(n)]
     fold = REDUCE[op]
 
     def reduce(arrays):
@@ -67,7 +70,7 @@ def check(plan, inputs, outputs, op, dtype, pieces=False):
 
     n = plan["world_size"]
     simulated = run_plan(plan, inputs, op)
-    expected = numpy_reference(plan["collective"], inputs, op, n)
+    expected = numpy_reference(plan["collective"], inputs, op, n, plan.get("permutation"))
     dt = numpy_dtype(dtype)
     exact = op != "sum" or dt.kind in "iu" or (dt.name != "bfloat16" and not pieces)
     for r in range(n):

@@ -22,6 +22,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from jax_mscclpp.dsl.plan_format import receives_nothing
+
 from .virtual_ranks import DTYPE_CODES, REDUCE_CODES, RankData, connect_all, make_rank, native_cuda
 
 INPUT, OUTPUT, SCRATCH = 0, 1, 2
@@ -136,7 +138,8 @@ class PlanRanks(RankData):
 
     def run(self, inputs: Sequence[np.ndarray], op: str = "sum", poison: int = 0xEE) -> list[np.ndarray]:
         """One call on every rank: rank r's input is inputs[r] (input_blocks * block_count elements). Outputs
-        are poisoned first, so an element the executor never writes shows."""
+        are poisoned first, so an element the executor never writes shows; but a permutation's rank that receives
+        nothing starts from the zeros the runtime gives it before the plan runs (PLAN.md, "permutation")."""
         if len(inputs) != self.nranks:
             raise ValueError(f"{self.nranks} inputs needed")
         dt = np.asarray(inputs[0]).dtype
@@ -146,7 +149,7 @@ class PlanRanks(RankData):
         block_count = count // self.input_blocks
         for r, x in enumerate(inputs):
             self.upload(r, INPUT, np.asarray(x, dtype=dt).reshape(-1))
-            self.fill(r, OUTPUT, poison)
+            self.fill(r, OUTPUT, 0 if receives_nothing(self.plan, r) else poison)
         self.launch(block_count, dt, op)
         self.synchronize()
         nbytes = self.output_blocks * block_count * dt.itemsize

@@ -3,12 +3,16 @@ its output must hold after (``check``), and, for in-place variants, which buffer
 (``get_buffer_index``).
 
 ``chunk_factor`` is the number of chunks per block (the chunks each rank contributes, or receives per peer). The
-four standard collectives also name the plan collective they lower to (``plan_collective``); a custom collective
-(a subclass of ``Collective`` that overrides ``init_buffers`` and ``expected_output`` or ``check``) has none: it traces, checks,
-simulates and writes MSCCL-IR, but no plan can run it.
+four standard collectives also name the plan collective they lower to (``plan_collective``). A custom collective
+(a subclass of ``Collective`` that overrides ``init_buffers`` and ``expected_output`` or ``check``) traces, checks,
+simulates and writes MSCCL-IR; it lowers to a plan of the permutation where its ``init_buffers`` make it one
+(``permutation``: every rank's input goes whole, chunk for chunk, to one other rank's output, or nowhere, as
+AllToNext's), and to none otherwise.
 """
 
 from __future__ import annotations
+
+import functools
 
 from .buffers import Buffer, Chunk, ReduceChunk
 
@@ -17,8 +21,6 @@ class Collective:
     """A collective over ``num_ranks`` ranks with ``chunk_factor`` chunks per block; ``inplace`` when the output
     shares the input's memory."""
 
-    # The plan collective (PLAN.md) this one lowers to; None for custom collectives.
-    plan_collective: str | None = None
     # The collective's name in MSCCL-IR (``coll``).
     name = "custom"
     # In place, (the buffer whose slots live in the other, that other buffer, whether slot i of the first is slot
@@ -34,9 +36,22 @@ class Collective:
         self.chunk_factor = chunk_factor
         self.inplace = bool(inplace)
 
-    def init_buffers(self) -> list[dict]:
-        """Per rank, ``{Buffer.input: [...], Buffer.output: [...]}``: the slots before the program runs."""
-        raise NotImplementedError(f"{type(self).__name__} must define init_buffers")
+    @property
+    def plan_collective(self) -> str | None:
+        """The plan collective (PLAN.md) this one lowers to: the standard collectives name theirs; a custom one is
+        ``"permute"`` where it is a permutation (``permutation``), else None (no plan runs it)."""
+        return None if self.permutation is None else "permute"
+
+    @functools.cached_property
+    def permutation(self) -> list[list[int]] | None:
+        """A custom collective's [source, destination] pairs where its ``init_buffers`` make it a permutation: one
+        block of ``chunk_factor`` chunks in and out, every input chunk ``c`` of a rank bound for chunk ``c`` of one
+        and the same other rank (``Chunk.dst_rank``, ``dst_index``), or every input slot of a rank empty (it sends
+        nothing), no rank receiving twice. None otherwise, and for the standard collectives. The lowered plan is
+        verified against these pairs, so a hint that does not match the program's routing is refused."""
+        if type(self).plan_collective is not vars(Collective)["plan_collective"] or self.inplace:
+            return None
+        return _permutation(self.init_buffers(), self.chunk_factor)
 
     def rank_buffers(self, rank: int, inputs: list, output_chunks: int) -> dict:
         """The buffers of ``rank`` before the program runs, for a standard collective: ``inputs`` and
@@ -77,6 +92,28 @@ class Collective:
             _, host, at_own_block = self.in_place_alias
             return host, rank * self.chunk_factor + index if at_own_block else index
         return buffer, index
+
+
+def _permutation(buffers: list[dict], chunk_factor: int) -> list[list[int]] | None:
+    """The pairs of ``Collective.permutation`` from the slots before the program runs, or None."""
+    pairs = []
+    for rank, slots in enumerate(buffers):
+        inputs, outputs = slots.get(Buffer.input, []), slots.get(Buffer.output, [])
+        if len(inputs) != chunk_factor or len(outputs) != chunk_factor:
+            return None
+        if all(chunk is None for chunk in inputs):
+            continue
+        if any(not isinstance(chunk, Chunk) or chunk.dst_index != c for c, chunk in enumerate(inputs)):
+            return None
+        destinations = {chunk.dst_rank for chunk in inputs}
+        if len(destinations) != 1:
+            return None
+        (destination,) = destinations
+        if not 0 <= destination < len(buffers):
+            return None
+        pairs.append([rank, destination])
+    received = [dst for _, dst in pairs]
+    return pairs if pairs and len(set(received)) == len(received) else None
 
 
 def _fully_reduced(num_ranks: int, index: int) -> tuple[ReduceChunk, str]:

@@ -49,8 +49,10 @@ def to_program(prog) -> Program:
     collective = prog.collective
     if collective.plan_collective is None:
         raise program_error(f"{prog.name}: custom collective {type(collective).__name__} has no execution plan: plans "
-                            "implement all_reduce, all_gather, reduce_scatter and all_to_all; Check(), XML() and "
-                            "simulate() work for it", None)
+                            "implement all_reduce, all_gather, reduce_scatter, all_to_all and permutations (a "
+                            "custom collective whose init_buffers send every input chunk c of a rank to chunk c of "
+                            "one other rank's output, Collective.permutation); Check(), XML() and simulate() work "
+                            "for it", None)
     return _Lowering(prog).program
 
 
@@ -72,7 +74,7 @@ class _Lowering:
         self._plan_rank_sync()
         self.program = Program(prog.collective.plan_collective, prog.num_ranks, name=prog.name,
                                chunks=self.chunks_per_block, scratch_chunks=max(self.scratch_used),
-                               protocol=self.protocol)
+                               protocol=self.protocol, permutation=prog.collective.permutation)
         self.part_tb = {(part.operation.seq, part.role): instruction.tb.id
                         for instruction in self.schedule.instructions for part in instruction.parts}
         self.pipes: dict[tuple, object] = {}
