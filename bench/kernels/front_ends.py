@@ -5,13 +5,15 @@ MSCCL++ JSON those write, and the hand-written kernel.
     python bench/kernels/front_ends.py [--nranks 2,4,8] [--out FILE] [--quick]
 
 Per protocol (LL packets, HB puts and signals), world size N and message size (bytes per rank, float32 sum
-all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1, 4 and 16 instances, the fastest
-kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks, the streaming
+all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1, 4 and 16 instances (HB also 64,
+the streaming kernel's grid on 2 ranks), the fastest kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks, the streaming
 kernels on the grid production gives N ranks sharing the GPU (``production_stream_blocks``). Plans:
 
 - ``dsl``: ``jax_mscclpp.dsl.library``'s ``allreduce_2pa_ll`` / ``allreduce_2pa_hb``;
 - ``msccl``: tests/dsl/msccl_programs.py's ``allreduce_allpairs`` (protocol LL / Simple), lowered by
-  ``jax_mscclpp.dsl.msccl``; ``msccl_ir``: its ``generate_xml()`` through ``load_plan``;
+  ``jax_mscclpp.dsl.msccl`` (each rank's thread blocks merged, ``thread_block_merge``); ``msccl_ir``: its
+  ``generate_xml()`` through ``load_plan``; ``msccl_per_peer``: the program's plan before the merge, a thread
+  block per peer and one that reduces, as MSCCL-IR schedules it;
 - ``mscclpp``: tests/dsl/mscclpp_chunk_programs.py's ``allreduce_allpairs_ll`` / ``allreduce_two_phase`` (one thread
   block a rank, as written), lowered by ``jax_mscclpp.dsl.mscclpp``; ``mscclpp_json``: its ``to_json()`` through
   ``load_plan``.
@@ -41,7 +43,9 @@ from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, nati
 
 KiB, MiB = 1 << 10, 1 << 20
 SCRATCH = 64 * MiB
-INSTANCES = (1, 4, 16)  # the hand-written LL kernel runs up to 16 blocks a rank (kLLMaxBlocks)
+# protocol -> instance counts tried: the hand-written LL kernel runs up to 16 blocks a rank (kLLMaxBlocks); the
+# streaming kernel production's grid, 64 blocks a rank on 2 ranks (production_stream_blocks)
+INSTANCES = {"LL": (1, 4, 16), "HB": (1, 4, 16, 64)}
 
 
 def plan_makers(dsl_program: str, msccl_protocol: str, chunk_program) -> dict:
@@ -52,6 +56,8 @@ def plan_makers(dsl_program: str, msccl_protocol: str, chunk_program) -> dict:
         "dsl": lambda n, k: library.PROGRAMS[dsl_program](n).lower(instances=k),
         "msccl": lambda n, k: msccl_programs.allreduce_allpairs(n, msccl_protocol, k).lower(),
         "msccl_ir": lambda n, k: load_plan(msccl_programs.allreduce_allpairs(n, msccl_protocol, k).generate_xml()),
+        "msccl_per_peer": lambda n, k: msccl_programs.allreduce_allpairs(n, msccl_protocol, k).to_program().lower(
+            instances=k),
         "mscclpp": lambda n, k: chunk_program(n, k).plan(),
         "mscclpp_json": lambda n, k: load_plan(chunk_program(n, k).to_json()),
     }
@@ -101,11 +107,11 @@ def main() -> None:
             # name -> size -> (best us, instances, error); the kernel's on the DSL plan's ranks
             best: dict[str, dict[int, tuple]] = {}
             for name, make in makers.items():
-                for k in INSTANCES:
+                for k in INSTANCES[protocol]:
                     plan = make(n, k)
                     with PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
                                    timeout_s=30, stream_blocks=cuda.production_stream_blocks(n)) as pr:
-                        if name == "dsl" and k == INSTANCES[0]:  # the kernel, on the same ranks
+                        if name == "dsl" and k == INSTANCES[protocol][0]:  # the kernel, on the same ranks
                             algorithm = ALGORITHM_CODES[kernel]
                             for nbytes in sizes:
                                 error = check_once(pr, nbytes // 4, rng, algorithm)
@@ -137,7 +143,8 @@ def main() -> None:
         **device_run_header("front_ends", cuda),
         "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
                        "samples of (events around `repeats` back-to-back calls on every rank released together) / "
-                       "repeats; a plan's best of 1, 4 and 16 instances; vs_dsl, vs_kernel: its time over theirs",
+                       "repeats; a plan's best of 1, 4 and 16 instances (HB: and 64); vs_dsl, vs_kernel: its time over "
+                       "theirs",
         "rows": rows,
         "not_resident": not_resident,
     }

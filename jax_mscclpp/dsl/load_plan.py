@@ -7,9 +7,10 @@ Formats, recognized by content:
   ``imports/mscclpp_json.py``;
 * our own plans (a ``"version"`` and ``"ranks"``, PLAN.md).
 
-Foreign plans are translated into a DSL program and lowered, so the result is verified like any plan of ours;
-what our executors cannot run is refused with a ``PlanImportError`` (a ValueError) naming the element, the
-attribute and the reason.
+Foreign plans are translated into a DSL program and lowered, so the result is verified like any plan of ours,
+and then have each rank's thread blocks that only order each other merged (``thread_block_merge``); what our
+executors cannot run is refused with a ``PlanImportError`` (a ValueError) naming the element, the attribute and the
+reason.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 from .imports import msccl_ir, mscclpp_json
 from .imports.errors import PlanImportError
 from .plan_format import plan_from_json
+from .thread_block_merge import merge_thread_blocks
 from .verify import verify_plan
 
 
@@ -31,7 +33,7 @@ def load_plan(path_or_text) -> dict:
     text = _text(path_or_text)
     stripped = text.lstrip()
     if stripped.startswith("<"):
-        return msccl_ir.from_xml(text)
+        return merge_thread_blocks(msccl_ir.from_xml(text))
     if stripped.startswith("{"):
         try:
             document = json.loads(text)
@@ -39,7 +41,7 @@ def load_plan(path_or_text) -> dict:
             raise PlanImportError("JSON document", None, f"malformed JSON: {error}") from None
         if isinstance(document, dict) and "version" in document and "ranks" in document:
             return verify_plan(plan_from_json(text))
-        return mscclpp_json.from_json(document)
+        return merge_thread_blocks(mscclpp_json.from_json(document))
     raise PlanImportError("plan", None, "neither an MSCCL-IR XML document (starting with '<') nor a JSON object "
                                         "(starting with '{'), nor the path of a file holding one")
 

@@ -53,6 +53,16 @@ def writers_of_reads(plan: dict) -> dict[tuple, list]:
     return run.read_log
 
 
+def execution_order(plan: dict) -> list[tuple[int, int, int]]:
+    """For a plan that verifies: (rank, thread block, op index) of every operation in the order the symbolic run
+    performed them, one interleaving the plan can run in (each operation after every one it waits for). Raises
+    VerificationError as ``verify_plan`` does."""
+    verify_plan(plan)
+    run = _SymbolicRun(plan, order_log=[])
+    run.run()
+    return run.order_log
+
+
 def _describe_key(key: tuple) -> str:
     rank, buffer, index = key
     return f"rank {rank} {buffer}[{index}]"
@@ -182,9 +192,10 @@ def _join(clock: dict, other: dict) -> None:
 
 
 class _SymbolicRun:
-    def __init__(self, plan: dict, read_log: dict | None = None):
+    def __init__(self, plan: dict, read_log: dict | None = None, order_log: list | None = None):
         self.plan = plan
         self.read_log = read_log  # (rank, tb, op index, path) -> writer locations (writers_of_reads), if kept
+        self.order_log = order_log  # (rank, tb, op index) as performed (execution_order), if kept
         self.channels = [rank_plan["channels"] for rank_plan in plan["ranks"]]
         self.blocks = [_Block(rank, tb, block["ops"]) for rank, rank_plan in enumerate(plan["ranks"])
                        for tb, block in enumerate(rank_plan["threadblocks"])]
@@ -242,6 +253,8 @@ class _SymbolicRun:
     def _step(self, block: _Block) -> None:
         op = block.ops[block.pc]
         at = block.location()
+        if self.order_log is not None:
+            self.order_log.append((block.rank, block.index, block.pc))
         block.pc += 1
         block.clock[block.agent] = block.pc
         me = _Access(block.agent, block.pc, at)

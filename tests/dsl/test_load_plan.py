@@ -13,8 +13,10 @@ from jax import lax
 import jax_mscclpp as jm
 from jax_mscclpp.dsl import library, load_plan, plan_to_json
 from jax_mscclpp.dsl.errors import VerificationError
+from jax_mscclpp.dsl.imports import msccl_ir, mscclpp_json
 from jax_mscclpp.dsl.imports.errors import PlanImportError
 from jax_mscclpp.dsl.simulate import run_plan
+from jax_mscclpp.dsl.thread_block_merge import merge_thread_blocks
 from tests.dsl import msccl_ir_texts as xml
 from tests.dsl import mscclpp_json_texts as js
 from tests.dsl.msccl_ir_texts import XmlWriter
@@ -85,6 +87,25 @@ WRITE_INPUT = {
 }
 
 
+def translated(text: str) -> dict:
+    """The plan a foreign text translates to, before ``load_plan`` merges its thread blocks."""
+    if text.lstrip().startswith("<"):
+        return msccl_ir.from_xml(text)
+    return mscclpp_json.from_json(json.loads(text))
+
+
+def test_load_plan_merges_the_thread_blocks_that_only_order_each_other(rng):
+    """MSCCL-IR's all-pairs all-reduce gives a thread block each peer and one that reduces, joined by self
+    channels: loaded, each rank runs one thread block, no self channel, and computes the same."""
+    text = xml.allpairs_allreduce(3, "Simple")
+    before, plan = translated(text), load_plan(text)
+    assert plan == merge_thread_blocks(before)
+    assert all(len(rank["threadblocks"]) > 1 for rank in before["ranks"])
+    assert all(len(rank["threadblocks"]) == 1 for rank in plan["ranks"])
+    assert not any(c["peer"] == r for r, rank in enumerate(plan["ranks"]) for c in rank["channels"])
+    check_with_numpy(plan, rng)
+
+
 def foreign_thread_blocks(text: str) -> list[int]:
     """Thread blocks per gpu of an MSCCL-IR or MSCCL++ JSON text."""
     if text.lstrip().startswith("<"):
@@ -96,11 +117,11 @@ def foreign_thread_blocks(text: str) -> list[int]:
 def test_plans_that_write_their_input_read_it_where_it_is_unchanged(rng, name):
     """The steps that write the input write a private copy in scratch; the reads that would see the copy before
     any step wrote it read the input itself, so no prologue copies the input and nothing waits for one: each rank
-    has the foreign plan's thread blocks, nothing writes the input (the verifier), and the plan computes its
-    collective."""
+    has the foreign plan's thread blocks (before they merge), nothing writes the input (the verifier), and the
+    plan computes its collective."""
     for n in range(2, 6):
         text = WRITE_INPUT[name](n)
-        plan = load_plan(text)
+        plan = translated(text)
         assert [len(ranked["threadblocks"]) for ranked in plan["ranks"]] == foreign_thread_blocks(text)
         for ranked in plan["ranks"]:
             assert "prologue" not in json.dumps(ranked)
@@ -114,7 +135,7 @@ def test_a_read_of_both_copied_and_written_input_chunks_keeps_the_prologue(rng):
     its collective."""
     for n in (2, 3):
         text = xml.mixed_input_reads(n)
-        plan = load_plan(text)
+        plan = translated(text)
         input_chunks = plan["buffers"]["input"]["blocks"] * plan["buffers"]["input"]["chunks_per_block"]
         for ranked, foreign in zip(plan["ranks"], foreign_thread_blocks(text)):
             assert len(ranked["threadblocks"]) == foreign + 1
@@ -127,7 +148,7 @@ def test_a_read_of_both_copied_and_written_input_chunks_keeps_the_prologue(rng):
 
 def test_plans_that_do_not_write_their_input_read_it_in_place():
     for text in (xml.allpairs_reducescatter(3), js.allpairs_reducescatter_packets(3), xml.ring_allreduce(3)):
-        plan = load_plan(text)
+        plan = translated(text)
         assert [len(ranked["threadblocks"]) for ranked in plan["ranks"]] == foreign_thread_blocks(text)
         assert all('"input"' in json.dumps(ranked) for ranked in plan["ranks"])
 
@@ -142,7 +163,7 @@ def test_protocols_and_channels_map_as_documented():
     def ops(plan):
         return {op["op"] for rank in plan["ranks"] for tb in rank["threadblocks"] for op in tb["ops"]}
 
-    simple = load_plan(xml.allpairs_allreduce(3, "Simple"))
+    simple = translated(xml.allpairs_allreduce(3, "Simple"))
     assert kinds(simple) == {("memory", "HB", False), ("memory", "HB", True)}
     assert not ops(simple) & {"put_packets", "read_packets", "reduce_packets"}
     for proto in ("LL", "LL128"):

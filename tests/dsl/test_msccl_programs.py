@@ -124,14 +124,16 @@ def test_msccl_ir_that_writes_its_input_writes_a_private_copy(rng, name, protoco
 def test_msccl_ir_of_a_program_runs_what_the_program_lowers_to(rng):
     """In place, MSCCL-IR's input is its output: the all-pairs all-reduce reads each chunk from the input until a
     step writes it, and every output chunk is written, so no prologue copies it; a Simple receive's copy out of
-    its slot is forwarded to the reduction that reads it. The plan loaded from the XML runs the thread blocks
-    (numbered as the XML numbers them) and the operations of the program lowered directly, over as many channels."""
+    its slot is forwarded to the reduction that reads it. The plan loaded from the XML runs as many thread blocks
+    as the program lowered directly (one a rank: both merge), each with the same operations (in the order of its
+    own symbolic run), over as many channels."""
     for protocol in ("LL", "Simple"):
         program = programs.allreduce_allpairs(4, protocol)
         direct, imported = program.lower(), load_plan(program.generate_xml())
         for ours, theirs in zip(direct["ranks"], imported["ranks"]):
-            assert sorted([op["op"] for op in tb["ops"]] for tb in ours["threadblocks"]) == \
-                sorted([op["op"] for op in tb["ops"]] for tb in theirs["threadblocks"])
+            assert len(ours["threadblocks"]) == len(theirs["threadblocks"]) == 1
+            assert sorted(op["op"] for op in ours["threadblocks"][0]["ops"]) == \
+                sorted(op["op"] for op in theirs["threadblocks"][0]["ops"])
             assert len(ours["channels"]) == len(theirs["channels"])
         assert "prologue" not in json.dumps(imported)
         assert_computes(imported, rng)

@@ -44,32 +44,27 @@ SOURCES = {
 @pytest.mark.parametrize("source", sorted(SOURCES))
 @pytest.mark.parametrize("api,name,fn,collective", CASES, ids=[f"{c[0].__name__[15:]}-{c[1]}" for c in CASES])
 def test_registered_program_matches_lax(mesh8, rng, api, name, fn, collective, source):
-    algorithm = f"mscclpp_{api.__name__[15:]}_{name}_{source}"
-    entry = jm.register_algorithm(SOURCES[source](fn), name=algorithm)
-    try:
-        assert entry.plan_for(8) == fn(8, 2).plan()
-        ours, reference, out_spec = CALLS[collective]
-        for dtype, per_rank in (("float32", 8 * 3), ("int32", 8 * 129)):
-            x = random_array(rng, (8 * per_rank,), dtype)
-            compare_with_lax(ours(algorithm), reference, mesh8, (x,), P("x"), out_spec)
-    finally:
-        jm.unregister_algorithm(algorithm)
+    entry = jm.register_algorithm(SOURCES[source](fn), name=f"mscclpp_{api.__name__[15:]}_{name}_{source}")
+    runs_like_lax(mesh8, rng, entry)
+    assert entry.plan_for(8) == fn(8, 2).plan()
 
 
 @pytest.mark.parametrize("protocol", ["Simple", "LL"])
 @pytest.mark.parametrize("name", sorted(n for n, (_, written_for) in msccl_programs.PROGRAMS.items() if written_for(8)))
 def test_registered_msccl_program_matches_lax(mesh8, rng, name, protocol):
-    program = msccl_programs.PROGRAMS[name][0](8, protocol)
-    algorithm = f"msccl_{name}_{protocol}"
-    entry = jm.register_algorithm(program, name=algorithm)
+    runs_like_lax(mesh8, rng, jm.register_algorithm(msccl_programs.PROGRAMS[name][0](8, protocol),
+                                                    name=f"msccl_{name}_{protocol}"))
+
+
+def runs_like_lax(mesh8, rng, entry):
+    """The registered ``entry``, forced on 8 CPU devices, against lax on random float32 and int32; then it goes."""
     try:
-        collective = entry.plan_for(8)["collective"]
-        ours, reference, out_spec = CALLS[collective]
+        ours, reference, out_spec = CALLS[entry.plan_for(8)["collective"]]
         for dtype, per_rank in (("float32", 8 * 3), ("int32", 8 * 129)):
             x = random_array(rng, (8 * per_rank,), dtype)
-            compare_with_lax(ours(algorithm), reference, mesh8, (x,), P("x"), out_spec)
+            compare_with_lax(ours(entry.name), reference, mesh8, (x,), P("x"), out_spec)
     finally:
-        jm.unregister_algorithm(algorithm)
+        jm.unregister_algorithm(entry.name)
 
 
 def test_a_permutation_plan_runs_its_own_permutation_only(mesh8, rng):

@@ -144,8 +144,12 @@ class MSCCLProgram:
         return to_program(self)
 
     def lower(self, *, verify: bool = True) -> dict:
-        """The execution plan, replicated ``instances`` times; verified unless ``verify`` is False."""
-        return self.to_program().lower(instances=self.instances, verify=verify)
+        """The execution plan, replicated ``instances`` times; verified unless ``verify`` is False. A verified plan
+        has each rank's thread blocks that only order each other merged into one (``thread_block_merge``)."""
+        from ..thread_block_merge import merge_thread_blocks
+
+        plan = self.to_program().lower(instances=self.instances, verify=verify)
+        return merge_thread_blocks(plan) if verify else plan
 
     def generate_xml(self) -> str:
         """The program's MSCCL-IR, as msccl-tools writes it."""
