@@ -118,7 +118,7 @@ class MSCCLProgram:
     # Results ---------------------------------------------------------------------------------------------
 
     def check(self) -> bool:
-        """The collective's postcondition on the traced chunks, then (for the four plan collectives) the
+        """The collective's postcondition on the traced chunks, then (for a collective with a plan) the
         verifier on the lowered plan. Prints what fails; returns whether all passed."""
         if not self.collective.check(self):
             return False
