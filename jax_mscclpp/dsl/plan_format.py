@@ -242,3 +242,35 @@ def _check_ref(plan: dict, ref, at: OpLocation) -> None:
     total = geometry.chunk_total(plan["buffers"], ref["buffer"])
     if ref["index"] + ref["count"] > total:
         raise VerificationError("range", f"{describe_ref(ref)} is out of range: {ref['buffer']} has {total} chunks", at)
+
+
+def drop_channels(plan: dict, rank: int, dropped: set[int]) -> None:
+    """Remove channels ``dropped`` of ``rank``, which no operation uses, renumbering the rest everywhere they
+    are named: the rank's operations and the other ends (``peer_channel``, ``peer_channels``) on every rank."""
+    if not dropped:
+        return
+    kept = [index for index in range(len(plan["ranks"][rank]["channels"])) if index not in dropped]
+    renumbered = {old: new for new, old in enumerate(kept)}
+    for other, rank_plan in enumerate(plan["ranks"]):
+        for index, channel in enumerate(rank_plan["channels"]):
+            if other == rank and index in dropped:
+                continue
+            if channel.get("peer") == rank:
+                channel["peer_channel"] = renumbered[channel["peer_channel"]]
+            if rank in channel.get("peers", ()):
+                channel["peer_channels"] = [renumbered[c] if p == rank else c
+                                            for p, c in zip(channel["peers"], channel["peer_channels"])]
+    rank_plan = plan["ranks"][rank]
+    rank_plan["channels"] = [rank_plan["channels"][index] for index in kept]
+    for block in rank_plan["threadblocks"]:
+        block["ops"] = [_renumbered_channels(op, renumbered) for op in block["ops"]]
+
+
+def _renumbered_channels(op: dict, renumbered: dict[int, int]) -> dict:
+    op = dict(op)
+    for field, value in op.items():
+        if field == "channel":
+            op[field] = renumbered[value]
+        elif isinstance(value, list) and value and isinstance(value[0], dict) and "channel" in value[0]:
+            op[field] = [{**item, "channel": renumbered[item["channel"]]} for item in value]
+    return op

@@ -32,10 +32,11 @@ from __future__ import annotations
 import copy
 
 from . import barriers, fusion
-from .errors import VerificationError
 from .access import op_accesses
-from .ops import BARRIER_OP, FLUSH, SIGNAL_OP, VIA, WAIT, WAIT_OP, spec_of
-from .verify import execution_order, verify_plan
+from .errors import VerificationError
+from .ops import BARRIER_OP, FLUSH, SIGNAL_OP, WAIT, WAIT_OP, spec_of
+from .plan_format import drop_channels
+from .verify import execution_order, op_channels, verify_plan
 
 _ORDERING_OPS = (SIGNAL_OP, WAIT_OP)
 
@@ -83,7 +84,7 @@ def _merged(plan: dict, order: list, sends_past: str) -> dict | None:
             ops = [part for _, op in placed if op["op"] != BARRIER_OP for part in _unfused(op)]
             blocks.append({"ops": _sends_early(ops, rank, rank_plan["channels"], sends_past)})
         rank_plan["threadblocks"] = [block for block in blocks if block["ops"]] or blocks[:1]
-        _drop_channels(merged, rank, inner)
+        drop_channels(merged, rank, inner)
     return merged if changed else None
 
 
@@ -114,20 +115,13 @@ def _sends_early(ops: list, rank: int, channels: list, sends_past: str) -> list:
 
 def _may_pass(send: dict, earlier: dict, rank: int, channels: list, past_waits: bool) -> bool:
     sync = spec_of(earlier["op"]).sync
-    if earlier["op"] in _SENDS or sync == FLUSH or set(_channels_of(send)) & set(_channels_of(earlier)):
+    if earlier["op"] in _SENDS or sync == FLUSH or set(op_channels(send)) & set(op_channels(earlier)):
         return False
     reads, writes = map(set, op_accesses(send, rank, channels))
     if sync == WAIT and not (past_waits and all(buffer != "scratch" for _, buffer, _ in reads)):
         return False
     earlier_reads, earlier_writes = map(set, op_accesses(earlier, rank, channels))
     return not (writes & (earlier_reads | earlier_writes) or reads & earlier_writes)
-
-
-def _channels_of(op: dict) -> list[int]:
-    """Every channel ``op`` names: its own, then those of its VIA entries."""
-    spec = spec_of(op["op"])
-    own = [op["channel"]] if spec.channel else []
-    return own + [item["channel"] for operand in spec.operands if operand.shape == VIA for item in op[operand.field]]
 
 
 def _is_self(rank: int, channel: dict) -> bool:
@@ -149,7 +143,7 @@ def _groups(rank: int, rank_plan: dict) -> list[list[int]]:
     users: dict[int, int] = {}  # self channel endpoint -> the thread block using it
     for tb, block in enumerate(rank_plan["threadblocks"]):
         for op in block["ops"]:
-            for channel in _channels_of(op):
+            for channel in op_channels(op):
                 if _is_self(rank, channels[channel]):
                     users[channel] = tb
     for channel, tb in users.items():
@@ -169,32 +163,6 @@ def _ordering_only_self_channels(rank: int, rank_plan: dict) -> set[int]:
     for block in rank_plan["threadblocks"]:
         for op in block["ops"]:
             if op["op"] not in _ORDERING_OPS:
-                carries_data.update(_channels_of(op))
+                carries_data.update(op_channels(op))
     return {c for c, channel in enumerate(channels) if _is_self(rank, channel)
             and c not in carries_data and channel["peer_channel"] not in carries_data}
-
-
-def _drop_channels(plan: dict, rank: int, dropped: set[int]) -> None:
-    """Remove ``rank``'s channel endpoints ``dropped`` (no operation names them any more) and renumber the rest,
-    in the rank's operations and in the ``peer_channel`` of every endpoint that faces them."""
-    if not dropped:
-        return
-    channels = plan["ranks"][rank]["channels"]
-    renumbered = {old: new for new, old in enumerate(c for c in range(len(channels)) if c not in dropped)}
-    plan["ranks"][rank]["channels"] = [channel for c, channel in enumerate(channels) if c not in dropped]
-    for block in plan["ranks"][rank]["threadblocks"]:
-        for op in block["ops"]:
-            spec = spec_of(op["op"])
-            if spec.channel:
-                op["channel"] = renumbered[op["channel"]]
-            for operand in spec.operands:
-                if operand.shape == VIA:
-                    for item in op[operand.field]:
-                        item["channel"] = renumbered[item["channel"]]
-    for rank_plan in plan["ranks"]:
-        for channel in rank_plan["channels"]:
-            if channel["type"] == "switch":  # every member lists each member's index of the channel
-                channel["peer_channels"] = [renumbered[c] if p == rank else c
-                                            for p, c in zip(channel["peers"], channel["peer_channels"])]
-            elif channel["peer"] == rank:
-                channel["peer_channel"] = renumbered[channel["peer_channel"]]

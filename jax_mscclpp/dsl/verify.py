@@ -72,7 +72,7 @@ def _describe_key(key: tuple) -> str:
     return f"rank {rank} {buffer}[{index}]"
 
 
-def _op_channels(op: dict) -> list[int]:
+def op_channels(op: dict) -> list[int]:
     """Every channel ``op`` names: its own, then those of its VIA entries."""
     spec = spec_of(op["op"])
     channels = [op["channel"]] if spec.channel else []
@@ -85,7 +85,7 @@ def check_channel_kinds(plan: dict) -> None:
     that the operation's row of the op table allows."""
     for rank, tb, index, op in iter_ops(plan):
         channels = plan["ranks"][rank]["channels"]
-        for channel_index in _op_channels(op):
+        for channel_index in op_channels(op):
             _check_kind(op, channel_index, channels[channel_index], locate(rank, tb, index, op))
 
 
@@ -103,7 +103,7 @@ def _check_channel_use(plan: dict) -> None:
         at = locate(rank, tb, index, op)
         spec = spec_of(op["op"], at)
         channels = plan["ranks"][rank]["channels"]
-        for channel_index in _op_channels(op):
+        for channel_index in op_channels(op):
             _check_kind(op, channel_index, channels[channel_index], at)
             if channels[channel_index]["type"] == "switch":
                 continue

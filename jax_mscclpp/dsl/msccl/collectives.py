@@ -36,6 +36,10 @@ class Collective:
         self.chunk_factor = chunk_factor
         self.inplace = bool(inplace)
 
+    def init_buffers(self) -> list[dict]:
+        """Per rank, ``{Buffer.input: [...], Buffer.output: [...]}``: the slots before the program runs."""
+        raise NotImplementedError(f"{type(self).__name__} must define init_buffers")
+
     @property
     def plan_collective(self) -> str | None:
         """The plan collective (PLAN.md) this one lowers to: the standard collectives name theirs; a custom one is
