@@ -109,8 +109,15 @@ def main() -> None:
             for name, make in makers.items():
                 for k in INSTANCES[protocol]:
                     plan = make(n, k)
-                    with PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
-                                   timeout_s=30, stream_blocks=cuda.production_stream_blocks(n)) as pr:
+                    try:
+                        ranks = PlanRanks(plan, max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=SCRATCH,
+                                          timeout_s=30, stream_blocks=cuda.production_stream_blocks(n))
+                    except ValueError as why:  # set_plan refuses a rank whose own blocks exceed the GPU's
+                        not_resident.append({"protocol": protocol, "nranks": n, "front_end": name,
+                                             "instances": k, "why": str(why)})
+                        print(f"{protocol} n={n} {name} k={k}: not run ({why})", flush=True)
+                        continue
+                    with ranks as pr:
                         if name == "dsl" and k == INSTANCES[protocol][0]:  # the kernel, on the same ranks
                             algorithm = ALGORITHM_CODES[kernel]
                             for nbytes in sizes:
