@@ -25,15 +25,22 @@ from .thread_block_merge import merge_thread_blocks
 from .verify import verify_plan
 
 
-def load_plan(path_or_text) -> dict:
+def load_plan(path_or_text, *, permutation=None) -> dict:
     """The verified plan in ``path_or_text``: a path (str or ``os.PathLike``) of a file, or the text itself.
+
+    ``permutation``: for the MSCCL-IR of a custom collective (``coll="custom"``, such as AllToNext), the
+    (source, destination) pairs of ranks it implements, which the document does not state; the plan is a plan of
+    the permutation (PLAN.md), verified against them. Refused for any other plan.
 
     Register it with ``jax_mscclpp.register_algorithm(load_plan(...), min_bytes=..., max_bytes=...)``.
     """
     text = _text(path_or_text)
     stripped = text.lstrip()
     if stripped.startswith("<"):
-        return merge_thread_blocks(msccl_ir.from_xml(text))
+        return merge_thread_blocks(msccl_ir.from_xml(text, permutation))
+    if permutation is not None:
+        raise PlanImportError("plan", None, 'permutation= names the pairs of an MSCCL-IR custom collective '
+                                            '(coll="custom"); a JSON plan states its own collective')
     if stripped.startswith("{"):
         try:
             document = json.loads(text)

@@ -18,6 +18,7 @@ from jax_mscclpp.dsl.imports.errors import PlanImportError
 from jax_mscclpp.dsl.simulate import run_plan
 from jax_mscclpp.dsl.thread_block_merge import merge_thread_blocks
 from tests.dsl import msccl_ir_texts as xml
+from tests.dsl import msccl_programs
 from tests.dsl import mscclpp_json_texts as js
 from tests.dsl.msccl_ir_texts import XmlWriter
 from tests.helpers import P, compare_with_lax, random_array, sharded
@@ -209,6 +210,32 @@ def test_loaded_all_gather_matches_lax(mesh8, rng, source):
             x = random_array(rng, (8 * count,), "float32")
             compare_with_lax(lambda v: jm.all_gather(v, "x", algorithm=name), lambda v: lax.all_gather(v, "x"),
                              mesh8, (x,), P("x"), P("x"))
+
+
+@pytest.mark.parametrize("protocol", ["Simple", "LL"])
+def test_a_custom_collective_loads_with_the_permutation_it_implements(mesh8, rng, protocol):
+    """MSCCLang's AllToNext written as MSCCL-IR (coll="custom", which states no postcondition) loads as a plan of
+    the permutation the caller names, verified against those pairs, and runs ppermute like lax; without the pairs,
+    with pairs it does not implement, or with pairs for a plan that is no custom collective, it is refused."""
+    program = msccl_programs.alltonext(8, protocol)
+    text = program.generate_xml()
+    pairs = [(r, r + 1) for r in range(7)]
+    plan = load_plan(text, permutation=pairs)
+    assert plan["collective"] == "permute" and plan["permutation"] == [list(pair) for pair in pairs]
+    with registered(plan, "loaded_alltonext_" + protocol) as name:
+        for count in (2, 74):
+            x = random_array(rng, (8 * count,), "float32")
+            compare_with_lax(lambda v: jm.ppermute(v, "x", pairs, algorithm=name),
+                             lambda v: lax.ppermute(v, "x", pairs), mesh8, (x,), P("x"), P("x"))
+    refused(text, "<algo>", "coll", "load it with load_plan(..., permutation=[(source, destination), ...])")
+    with pytest.raises(VerificationError, match=r"permute leaves rank 0 output\[0\] = nothing; expected input\[0\] of ranks \[1\]"):
+        load_plan(text, permutation=[(r + 1, r) for r in range(7)])
+    with pytest.raises(PlanImportError, match="is 'allreduce': permutation= names the pairs of a custom collective"):
+        load_plan(xml.ring_allreduce(8, "LL"), permutation=pairs)
+    with pytest.raises(PlanImportError, match="a JSON plan states its own collective"):
+        load_plan(js.allpairs_allreduce_packets(8), permutation=pairs)
+    with pytest.raises(PlanImportError, match="not \\(source, destination\\) pairs of ranks"):
+        load_plan(text, permutation=[1, 2])
 
 
 def test_a_size_range_falls_back_outside_it(mesh8, rng):

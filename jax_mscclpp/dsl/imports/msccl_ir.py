@@ -34,6 +34,9 @@ from .input_places import InputPlaces
 from .lowered import lowered_plan
 from .thread_block_order import ThreadBlockOrder
 
+# ``coll`` of a custom collective (MSCCLang's own Collective subclasses): no postcondition stated.
+CUSTOM = "custom"
+
 # protocol attribute -> protocol of the memory channels that carry the transfers.
 PROTOCOLS = {"Simple": "HB", "LL": "LL", "LL128": "LL"}
 
@@ -111,14 +114,15 @@ class Gpu:
     element: str
 
 
-def from_xml(text: str) -> dict:
+def from_xml(text: str, permutation=None) -> dict:
     """The verified plan of an MSCCL-IR ``<algo>`` document (module docstring); PlanImportError when it cannot
-    be run as written."""
+    be run as written. ``permutation``: the (source, destination) pairs of ranks a custom collective's document
+    (``coll="custom"``, which states no postcondition) implements; the plan is verified against them."""
     try:
         root = ET.fromstring(text)
     except ET.ParseError as error:
         raise PlanImportError("MSCCL-IR document", None, f"malformed XML: {error}") from None
-    return _Translation(_Algo(root)).plan
+    return _Translation(_Algo(root, permutation)).plan
 
 
 def _attr(element: ET.Element, name: str, where: str) -> str:
@@ -152,12 +156,29 @@ def _children(element: ET.Element, tag: str, where: str) -> list[ET.Element]:
 class _Algo:
     """The ``<algo>`` element, parsed and checked against itself (peers, channels, chunk ranges, matching)."""
 
-    def __init__(self, root: ET.Element):
+    def __init__(self, root: ET.Element, permutation=None):
         where = "<algo>"
         if root.tag != "algo":
             raise PlanImportError(f"<{root.tag}>", None, "an MSCCL-IR document is one <algo> element")
         self.name = root.get("name") or "msccl_ir"
-        self.collective = our_collective(_attr(root, "coll", where), where, "coll")
+        coll = _attr(root, "coll", where)
+        self.permutation = None
+        if coll == CUSTOM:
+            if permutation is None:
+                raise PlanImportError(where, "coll", "a custom collective's document does not say what its output "
+                                                     "must hold: load it with load_plan(..., permutation=[(source, "
+                                                     "destination), ...]), the pairs of ranks it implements")
+            self.collective = "permute"
+            try:
+                self.permutation = [[int(src), int(dst)] for src, dst in permutation]
+            except (TypeError, ValueError):
+                raise PlanImportError(where, "coll", f"permutation= is {permutation!r}, not (source, destination) "
+                                                     f"pairs of ranks") from None
+        elif permutation is not None:
+            raise PlanImportError(where, "coll", f'is {coll!r}: permutation= names the pairs of a custom collective '
+                                                 f'(coll="{CUSTOM}") only')
+        else:
+            self.collective = our_collective(coll, where, "coll")
         protocol = _attr(root, "proto", where)
         if protocol not in PROTOCOLS:
             raise PlanImportError(where, "proto", f"unknown protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
@@ -301,7 +322,8 @@ class _Translation:
         self._match_transfers()
         self.inputs = self._input_places()
         self.program = Program(algo.collective, algo.world_size, name=algo.name, chunks=algo.chunks_per_block,
-                               scratch_chunks=max(self.next_scratch), protocol=algo.protocol)
+                               scratch_chunks=max(self.next_scratch), protocol=algo.protocol,
+                               permutation=algo.permutation)
         self.order = ThreadBlockOrder(self.program)
         self.waits_done: dict[tuple, int] = {}  # (gpu, producer tb, consumer tb) -> waits recorded
         self.signalled = self._signalled_steps()
