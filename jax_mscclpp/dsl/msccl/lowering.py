@@ -110,10 +110,9 @@ class _Lowering:
                     self.epilogue.append((rank, j, self.places[slot, 0][1]))
         for operation in dag.operations:
             new = list(zip(operation.dst.slots(), operation.dst.versions))
-            fresh = self._scratch(operation.dst.rank, operation.dst.size)
-            for key, place in zip(new, fresh):
-                if key not in outputs:
-                    self.places[key] = place
+            kept = [key for key in new if key not in outputs]  # an output's last version lives in the output
+            for key, place in zip(kept, self._scratch(operation.dst.rank, len(kept))):
+                self.places[key] = place
             if operation.remote:
                 direct = self.protocol == "HB" and operation.kind != REDUCE and \
                     all(self.places[key][0] == "scratch" for key in new)
