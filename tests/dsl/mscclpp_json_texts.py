@@ -197,3 +197,25 @@ def allpairs_alltoall(n: int) -> str:
             xml.op(r, tb, "copy", src_buff=[local("s", p)], dst_buff=[local("o", p)])
         xml.op(r, 0, "copy", src_buff=[local("i", r)], dst_buff=[local("o", r)])
     return xml.text()
+
+
+def allgather_barrier(n: int, barrier: bool = True) -> str:
+    """Simple, two thread blocks: thread block 0 puts the input into every peer's scratch, signals and waits, then
+    meets thread block 1 at barrier 0 (``barrier``: else it does not), after which thread block 1 copies what
+    arrived into the output (it copied the own block before)."""
+    xml = JsonWriter("allgather_barrier", "allgather", n, "Simple", 1, n, n)
+    for r in range(n):
+        sender, copier = xml.tb(r), xml.tb(r)
+        channels = [xml.tb_channel(r, sender, p) for p in _peers(r, n)]
+        for p in _peers(r, n):
+            xml.op(r, sender, "put", src_buff=[local("i", 0)], dst_buff=[xml.remote(r, sender, p, r)],
+                   channel_type="memory")
+        xml.op(r, sender, "signal", channel_ids=channels, channel_type="memory")
+        xml.op(r, sender, "wait", channel_ids=channels, channel_type="memory")
+        xml.op(r, copier, "copy", src_buff=[local("i", 0)], dst_buff=[local("o", r)])
+        if barrier:
+            for tb in (sender, copier):
+                xml.op(r, tb, "barrier", barrier_id=0, num_threadblocks=2)
+        for q in _peers(r, n):
+            xml.op(r, copier, "copy", src_buff=[local("s", q)], dst_buff=[local("o", q)])
+    return xml.text()

@@ -238,6 +238,31 @@ def test_a_custom_collective_loads_with_the_permutation_it_implements(mesh8, rng
         load_plan(text, permutation=[1, 2])
 
 
+def test_a_barrier_across_thread_blocks_orders_them(mesh8, rng):
+    """MSCCL++'s ``barrier`` (barrier_id, num_threadblocks) joins the thread blocks that name it: the copies after
+    it read what the other thread block waited for, and the plan matches lax; without it the same copies race
+    (the verifier names them); a barrier whose members disagree on their number or on how often they meet is
+    refused."""
+    with registered(load_plan(js.allgather_barrier(8)), "loaded_ag_barrier") as name:
+        for count in (1, 37):
+            x = random_array(rng, (8 * count,), "float32")
+            compare_with_lax(lambda v: jm.all_gather(v, "x", algorithm=name), lambda v: lax.all_gather(v, "x"),
+                             mesh8, (x,), P("x"), P("x"))
+    with pytest.raises(VerificationError, match="race"):
+        load_plan(js.allgather_barrier(3, barrier=False))
+    plan = json.loads(js.allgather_barrier(3))
+    barrier = plan["gpus"][1]["threadblocks"][1]["ops"][1]
+    assert barrier["name"] == "barrier"
+    barrier["num_threadblocks"] = 3
+    refused(json.dumps(plan), "gpu 1, threadblock", "num_threadblocks", "names barrier 0 with")
+    plan = json.loads(js.allgather_barrier(3))
+    plan["gpus"][1]["threadblocks"][1]["ops"].append(dict(barrier, num_threadblocks=2))
+    refused(json.dumps(plan), "gpu 1, threadblock", "barrier_id", "thread block 0 1 times, thread block 1 2 times")
+    plan = json.loads(js.allgather_barrier(3))
+    plan["gpus"][1]["threadblocks"][0]["ops"].pop()
+    refused(json.dumps(plan), "gpu 1, threadblock 1", "num_threadblocks", "but thread blocks [1] of gpu 1")
+
+
 def test_a_size_range_falls_back_outside_it(mesh8, rng):
     small, large = random_array(rng, (8 * 16,), "float32"), random_array(rng, (8 * 4096,), "float32")
     with registered(load_plan(xml.ring_allreduce(8, "LL")), "loaded_small_only", max_bytes=1024):

@@ -4,8 +4,8 @@ the MSCCL-IR or executor JSON it writes, on 2, 4 and 8 ranks, against the numpy 
 (test_executor.check). Outputs are poisoned before every call; the element counts leave chunks short or empty.
 
 A plan whose blocks on every rank cannot be resident on one GPU at once is skipped, saying so (PlanRanks refuses
-it before launching); a program whose plan file does not load back (MSCCL++'s switch channels, barriers across
-thread blocks) is skipped likewise, with the reason. AllToNext's MSCCL-IR, a custom collective's, loads with the
+it before launching); a program whose plan file does not load back (MSCCL++'s switch channels) is skipped likewise,
+with the reason; a barrier across thread blocks travels as MSCCL++'s barrier operation. AllToNext's MSCCL-IR, a custom collective's, loads with the
 pairs its program implements (load_plan's permutation=).
 """
 

@@ -14,7 +14,10 @@ signals after it and ``pwsf`` flushes too),
 ``copy``, ``re`` (local reduce), ``res`` (reduce, then store the result into peers' scratch), and on LL
 packets ``ppkt`` (put packets), ``upkt`` (unpack), ``repkt``/``respkt`` (reduce local data with unpacked
 packets, then put the result as packets) and ``rppkt`` (unpack, then put as packets). ``nop`` orders the
-thread block only: lowering places the barriers that are needed. Packets travel on an LL channel from the
+thread block only: lowering places the barriers that are needed. ``barrier`` (``barrier_id``,
+``num_threadblocks``) joins the thread blocks of the gpu that name that id: the k-th barrier of each waits for the
+k-th of every other, through a signal to each and a wait on each over channels from the gpu to itself
+(``thread_block_order.py``). Packets travel on an LL channel from the
 writing thread block to the one that unpacks them, which the plan leaves implicit: each scratch chunk is
 unpacked by one thread block, found before translation.
 
@@ -22,7 +25,7 @@ A gpu's input lives where ``input_places.py`` puts it: in place, in the output; 
 in scratch when an op of the gpu writes it.
 
 Refused, naming the op: reads of a peer's buffer (``get``, ``rre``, ``rres``), writes into a peer's input
-or output, multi-thread-block barriers and semaphores, pipelines, switch (NVLS) operations, packets written
+or output, device semaphores across thread blocks, pipelines, switch (NVLS) operations, packets written
 into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that split chunks.
 """
 
@@ -56,13 +59,13 @@ OPS = {
     "ppkt": "put src[i] as packets into peer scratch dst[i]", "upkt": "unpack local packets into dst[0]",
     "repkt": "dst[0] <- src[0] (+) unpacked src[1:]", "respkt": "repkt, result put as packets into dst[1:]",
     "rppkt": "unpack src[0] and put it as packets into dst[i]",
+    "barrier": "the num_threadblocks thread blocks of the gpu that name barrier_id wait for each other",
 }
 # Ops we cannot run -> why.
 REFUSED = {
     "get": "reads a peer's buffer: our executors only write into peers' scratch",
     "rre": "reads a peer's buffer: our executors only write into peers' scratch",
     "rres": "reads a peer's buffer: our executors only write into peers' scratch",
-    "barrier": "a barrier across thread blocks has no counterpart in our plans",
     "sem_acquire": "device semaphores across thread blocks have no counterpart in our plans",
     "sem_release": "device semaphores across thread blocks have no counterpart in our plans",
     "pipeline": "pipelined loops over chunk units have no counterpart in our plans",
@@ -212,6 +215,7 @@ class _Translation:
         self.plan_in = plan
         self.readers = self._packet_readers()
         self.writers = self._packet_writers()
+        self.barriers = self._barrier_members()
         self.next_scratch = [gpu["scratch_chunks"] for gpu in plan.gpus]
         self.inputs = self._input_places()
         total = [self.next_scratch[r] + self._temp_total(r) for r in range(plan.world_size)]
@@ -272,6 +276,35 @@ class _Translation:
                 raise PlanImportError(where, "dst_buff", f"scratch chunk {chunk} of gpu {ref.rank} receives packets "
                                                          "from two thread blocks")
         return writers
+
+    def _barrier_members(self) -> dict[tuple[int, int], list[int]]:
+        """(rank, barrier_id) -> the thread blocks that name it, each as often as the others and as many as
+        every such barrier's num_threadblocks says."""
+        arrivals: dict[tuple[int, int], dict[int, int]] = {}
+        sizes: dict[tuple[int, int], tuple[int, str]] = {}
+        for rank, tb_index, _, index, op in self._ops():
+            if not isinstance(op, dict) or op.get("name") != "barrier":
+                continue
+            where = self.plan_in.where(rank, tb_index, index, "barrier")
+            key = (rank, _field(op, "barrier_id", where))
+            size = _field(op, "num_threadblocks", where)
+            if sizes.setdefault(key, (size, where))[0] != size:
+                raise PlanImportError(where, "num_threadblocks", f"is {size}, but {sizes[key][1]} names "
+                                                                 f"barrier {key[1]} with {sizes[key][0]}")
+            counts = arrivals.setdefault(key, {})
+            counts[tb_index] = counts.get(tb_index, 0) + 1
+        members = {}
+        for key, counts in arrivals.items():
+            size, where = sizes[key]
+            if len(counts) != size:
+                raise PlanImportError(where, "num_threadblocks", f"is {size}, but thread blocks {sorted(counts)} "
+                                                                 f"of gpu {key[0]} name barrier {key[1]}")
+            if len(set(counts.values())) > 1:
+                times = ", ".join(f"thread block {tb} {n} times" for tb, n in sorted(counts.items()))
+                raise PlanImportError(where, "barrier_id", f"barrier {key[1]} is reached by {times}: the k-th "
+                                                           "arrivals of every member meet")
+            members[key] = sorted(counts)
+        return members
 
     def _input_places(self) -> InputPlaces:
         """Out of place, a gpu an op of which writes its input runs on a private copy past the scratch the plan
@@ -424,6 +457,13 @@ class _Translation:
 
     def _op(self, rank: int, tb_index: int, tb: dict, op: dict, name: str, where: str) -> None:
         if name == "nop":
+            return
+        if name == "barrier":
+            others = [tb for tb in self.barriers[rank, op["barrier_id"]] if tb != tb_index]
+            for other in others:
+                self.order.signal(rank, tb_index, other)
+            for other in others:
+                self.order.wait(rank, other, tb_index)
             return
         if name in ("signal", "rlxsignal", "wait", "rlxwait", "flush"):
             for channel in self._channels(rank, tb_index, tb, op, where):

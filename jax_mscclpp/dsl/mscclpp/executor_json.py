@@ -57,11 +57,15 @@ class _Rank:
         self.channels = plan["ranks"][rank]["channels"]
         buffers = plan["buffers"]
         self.chunks = {name: buffers[name]["blocks"] * buffers[name]["chunks_per_block"] for name in buffers}
+        blocks = plan["ranks"][rank]["threadblocks"]
+        self.barriers = _Barriers(rank, self.channels, [block["ops"] for block in blocks])
         # our channel index -> its index among this rank's channels of its type
         self.typed_index: dict[int, int] = {}
         self.connected_to: dict[str, list] = {}
         self.switch_groups: list[list] = []
         for index, channel in enumerate(self.channels):
+            if index in self.barriers.channels:
+                continue
             if channel["type"] == "switch":
                 self.typed_index[index] = len(self.switch_groups)
                 self.switch_groups.append(channel["peers"])
@@ -70,8 +74,7 @@ class _Rank:
                 self.typed_index[index] = len(peers)
                 peers.append(channel["peer"])
         self.remote_buffers: dict[int, set] = {}  # peer rank -> channel types writing its scratch
-        self.threadblocks = [self._threadblock(tb, block["ops"])
-                             for tb, block in enumerate(plan["ranks"][rank]["threadblocks"])]
+        self.threadblocks = [self._threadblock(tb, block["ops"]) for tb, block in enumerate(blocks)]
 
     def _threadblock(self, tb: int, ops: list) -> dict:
         used_channels: dict[str, list] = {}
@@ -92,7 +95,9 @@ class _Rank:
                 ids.append(buffer_id)
             return {"buffer_id": ids.index(buffer_id), "index": ref["index"], "size": ref["count"]}
 
-        converted = [converted_op for op in ops for converted_op in self._ops(op, channel_id, remote)]
+        converted = []
+        for op in self.barriers.ops(tb, ops):
+            converted += [op] if op.get("name") == "barrier" else self._ops(op, channel_id, remote)
         return {"id": tb, "ops": converted,
                 "channels": [{"channel_type": kind, "channel_ids": ids} for kind, ids in used_channels.items()],
                 "remote_buffer_refs": [{"access_channel_type": kind, "remote_buffer_ids": ids}
@@ -162,3 +167,67 @@ class _Rank:
                 "remote_buffers": [{"rank": peer, "type": "s", "access_channel_types": sorted(kinds)}
                                    for peer, kinds in self.remote_buffers.items()],
                 "semaphores": []}
+
+
+class _Barriers:
+    """A rank's barriers across thread blocks, as MSCCL++ writes them (``{"name": "barrier", "barrier_id",
+    "num_threadblocks"}``: the thread blocks naming one id meet). Our plans order thread blocks through channels
+    from the rank to itself; a run of such signals followed by waits on one thread block, signalling exactly the
+    thread blocks it waits for, is a barrier of those and itself (what ``Rank.barrier`` lowers to). Self channels
+    used only so become barriers and leave the channel lists; any other use of them is written as it is."""
+
+    def __init__(self, rank: int, channels: list, ops_by_tb: list):
+        self.rank, self.channels_of_rank = rank, channels
+        self.ids: dict[tuple, int] = {}  # member thread blocks -> barrier id, by first appearance
+        own = {i for i, channel in enumerate(channels) if channel["type"] == "memory" and channel["peer"] == rank}
+        self.user: dict[tuple[str, int], int] = {}  # ("signal" | "wait", self channel) -> the thread block using it
+        for tb, ops in enumerate(ops_by_tb):
+            for op in ops:
+                if op["op"] in ("signal", "wait") and op.get("channel") in own:
+                    self.user[op["op"], op["channel"]] = tb
+        self.runs = {tb: self._runs(tb, ops) for tb, ops in enumerate(ops_by_tb)}
+        in_barriers = {op["channel"] for runs in self.runs.values() for run in runs.values() for op in run[1]}
+        used = {op.get("channel") for ops in ops_by_tb for op in ops if op.get("channel") in own}
+        # Self channels every use of which is in a barrier (and their other ends) leave the lists.
+        self.channels = set() if used - in_barriers else in_barriers | {channels[c]["peer_channel"] for c in
+                                                                        in_barriers}
+        if used - in_barriers:
+            self.runs = {tb: {} for tb in self.runs}
+
+    def _other_end(self, op: dict) -> int | None:
+        """The thread block at the other end of a self-channel signal (its waiter) or wait (its signaller)."""
+        partner = self.channels_of_rank[op["channel"]]["peer_channel"]
+        return self.user.get(("wait" if op["op"] == "signal" else "signal", partner))
+
+    def _runs(self, tb: int, ops: list) -> dict[int, tuple[list, list]]:
+        """First op index -> (members, ops) of each barrier in ``tb``'s ops."""
+        runs, i = {}, 0
+        while i < len(ops):
+            j = i
+            while j < len(ops) and ops[j]["op"] == "signal" and ("signal", ops[j].get("channel")) in self.user:
+                j += 1
+            k = j
+            while k < len(ops) and ops[k]["op"] == "wait" and ("wait", ops[k].get("channel")) in self.user:
+                k += 1
+            targets = {self._other_end(op) for op in ops[i:j]}
+            sources = {self._other_end(op) for op in ops[j:k]}
+            if j > i and k > j and targets == sources and None not in targets and tb not in targets:
+                runs[i] = (sorted(targets | {tb}), ops[i:k])
+                i = k
+            else:
+                i += 1
+        return runs
+
+    def ops(self, tb: int, ops: list) -> list[dict]:
+        """``tb``'s ops with each barrier run replaced by MSCCL++'s barrier operation."""
+        out, i = [], 0
+        while i < len(ops):
+            if i in self.runs[tb]:
+                members, run = self.runs[tb][i]
+                barrier_id = self.ids.setdefault(tuple(members), len(self.ids))
+                out.append({"name": "barrier", "barrier_id": barrier_id, "num_threadblocks": len(members)})
+                i += len(run)
+            else:
+                out.append(ops[i])
+                i += 1
+        return out
