@@ -154,6 +154,31 @@ def alltoall_port(n, instances=1):
     return prog
 
 
+def allgather_semaphore(n, instances=1):
+    """Thread block 0 puts the input into every peer's scratch, signals and waits, then releases a semaphore of
+    its rank; thread block 1 copies the own block, acquires the semaphore and copies what arrived into place."""
+    with CollectiveProgram("ag_semaphore", AllGather(n, 1, False), n, instances=instances) as prog:
+        scratch = [Buffer(r, n) for r in range(n)]
+        ch = channels(n)
+        arrived = [Semaphore(r, 0) for r in range(n)]
+        for r in range(n):
+            rank = Rank(r)
+            inp, out = rank.get_input_buffer(), rank.get_output_buffer()
+            for p in peers(n, r):
+                ch[r, p].put(scratch[p][r:r + 1], inp[0:1], tb=0)
+                ch[r, p].signal(tb=0)
+            rank.copy(out[r:r + 1], inp[0:1], tb=1)
+        for r in range(n):
+            rank = Rank(r)
+            for p in peers(n, r):
+                ch[r, p].wait(tb=0)
+            arrived[r].release(tb=0)
+            arrived[r].acquire(tb=1)
+            for p in peers(n, r):
+                rank.copy(rank.get_output_buffer()[p:p + 1], scratch[r][p:p + 1], tb=1)
+    return prog
+
+
 def allreduce_switch(n, instances=1):
     """Every rank copies its input into scratch; after a signal/wait barrier, rank r reduces chunk r over the
     switch and multicasts the sum back; after another barrier each rank copies the sums into place."""
@@ -193,6 +218,7 @@ PROGRAMS = {
     "allreduce_switch": (allreduce_switch, "all_reduce"),
     "allgather_allpairs": (allgather_allpairs, "all_gather"),
     "allgather_allpairs_inplace": (lambda n, k=1: allgather_allpairs(n, k, inplace=True), "all_gather"),
+    "allgather_semaphore": (allgather_semaphore, "all_gather"),
     "reducescatter_allpairs": (reducescatter_allpairs, "reduce_scatter"),
     "alltoall_port": (alltoall_port, "all_to_all"),
 }

@@ -18,7 +18,7 @@ from jax_mscclpp.dsl.imports.errors import PlanImportError
 from jax_mscclpp.dsl.simulate import run_plan
 from jax_mscclpp.dsl.thread_block_merge import merge_thread_blocks
 from tests.dsl import msccl_ir_texts as xml
-from tests.dsl import msccl_programs
+from tests.dsl import msccl_programs, mscclpp_channel_programs
 from tests.dsl import mscclpp_json_texts as js
 from tests.dsl.msccl_ir_texts import XmlWriter
 from tests.helpers import P, compare_with_lax, random_array, sharded
@@ -261,6 +261,24 @@ def test_a_barrier_across_thread_blocks_orders_them(mesh8, rng):
     plan = json.loads(js.allgather_barrier(3))
     plan["gpus"][1]["threadblocks"][0]["ops"].pop()
     refused(json.dumps(plan), "gpu 1, threadblock 1", "num_threadblocks", "but thread blocks [1] of gpu 1")
+
+
+def test_semaphores_between_two_thread_blocks_order_them():
+    """MSCCL++'s device semaphores (``sem_release`` / ``sem_acquire``, the gpu's ``semaphores``) as to_json() writes
+    them load back: the k-th acquire waits for the k-th release. One starting above 0, one that a second thread block
+    acquires too, and an id the gpu does not have are refused, naming the op."""
+    text = mscclpp_channel_programs.allgather_semaphore(3).to_json()
+    load_plan(text)
+    plan = json.loads(text)
+    plan["gpus"][0]["semaphores"][0]["init_value"] = 1
+    refused(json.dumps(plan), "gpu 0, threadblock 0", "semaphore_ids", "starts at 1: ours start each call at 0")
+    plan = json.loads(text)
+    plan["gpus"][1]["threadblocks"][0]["ops"].insert(0, {"name": "sem_acquire", "semaphore_ids": [0]})
+    refused(json.dumps(plan), "gpu 1, threadblock 0", "semaphore_ids",
+            "released by thread blocks [0] and acquired by [0, 1]")
+    plan = json.loads(text)
+    plan["gpus"][2]["threadblocks"][1]["ops"][1]["semaphore_ids"] = [4]
+    refused(json.dumps(plan), "gpu 2, threadblock 1", "semaphore_ids", "gpu 2 has no semaphore 4")
 
 
 def test_a_size_range_falls_back_outside_it(mesh8, rng):

@@ -17,7 +17,9 @@ packets, then put the result as packets) and ``rppkt`` (unpack, then put as pack
 thread block only: lowering places the barriers that are needed. ``barrier`` (``barrier_id``,
 ``num_threadblocks``) joins the thread blocks of the gpu that name that id: the k-th barrier of each waits for the
 k-th of every other, through a signal to each and a wait on each over channels from the gpu to itself
-(``thread_block_order.py``). Packets travel on an LL channel from the
+(``thread_block_order.py``). A semaphore of the gpu (``semaphores``, starting at ``init_value`` 0) that one thread
+block releases (``sem_release``) and one other acquires (``sem_acquire``) is a channel of its own from the gpu to
+itself: the k-th acquire waits for the k-th release. Packets travel on an LL channel from the
 writing thread block to the one that unpacks them, which the plan leaves implicit: each scratch chunk is
 unpacked by one thread block, found before translation.
 
@@ -25,7 +27,7 @@ A gpu's input lives where ``input_places.py`` puts it: in place, in the output; 
 in scratch when an op of the gpu writes it.
 
 Refused, naming the op: reads of a peer's buffer (``get``, ``rre``, ``rres``), writes into a peer's input
-or output, device semaphores across thread blocks, pipelines, switch (NVLS) operations, packets written
+or output, semaphores released or acquired by several thread blocks or starting above 0, pipelines, switch (NVLS) operations, packets written
 into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that split chunks.
 """
 
@@ -60,14 +62,13 @@ OPS = {
     "repkt": "dst[0] <- src[0] (+) unpacked src[1:]", "respkt": "repkt, result put as packets into dst[1:]",
     "rppkt": "unpack src[0] and put it as packets into dst[i]",
     "barrier": "the num_threadblocks thread blocks of the gpu that name barrier_id wait for each other",
+    "sem_release": "release each named semaphore of the gpu", "sem_acquire": "acquire each named semaphore",
 }
 # Ops we cannot run -> why.
 REFUSED = {
     "get": "reads a peer's buffer: our executors only write into peers' scratch",
     "rre": "reads a peer's buffer: our executors only write into peers' scratch",
     "rres": "reads a peer's buffer: our executors only write into peers' scratch",
-    "sem_acquire": "device semaphores across thread blocks have no counterpart in our plans",
-    "sem_release": "device semaphores across thread blocks have no counterpart in our plans",
     "pipeline": "pipelined loops over chunk units have no counterpart in our plans",
     "glre": "switch reductions over input or output buffers: our switch channels multicast scratch only",
     "glres": "switch reductions over input or output buffers: our switch channels multicast scratch only",
@@ -216,6 +217,7 @@ class _Translation:
         self.readers = self._packet_readers()
         self.writers = self._packet_writers()
         self.barriers = self._barrier_members()
+        self._check_semaphores()
         self.next_scratch = [gpu["scratch_chunks"] for gpu in plan.gpus]
         self.inputs = self._input_places()
         total = [self.next_scratch[r] + self._temp_total(r) for r in range(plan.world_size)]
@@ -305,6 +307,34 @@ class _Translation:
                                                            "arrivals of every member meet")
             members[key] = sorted(counts)
         return members
+
+    def _check_semaphores(self) -> None:
+        """Every semaphore used starts at 0 and has one releasing thread block and one other acquiring it."""
+        users: dict[tuple[int, int, str], set] = {}
+        first: dict[tuple[int, int], str] = {}
+        for rank, tb_index, _, index, op in self._ops():
+            name = op.get("name") if isinstance(op, dict) else None
+            if name not in ("sem_release", "sem_acquire"):
+                continue
+            where = self.plan_in.where(rank, tb_index, index, name)
+            semaphores = self.plan_in.gpus[rank].get("semaphores", [])
+            for semaphore in _field(op, "semaphore_ids", where, list):
+                if not isinstance(semaphore, int) or not 0 <= semaphore < len(semaphores):
+                    raise PlanImportError(where, "semaphore_ids", f"gpu {rank} has no semaphore {semaphore!r}")
+                if semaphores[semaphore].get("init_value", 0) != 0:
+                    raise PlanImportError(where, "semaphore_ids", f"semaphore {semaphore} starts at "
+                                                                  f"{semaphores[semaphore]['init_value']}: ours "
+                                                                  "start each call at 0")
+                users.setdefault((rank, semaphore, name), set()).add(tb_index)
+                first.setdefault((rank, semaphore), where)
+        for (rank, semaphore), where in first.items():
+            releasers = users.get((rank, semaphore, "sem_release"), set())
+            acquirers = users.get((rank, semaphore, "sem_acquire"), set())
+            if len(releasers) != 1 or len(acquirers) != 1 or releasers == acquirers:
+                raise PlanImportError(where, "semaphore_ids", f"semaphore {semaphore} of gpu {rank} is released by "
+                                                              f"thread blocks {sorted(releasers)} and acquired by "
+                                                              f"{sorted(acquirers)}: we run a semaphore between one "
+                                                              "releasing and one other acquiring thread block")
 
     def _input_places(self) -> InputPlaces:
         """Out of place, a gpu an op of which writes its input runs on a private copy past the scratch the plan
@@ -457,6 +487,14 @@ class _Translation:
 
     def _op(self, rank: int, tb_index: int, tb: dict, op: dict, name: str, where: str) -> None:
         if name == "nop":
+            return
+        if name in ("sem_release", "sem_acquire"):
+            for semaphore in op["semaphore_ids"]:  # a channel of its own from the gpu to itself
+                pipe = self._pipe("memory", rank, rank, ("semaphore", semaphore))
+                if name == "sem_release":
+                    pipe.signal(tb=tb_index)
+                else:
+                    pipe.wait(tb=tb_index)
             return
         if name == "barrier":
             others = [tb for tb in self.barriers[rank, op["barrier_id"]] if tb != tb_index]

@@ -11,7 +11,8 @@ channel ``put`` and ``signal``: MSCCL++ runs ``pws`` on port channels only), put
 ``upkt`` (a local unpack: MSCCL++ reads packets without naming their channel),
 reduce_packets ``repkt`` (``respkt`` with remotes), reduce_put ``res``, signal, wait, flush (on port channels: it has no effect on memory ones), barrier ``nop``,
 switch_reduce ``glre``, switch_broadcast ``gstore``. Buffers are ``i``, ``o``, ``s``; indices and sizes count
-chunks, as in our plan.
+chunks, as in our plan. Signals and waits on channels from a rank to itself are written as MSCCL++ orders thread
+blocks: barriers and semaphores (``_SelfOrder``).
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ class _Rank:
         buffers = plan["buffers"]
         self.chunks = {name: buffers[name]["blocks"] * buffers[name]["chunks_per_block"] for name in buffers}
         blocks = plan["ranks"][rank]["threadblocks"]
-        self.barriers = _Barriers(rank, self.channels, [block["ops"] for block in blocks])
+        self.self_order = _SelfOrder(rank, self.channels, [block["ops"] for block in blocks])
         # our channel index -> its index among this rank's channels of its type
         self.typed_index: dict[int, int] = {}
         self.connected_to: dict[str, list] = {}
         self.switch_groups: list[list] = []
         for index, channel in enumerate(self.channels):
-            if index in self.barriers.channels:
+            if index in self.self_order.channels:
                 continue
             if channel["type"] == "switch":
                 self.typed_index[index] = len(self.switch_groups)
@@ -96,8 +97,8 @@ class _Rank:
             return {"buffer_id": ids.index(buffer_id), "index": ref["index"], "size": ref["count"]}
 
         converted = []
-        for op in self.barriers.ops(tb, ops):
-            converted += [op] if op.get("name") == "barrier" else self._ops(op, channel_id, remote)
+        for op in self.self_order.ops(tb, ops):
+            converted += [op] if "name" in op else self._ops(op, channel_id, remote)
         return {"id": tb, "ops": converted,
                 "channels": [{"channel_type": kind, "channel_ids": ids} for kind, ids in used_channels.items()],
                 "remote_buffer_refs": [{"access_channel_type": kind, "remote_buffer_ids": ids}
@@ -166,68 +167,82 @@ class _Rank:
                 "scratch_chunks": self.chunks["scratch"], "threadblocks": self.threadblocks, "channels": channels,
                 "remote_buffers": [{"rank": peer, "type": "s", "access_channel_types": sorted(kinds)}
                                    for peer, kinds in self.remote_buffers.items()],
-                "semaphores": []}
+                "semaphores": [{"init_value": 0} for _ in self.self_order.semaphores]}
 
 
-class _Barriers:
-    """A rank's barriers across thread blocks, as MSCCL++ writes them (``{"name": "barrier", "barrier_id",
-    "num_threadblocks"}``: the thread blocks naming one id meet). Our plans order thread blocks through channels
-    from the rank to itself; a run of such signals followed by waits on one thread block, signalling exactly the
-    thread blocks it waits for, is a barrier of those and itself (what ``Rank.barrier`` lowers to). Self channels
-    used only so become barriers and leave the channel lists; any other use of them is written as it is."""
+class _SelfOrder:
+    """How a rank's thread blocks order each other, as MSCCL++ writes it. Our plans do it through channels from the
+    rank to itself; MSCCL++ has barriers (``{"name": "barrier", "barrier_id", "num_threadblocks"}``: the thread
+    blocks naming one id meet) and device semaphores (``sem_release`` / ``sem_acquire`` of ``semaphore_ids``, the
+    gpu's ``semaphores``). A run of self-channel signals then waits on one thread block, signalling exactly the
+    thread blocks it waits for, is a barrier of those and itself (what ``Rank.barrier`` lowers to); every other
+    self channel is a semaphore starting at 0 that its signalling thread block releases and its waiting one
+    acquires. Self channels then leave the channel lists. (Where one end of a self channel serves several thread
+    blocks, which our lowering does not make, they are written as they are.)"""
 
     def __init__(self, rank: int, channels: list, ops_by_tb: list):
-        self.rank, self.channels_of_rank = rank, channels
+        self.channels_of_rank = channels
         self.ids: dict[tuple, int] = {}  # member thread blocks -> barrier id, by first appearance
+        self.semaphores: dict[int, int] = {}  # signalling end of a self channel -> semaphore id
         own = {i for i, channel in enumerate(channels) if channel["type"] == "memory" and channel["peer"] == rank}
-        self.user: dict[tuple[str, int], int] = {}  # ("signal" | "wait", self channel) -> the thread block using it
+        users: dict[tuple[str, int], set] = {}  # ("signal" | "wait", self channel) -> thread blocks using it
         for tb, ops in enumerate(ops_by_tb):
             for op in ops:
                 if op["op"] in ("signal", "wait") and op.get("channel") in own:
-                    self.user[op["op"], op["channel"]] = tb
+                    users.setdefault((op["op"], op["channel"]), set()).add(tb)
+        if any(len(tbs) > 1 for tbs in users.values()):
+            own, users = set(), {}
+        self.user = {key: min(tbs) for key, tbs in users.items()}
+        self.channels = own  # they leave the channel lists
         self.runs = {tb: self._runs(tb, ops) for tb, ops in enumerate(ops_by_tb)}
-        in_barriers = {op["channel"] for runs in self.runs.values() for run in runs.values() for op in run[1]}
-        used = {op.get("channel") for ops in ops_by_tb for op in ops if op.get("channel") in own}
-        # Self channels every use of which is in a barrier (and their other ends) leave the lists.
-        self.channels = set() if used - in_barriers else in_barriers | {channels[c]["peer_channel"] for c in
-                                                                        in_barriers}
-        if used - in_barriers:
-            self.runs = {tb: {} for tb in self.runs}
 
     def _other_end(self, op: dict) -> int | None:
         """The thread block at the other end of a self-channel signal (its waiter) or wait (its signaller)."""
         partner = self.channels_of_rank[op["channel"]]["peer_channel"]
         return self.user.get(("wait" if op["op"] == "signal" else "signal", partner))
 
-    def _runs(self, tb: int, ops: list) -> dict[int, tuple[list, list]]:
-        """First op index -> (members, ops) of each barrier in ``tb``'s ops."""
+    def _is_self(self, op: dict, kind: str) -> bool:
+        return op["op"] == kind and op.get("channel") in self.channels
+
+    def _runs(self, tb: int, ops: list) -> dict[int, tuple[list, int]]:
+        """First op index -> (members, length) of each barrier in ``tb``'s ops."""
         runs, i = {}, 0
         while i < len(ops):
             j = i
-            while j < len(ops) and ops[j]["op"] == "signal" and ("signal", ops[j].get("channel")) in self.user:
+            while j < len(ops) and self._is_self(ops[j], "signal"):
                 j += 1
             k = j
-            while k < len(ops) and ops[k]["op"] == "wait" and ("wait", ops[k].get("channel")) in self.user:
+            while k < len(ops) and self._is_self(ops[k], "wait"):
                 k += 1
             targets = {self._other_end(op) for op in ops[i:j]}
             sources = {self._other_end(op) for op in ops[j:k]}
             if j > i and k > j and targets == sources and None not in targets and tb not in targets:
-                runs[i] = (sorted(targets | {tb}), ops[i:k])
+                runs[i] = (sorted(targets | {tb}), k - i)
                 i = k
             else:
                 i += 1
         return runs
 
+    def _semaphore(self, signalling_end: int) -> int:
+        return self.semaphores.setdefault(signalling_end, len(self.semaphores))
+
     def ops(self, tb: int, ops: list) -> list[dict]:
-        """``tb``'s ops with each barrier run replaced by MSCCL++'s barrier operation."""
+        """``tb``'s ops with each barrier run and every other self-channel signal and wait written as MSCCL++'s."""
         out, i = [], 0
         while i < len(ops):
+            op = ops[i]
             if i in self.runs[tb]:
-                members, run = self.runs[tb][i]
+                members, length = self.runs[tb][i]
                 barrier_id = self.ids.setdefault(tuple(members), len(self.ids))
                 out.append({"name": "barrier", "barrier_id": barrier_id, "num_threadblocks": len(members)})
-                i += len(run)
+                i += length
+                continue
+            if self._is_self(op, "signal"):
+                out.append({"name": "sem_release", "semaphore_ids": [self._semaphore(op["channel"])]})
+            elif self._is_self(op, "wait"):
+                signalling_end = self.channels_of_rank[op["channel"]]["peer_channel"]
+                out.append({"name": "sem_acquire", "semaphore_ids": [self._semaphore(signalling_end)]})
             else:
-                out.append(ops[i])
-                i += 1
+                out.append(op)
+            i += 1
         return out
