@@ -77,7 +77,7 @@ def main() -> int:
         print(f"rank {mine}: {name}: {'ok' if ok else 'MISMATCH'} ({time.monotonic() - started:.1f} s)", flush=True)
 
     if scenario in ("lost_peer", "lost_peer_in_place"):
-        # In place between processes (JAX_MSCCLPP_MAP_CUMEM on): the lost peer is found on the host, when the
+        # In place between processes (with JAX_MSCCLPP_MAP_CUMEM=1): the lost peer is found on the host, when the
         # others wait for it to map their buffers, rather than by a kernel's bounded wait.
         x = inputs(1, (1 << 20) + 5 if scenario == "lost_peer_in_place" else 64, np.float32)
         f = jax.jit(jax.shard_map(lambda v: jm.psum(v, "x", algorithm="2pa_hb"), mesh=mesh, in_specs=P("x"),
@@ -117,10 +117,10 @@ def main() -> int:
         print(f"rank {mine}: {failures} failures", flush=True)
         return 1 if failures else 0
     if scenario in ("in_place", "in_place_mixed"):
-        # Every call in place where XLA's buffers can be mapped (JAX_MSCCLPP_MAP_CUMEM, on unless 0, maps XLA's
-        # cuMem allocations); none where one process keeps them in a pool no transport exports; no agreement with 0.
+        # Every call in place where XLA's buffers can be mapped (JAX_MSCCLPP_MAP_CUMEM=1 maps XLA's cuMem
+        # allocations); none where one process keeps them in a pool no transport exports; no agreement without it.
         expect = ("none" if scenario == "in_place_mixed" else "all") if os.environ.get(
-            "JAX_MSCCLPP_MAP_CUMEM") != "0" else "off"
+            "JAX_MSCCLPP_MAP_CUMEM") == "1" else "off"
         check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect)
         jax.distributed.shutdown()
         print(f"rank {mine}: {failures} failures", flush=True)

@@ -38,9 +38,9 @@ def test_collectives_across_processes(gpus, nproc, command_buffers, scenario):
 @pytest.mark.parametrize("nproc,map_cumem", [(2, "1"), (4, "1"), (2, "0")])
 def test_calls_run_in_place_on_xla_buffers_between_processes(gpus, nproc, map_cumem):
     """Large calls of every collective run in place on XLA's buffers, each process's allocations mapped by the others
-    (XLA's allocator's cuMem memory through file descriptors: JAX_MSCCLPP_MAP_CUMEM, on by default), and agree with
-    numpy (random data, odd sizes, repeated calls on reused buffers); with JAX_MSCCLPP_MAP_CUMEM=0 they copy through
-    scratch, with no agreement per call, and agree with numpy all the same."""
+    (XLA's allocator's cuMem memory through file descriptors: JAX_MSCCLPP_MAP_CUMEM=1), and agree with numpy (random
+    data, odd sizes, repeated calls on reused buffers); without it they copy through scratch, with no agreement per
+    call, and agree with numpy all the same."""
     for code, out in launch(nproc, "in_place", {"JAX_MSCCLPP_MAP_CUMEM": map_cumem}, gpus=min(nproc, gpus)):
         assert code == 0, out[-6000:]
         assert "MISMATCH" not in out, out[-6000:]
