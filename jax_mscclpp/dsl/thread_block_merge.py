@@ -75,7 +75,7 @@ def _merged(plan: dict, order: list, sends_past: str) -> dict | None:
             continue
         changed = True
         position = {(tb, index): n for n, (r, tb, index) in enumerate(order) if r == rank}
-        inner = _ordering_only_self_channels(rank, rank_plan)
+        inner = ordering_only_self_channels(rank, rank_plan)
         blocks = []
         for group in groups:
             placed = sorted((position[tb, index], op) for tb in group
@@ -156,7 +156,7 @@ def _groups(rank: int, rank_plan: dict) -> list[list[int]]:
     return sorted(groups.values())
 
 
-def _ordering_only_self_channels(rank: int, rank_plan: dict) -> set[int]:
+def ordering_only_self_channels(rank: int, rank_plan: dict) -> set[int]:
     """The rank's self channel endpoints whose pair carries only signals and waits."""
     channels = rank_plan["channels"]
     carries_data: set[int] = set()

@@ -27,8 +27,9 @@ A gpu's input lives where ``input_places.py`` puts it: in place, in the output; 
 in scratch when an op of the gpu writes it.
 
 Refused, naming the op: reads of a peer's buffer (``get``, ``rre``, ``rres``), writes into a peer's input
-or output, semaphores released or acquired by several thread blocks or starting above 0, pipelines, switch (NVLS) operations, packets written
-into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that split chunks.
+or output, semaphores released or acquired by several thread blocks or starting above 0, pipelines, switch (NVLS)
+operations, packets written into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that
+split chunks.
 """
 
 from __future__ import annotations

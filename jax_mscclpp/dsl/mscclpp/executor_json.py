@@ -21,6 +21,7 @@ import json
 
 from ..access import operand_refs
 from ..ops import VIA, spec_of
+from ..thread_block_merge import ordering_only_self_channels
 
 _BUFFER_CODE = {"input": "i", "output": "o", "scratch": "s"}
 # Our operation -> MSCCL++'s instruction name.
@@ -59,7 +60,7 @@ class _Rank:
         buffers = plan["buffers"]
         self.chunks = {name: buffers[name]["blocks"] * buffers[name]["chunks_per_block"] for name in buffers}
         blocks = plan["ranks"][rank]["threadblocks"]
-        self.self_order = _SelfOrder(rank, self.channels, [block["ops"] for block in blocks])
+        self.self_order = _SelfOrder(rank, plan["ranks"][rank])
         # our channel index -> its index among this rank's channels of its type
         self.typed_index: dict[int, int] = {}
         self.connected_to: dict[str, list] = {}
@@ -178,13 +179,14 @@ class _SelfOrder:
     thread blocks it waits for, is a barrier of those and itself (what ``Rank.barrier`` lowers to); every other
     self channel is a semaphore starting at 0 that its signalling thread block releases and its waiting one
     acquires. Self channels then leave the channel lists. (Where one end of a self channel serves several thread
-    blocks, which our lowering does not make, they are written as they are.)"""
+    blocks, which our lowering does not make, or a self channel carries data, they are written as they are.)"""
 
-    def __init__(self, rank: int, channels: list, ops_by_tb: list):
-        self.channels_of_rank = channels
+    def __init__(self, rank: int, rank_plan: dict):
+        self.channels_of_rank = rank_plan["channels"]
         self.ids: dict[tuple, int] = {}  # member thread blocks -> barrier id, by first appearance
         self.semaphores: dict[int, int] = {}  # signalling end of a self channel -> semaphore id
-        own = {i for i, channel in enumerate(channels) if channel["type"] == "memory" and channel["peer"] == rank}
+        ops_by_tb = [block["ops"] for block in rank_plan["threadblocks"]]
+        own = ordering_only_self_channels(rank, rank_plan)
         users: dict[tuple[str, int], set] = {}  # ("signal" | "wait", self channel) -> thread blocks using it
         for tb, ops in enumerate(ops_by_tb):
             for op in ops:
@@ -192,7 +194,7 @@ class _SelfOrder:
                     users.setdefault((op["op"], op["channel"]), set()).add(tb)
         if any(len(tbs) > 1 for tbs in users.values()):
             own, users = set(), {}
-        self.user = {key: min(tbs) for key, tbs in users.items()}
+        self.user = {key: next(iter(tbs)) for key, tbs in users.items()}
         self.channels = own  # they leave the channel lists
         self.runs = {tb: self._runs(tb, ops) for tb, ops in enumerate(ops_by_tb)}
 
