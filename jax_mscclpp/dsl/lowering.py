@@ -8,7 +8,7 @@ Steps, in order:
    A thread block group of size G uses G copies of each memory/port channel it touches, member g copy g.
 2. Expansion of every DSL operation into plan operations, per instance and group member.
 3. Structural validation (before fusion can remove a chunk reference).
-4. Fusion (fusion.py), then barrier placement (barriers.py).
+4. Fusion (fusion.py), scratch compaction (scratch_compaction.py), then barrier placement (barriers.py).
 5. Verification (verify.py) unless disabled.
 """
 
@@ -20,14 +20,17 @@ from . import barriers, fusion
 from .errors import VerificationError
 from .ops import OPS, RECV, SEND, spec_of
 from .plan_format import PLAN_VERSION, iter_ops, validate_plan
+from .scratch_compaction import compact_scratch
 from .verify import verify_plan
 
 # Program, Operation and Chunk (program.py) appear only in annotations, which are never evaluated: program.py
 # imports this module (Program.lower), so this one does not import it back.
 
 
-def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bool = True) -> dict:
-    """The plan of ``program`` replicated ``instances`` times (see the module docstring)."""
+def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bool = True,
+          compact: bool = True) -> dict:
+    """The plan of ``program`` replicated ``instances`` times (see the module docstring). ``compact=False`` keeps
+    the program's scratch indices, for a caller that maps them before it places the plan again (imports/)."""
     if not isinstance(instances, int) or instances < 1:
         raise VerificationError("program", f"instances must be a positive int, got {instances!r}")
     layout = _Layout(program, instances)
@@ -47,21 +50,28 @@ def lower(program: Program, *, instances: int = 1, fuse: bool = True, verify: bo
         plan["permutation"] = copy.deepcopy(program.permutation)
     buffers["scratch"]["packets"] = any(spec_of(op["op"]).uses_packets for *_, op in iter_ops(plan))
     validate_plan(plan)
-    if fuse:
-        fusion.fuse_plan(plan)
-    barriers.place_barriers(plan)
+    place(plan, fuse=fuse, compact=compact)
     if verify:
         verify_plan(plan)
     return plan
 
 
+def place(plan: dict, *, fuse: bool = True, compact: bool = True) -> dict:
+    """Step 4 on ``plan``, in place: fusion (unless ``fuse`` is False), scratch compaction (unless ``compact`` is
+    False), barrier placement. Every rewrite of a lowered plan's operations ends here before it is verified again."""
+    if fuse:
+        fusion.fuse_plan(plan)
+    if compact:
+        compact_scratch(plan)
+    barriers.place_barriers(plan)
+    return plan
+
+
 def fuse_and_place_barriers(plan: dict) -> dict:
     """Steps 4 and 5 again on ``plan``, a lowered plan rewritten since (imports/: reads moved to where the data
-    already is can leave fusions to make and barriers that order nothing): a fused copy with its barriers placed
-    anew if it verifies, else ``plan`` itself."""
-    rewritten = copy.deepcopy(plan)
-    fusion.fuse_plan(rewritten)
-    barriers.place_barriers(rewritten)
+    already is can leave fusions to make, scratch chunks no operation names and barriers that order nothing): a
+    fused and compacted copy with its barriers placed anew if it verifies, else ``plan`` itself."""
+    rewritten = place(copy.deepcopy(plan))
     try:
         return verify_plan(rewritten)
     except VerificationError:

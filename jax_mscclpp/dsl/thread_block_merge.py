@@ -19,7 +19,8 @@ block of its own and each such wait a round trip through memory; our own plans p
   wait only when they read no scratch (what a wait acquires is what peers wrote into this rank's scratch). Sending
   earlier delays no one, so the merged order stays free of deadlock, and the thread block's sends gather as our
   own plans write them, right after the reduction whose result they send (fusion then folds them into it);
-* thread blocks left without operations go, fusion and barrier placement run again, and the result must verify.
+* thread blocks left without operations go, fusion, scratch compaction and barrier placement run again
+  (``lowering.place``), and the result must verify.
   Where it does not (a put moved ahead of the wait that lets it reuse a slot is a race), the merge is tried with
   sends kept behind every wait, then with sends where the run put them, and otherwise the plan is kept as it was.
 
@@ -31,9 +32,9 @@ from __future__ import annotations
 
 import copy
 
-from . import barriers, fusion
 from .access import op_accesses
 from .errors import VerificationError
+from .lowering import place
 from .ops import BARRIER_OP, FLUSH, SIGNAL_OP, WAIT, WAIT_OP, spec_of
 from .plan_format import drop_channels
 from .verify import execution_order, op_channels, verify_plan
@@ -52,8 +53,7 @@ def merge_thread_blocks(plan: dict) -> dict:
         merged = _merged(plan, order, sends_past)
         if merged is None:
             return plan
-        fusion.fuse_plan(merged)
-        barriers.place_barriers(merged)
+        place(merged)
         try:
             return verify_plan(merged)
         except VerificationError:

@@ -15,6 +15,8 @@ from jax_mscclpp.dsl import (
     library,
     plan_to_json,
 )
+from jax_mscclpp.dsl.access import placed_refs
+from jax_mscclpp.dsl.lowering import lower
 from jax_mscclpp.dsl.simulate import run_plan
 
 
@@ -65,7 +67,7 @@ def reduce_then_put_program(channel_type):
 
 def test_reduce_then_put_fuses_into_reduce_put():
     prog = reduce_then_put_program(MemoryChannel)
-    fused = prog.lower()
+    fused = lower(prog, compact=False)  # the program's scratch indices
     assert op_names(fused) == ["put_with_signal", "wait", "reduce_put", "signal", "wait", "copy"]
     reduce_put = fused["ranks"][0]["threadblocks"][0]["ops"][2]
     assert reduce_put["dst"] == {"buffer": "output", "index": 0, "count": 1}
@@ -135,7 +137,7 @@ def test_put_then_signal_fuses_only_on_the_same_channel():
 
 def test_read_packets_reduce_put_packets_fuse_into_one_packet_op():
     n = 4
-    fused = library.allreduce_2pa_ll(n).lower()
+    fused = lower(library.allreduce_2pa_ll(n), compact=False)  # the program's scratch indices
     unfused = library.allreduce_2pa_ll(n).lower(fuse=False)
     peers = n - 1
     # Unfused, the reduction reads the unpacked temporaries and the puts read its result: two barriers.
@@ -187,7 +189,7 @@ def reduce_chain_program(links: str):
 
 @pytest.mark.parametrize("links", ["temporary", "in place"])
 def test_a_chain_of_reductions_is_one_reduction(links):
-    fused = reduce_chain_program(links).lower()
+    fused = lower(reduce_chain_program(links), compact=False)  # the program's scratch indices
     unfused = reduce_chain_program(links).lower(fuse=False)
     assert count_ops(unfused, "reduce") == 2 * 3
     # In place, the copy of the input that the chain starts from folds in too: a reduction of one source.
@@ -231,7 +233,7 @@ def packet_chain_program(last_link: str):
 
 @pytest.mark.parametrize("last_link", ["one source", "two sources"])
 def test_a_chain_of_packet_reductions_is_one_reduction_where_its_order_allows(last_link):
-    fused = packet_chain_program(last_link).lower()
+    fused = lower(packet_chain_program(last_link), compact=False)  # the program's scratch indices
     unfused = packet_chain_program(last_link).lower(fuse=False)
     peers = [1, 2, 3]
     reductions = [op for op in fused["ranks"][0]["threadblocks"][0]["ops"] if op["op"] == "reduce_packets"]
@@ -309,12 +311,48 @@ def test_replication_doubles_threadblocks_and_channels(name):
 
 
 def test_replicated_instances_use_their_own_chunks():
-    plan = library.allreduce_1pa_ll(2).lower(instances=3)
+    plan = lower(library.allreduce_1pa_ll(2), instances=3, compact=False)  # the program's scratch indices
     ops = [tb["ops"] for tb in plan["ranks"][0]["threadblocks"]]
     assert [tb[0]["src"]["index"] for tb in ops] == [0, 1, 2]  # input chunk of instance i
     assert [tb[0]["dst"]["index"] for tb in ops] == [0, 4, 8]  # scratch[0] of instance i (4 per instance)
     assert [tb[0]["channel"] for tb in ops] == [0, 2, 4]
     simulate_all_reduce(plan, count=100)
+
+
+def scratch_used(plan, rank):
+    """The scratch chunks of ``rank`` that its operations and its peers' name."""
+    used = set()
+    for r, rank_plan in enumerate(plan["ranks"]):
+        for tb in rank_plan["threadblocks"]:
+            for op in tb["ops"]:
+                for place in placed_refs(op, r, rank_plan["channels"]):
+                    if place.rank == rank and place.ref["buffer"] == "scratch":
+                        used.update(range(place.ref["index"], place.ref["index"] + place.ref["count"]))
+    return used
+
+
+def test_each_ranks_scratch_is_numbered_densely():
+    # The program gives rank r's chunk from rank p scratch[p] and the reduced chunk p scratch[n + p]: no rank uses
+    # its own two indices, and the fused-away temporaries scratch[2n + p] none. Compacted, each rank's 2 (n - 1)
+    # chunks an instance are its scratch 0 .. 2 (n - 1) k - 1, in the program's order.
+    n, k = 8, 4
+    spread = lower(library.allreduce_2pa_ll(n), instances=k, compact=False)
+    plan = library.allreduce_2pa_ll(n).lower(instances=k)
+    assert spread["buffers"]["scratch"]["chunks_per_block"] == 3 * n * k
+    assert plan["buffers"]["scratch"]["chunks_per_block"] == 2 * (n - 1) * k
+    assert all(scratch_used(plan, r) == set(range(2 * (n - 1) * k)) for r in range(n))
+    for r in range(n):
+        order = sorted(scratch_used(spread, r))
+        moved = {(op["op"], ref["index"]) for op in plan["ranks"][r]["threadblocks"][0]["ops"]
+                 for ref in [item["src"] for item in op.get("packet_srcs", [])]}
+        assert moved == {("reduce_packets", order.index(p)) for p in range(n) if p != r}
+    simulate_all_reduce(plan)
+
+
+def test_a_plan_with_a_switch_channel_keeps_its_scratch_indices():
+    # A switch channel names one index in every member's scratch at once.
+    program = library.allreduce_2pa_nvls(4)
+    assert program.lower() == lower(library.allreduce_2pa_nvls(4), compact=False)
 
 
 def test_replicating_a_chunk_range_across_blocks_is_refused():

@@ -41,7 +41,8 @@ def test_header(plan):
     assert plan["version"] == PLAN_VERSION
     assert (plan["name"], plan["collective"], plan["world_size"]) == ("allreduce_2pa_hb", "all_reduce", 2)
     assert plan["buffers"]["input"] == {"blocks": 1, "chunks_per_block": 2}
-    assert plan["buffers"]["scratch"] == {"blocks": 1, "chunks_per_block": 4, "packets": False}
+    # scratch[p] and scratch[2 + p] of the program, for the peer p: each rank's two, compacted
+    assert plan["buffers"]["scratch"] == {"blocks": 1, "chunks_per_block": 2, "packets": False}
     assert [ch["peer"] for ch in plan["ranks"][0]["channels"]] == [1, 1]
     assert library.allreduce_2pa_ll(2).lower()["buffers"]["scratch"]["packets"] is True
     assert library.alltoall_allpairs(4).lower()["buffers"]["input"]["blocks"] == 4

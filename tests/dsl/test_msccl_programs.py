@@ -8,12 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from jax_mscclpp.dsl import VerificationError, run_plan, verify
+from jax_mscclpp.dsl import VerificationError, library, run_plan, verify
 from jax_mscclpp.dsl.load_plan import load_plan
 from jax_mscclpp.dsl.msccl import PROTOCOLS, Buffer, MSCCLProgram, chunk
 from jax_mscclpp.dsl.msccl.collectives import AllGather
 from jax_mscclpp.dsl.msccl.topologies import ring
 from tests.dsl import msccl_programs as programs
+from tests.dsl import mscclpp_chunk_programs
 from tests.dsl.test_dsl_simulate import expected_outputs
 
 BLOCK_COUNTS = (1, 7, 33)
@@ -146,3 +147,17 @@ def test_a_copy_into_input_or_output_needs_an_index(buffer):
         with pytest.raises(VerificationError, match=rf"\[program\] at test_msccl_programs\.py:\d+: copy into "
                                                     rf"{buffer.name}: give an index \(only scratch buffers append\)"):
             chunk(0, Buffer.input, 0).copy(1, buffer)
+
+
+@pytest.mark.parametrize("protocol", ["LL", "Simple"])
+def test_the_allpairs_allreduce_takes_our_dsls_scratch_through_every_front_end(protocol):
+    # Scratch is compacted per rank, so where each front end placed its chunks no longer sizes the plan: the
+    # all-pairs all-reduce needs what ours does, 2 (n - 1) chunks a rank and instance.
+    n, k = 8, 4
+    ours = library.PROGRAMS["allreduce_2pa_ll" if protocol == "LL" else "allreduce_2pa_hb"](n).lower(instances=k)
+    theirs = programs.allreduce_allpairs(n, protocol, k)
+    chunk_program = (mscclpp_chunk_programs.allreduce_allpairs_ll if protocol == "LL"
+                     else mscclpp_chunk_programs.allreduce_two_phase)(n, k)
+    plans = [ours, theirs.lower(), load_plan(theirs.generate_xml()), chunk_program.plan(),
+             load_plan(chunk_program.to_json())]
+    assert [plan["buffers"]["scratch"]["chunks_per_block"] for plan in plans] == [2 * (n - 1) * k] * len(plans)

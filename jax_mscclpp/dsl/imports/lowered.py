@@ -1,9 +1,10 @@
 """The plan of a translated foreign program: its positions checked, lowered, its input read where it is, its
-receives' copies forwarded, then fused and given its barriers again (both translators end here)."""
+receives' copies forwarded, then fused, its scratch compacted and given its barriers again (both translators end
+here)."""
 
 from __future__ import annotations
 
-from ..lowering import fuse_and_place_barriers
+from ..lowering import fuse_and_place_barriers, lower
 from ..program import Program
 from .copy_forwarding import forward_copies
 from .input_places import InputPlaces
@@ -15,4 +16,5 @@ def lowered_plan(program: Program, inputs: InputPlaces) -> dict:
     data flow, which fusion and the rewrites keep: they are checked on the plan whose operations are the foreign
     steps one for one, so that a refusal names the step that moves the data."""
     check_positions(program.lower(fuse=False, verify=False))
-    return fuse_and_place_barriers(forward_copies(inputs.without_prologues(program.lower())))
+    # The rewrites find the input's places by the program's scratch indices: compacted only at the end.
+    return fuse_and_place_barriers(forward_copies(inputs.without_prologues(lower(program, compact=False))))
