@@ -38,6 +38,8 @@
 #                    (bench/kernels/host_time.py; COMMIT names the tree)
 #   front_ends       the two-phase all-pairs all-reduce in our DSL, MSCCLang, MSCCL++'s DSL, their MSCCL-IR and JSON
 #                    loaded back, and the hand-written kernel, on 2, 4 and 8 virtual ranks (bench/kernels/front_ends.py)
+#   plan_fixed_cost  our DSL's two-phase all-reduces against the hand-written kernels at small sizes, and the same plans
+#                    on 256 threads, without operations and with their first only (bench/kernels/plan_fixed_cost.py)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -112,11 +114,12 @@ kernel_record() {
 
 ragged_record() { python3 bench/kernels/ragged_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 front_ends() { COMMIT=${COMMIT:-} python3 bench/kernels/front_ends.py --out "$OUT/front-ends.json"; }
+plan_fixed_cost() { COMMIT=${COMMIT:-} python3 bench/kernels/plan_fixed_cost.py --out "$OUT/plan-fixed-cost.json"; }
 host_time() { python3 bench/kernels/host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 nccl_traffic() { python3 bench/kernels/nccl_traffic_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 
 RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
-RECIPES+=" nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends"
+RECIPES+=" nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends plan_fixed_cost"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then

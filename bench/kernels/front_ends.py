@@ -2,7 +2,8 @@
 written in our DSL, in MSCCLang (chunk routing), in MSCCL++'s chunk API, loaded back from the MSCCL-IR and the
 MSCCL++ JSON those write, and the hand-written kernel.
 
-    python bench/kernels/front_ends.py [--nranks 2,4,8] [--out FILE] [--quick]
+    python bench/kernels/front_ends.py [--nranks 2,4,8] [--protocols LL,HB] [--sizes 1M] [--front-ends msccl]
+                                       [--out FILE] [--quick]
 
 Per protocol (LL packets, HB puts and signals), world size N and message size (bytes per rank, float32 sum
 all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1, 4 and 16 instances (HB also 64,
@@ -18,6 +19,10 @@ kernels on the grid production gives N ranks sharing the GPU (``production_strea
   block a rank, as written), lowered by ``jax_mscclpp.dsl.mscclpp``; ``mscclpp_json``: its ``to_json()`` through
   ``load_plan``.
 
+``--protocols``, ``--sizes`` (bytes per rank, K/M suffixes, among each protocol's) and ``--front-ends`` (beside ``dsl``,
+always run: the reference) run a slice of the table. A run stopped by SIGTERM (``timeout``) still writes the rows
+of the world sizes it finished, marked ``partial``.
+
 Every plan and the kernel are checked once against numpy before they are timed. Virtual ranks share one GPU, so
 a plan runs only where every rank's blocks are resident at once (PlanRanks.check_resident); one that does not fit
 is listed under ``not_resident``, not run, and its front end's row is its other instance count's. Timing as
@@ -29,6 +34,7 @@ over the DSL plan's and the kernel's.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results folder)
@@ -91,22 +97,56 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--samples", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="4 ranks, the LL protocol, one size")
+    ap.add_argument("--protocols", default=",".join(PROTOCOLS))
+    ap.add_argument("--sizes", default=None, help="bytes per rank to run, e.g. 4K,1M (default: each protocol's)")
+    ap.add_argument("--front-ends", default=None, help="front ends beside dsl (default: all)")
     args = ap.parse_args()
     cuda = native_cuda()
     if cuda is None or cuda.device_count() < 1:
         sys.exit("needs the CUDA build and a GPU")
+    rows, not_resident = [], []  # not_resident: plans whose blocks on every rank do not fit the GPU at once
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
+    try:
+        run_table(args, cuda, rows, not_resident)
+    finally:
+        result = {
+            **device_run_header("front_ends", cuda),
+            "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
+                           "samples of (events around `repeats` back-to-back calls on every rank released together) "
+                           "/ repeats; a plan's best of 1, 4 and 16 instances (HB: and 64); vs_dsl, vs_kernel: its "
+                           "time over theirs",
+            "rows": rows,
+            "not_resident": not_resident,
+        }
+        if sys.exc_info()[0] is not None:
+            result["partial"] = True
+        _run.write_result(result, "front-ends", args.out)
+
+
+def parse_bytes(text: str) -> int:
+    """4096, 4K, 1M -> bytes."""
+    scale = {"K": KiB, "M": MiB}.get(text[-1:].upper(), 1)
+    return int(text[:-1] if scale != 1 else text) * scale
+
+
+def run_table(args, cuda, rows: list, not_resident: list) -> None:
+    """The table's rows (the slice the arguments ask for), appended to ``rows`` one world size at a time."""
     rng = np.random.default_rng(0)
     worlds = [4] if args.quick else [int(n) for n in args.nranks.split(",")]
-    rows = []
-    not_resident = []  # plans whose blocks on every rank do not fit the GPU at once: not run (PlanRanks)
+    wanted_sizes = None if args.sizes is None else {parse_bytes(x) for x in args.sizes.split(",")}
+    wanted_front_ends = None if args.front_ends is None else {"dsl", *args.front_ends.split(",")}
     for protocol, (kernel, sizes, makers) in PROTOCOLS.items():
-        if args.quick and protocol != "LL":
+        if protocol not in args.protocols.split(",") or (args.quick and protocol != "LL"):
             continue
-        sizes = sizes[:1] if args.quick else sizes
+        sizes = sizes[:1] if args.quick else [b for b in sizes if wanted_sizes is None or b in wanted_sizes]
+        if not sizes:
+            continue
         for n in worlds:
             # name -> size -> (best us, instances, error); the kernel's on the DSL plan's ranks
             best: dict[str, dict[int, tuple]] = {}
             for name, make in makers.items():
+                if wanted_front_ends is not None and name not in wanted_front_ends:
+                    continue
                 for k in INSTANCES[protocol]:
                     plan = make(n, k)
                     try:
@@ -146,16 +186,6 @@ def main() -> None:
                     versus = f"x{row['vs_dsl']:.2f} of dsl" if dsl_us else "no dsl time"
                     print(f"{protocol} n={n} {nbytes:>9d} B  {name:13s} {t:9.2f} us  k={k}  {versus}  "
                           f"x{row['vs_kernel']:.2f} of kernel", flush=True)
-    result = {
-        **device_run_header("front_ends", cuda),
-        "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
-                       "samples of (events around `repeats` back-to-back calls on every rank released together) / "
-                       "repeats; a plan's best of 1, 4 and 16 instances (HB: and 64); vs_dsl, vs_kernel: its time over "
-                       "theirs",
-        "rows": rows,
-        "not_resident": not_resident,
-    }
-    _run.write_result(result, "front-ends", args.out)
 
 
 if __name__ == "__main__":

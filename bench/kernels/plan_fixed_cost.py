@@ -1,0 +1,107 @@
+"""Where a small plan call's time goes: our DSL's two-phase all-reduces against the hand-written kernels, and the
+same plans cut down, on the same virtual ranks of one GPU.
+
+    python bench/kernels/plan_fixed_cost.py [--out FILE] [--instances 1,16]
+
+For each case (LL packets: 2 ranks at 4 and 64 KiB a rank, 8 ranks at 4 KiB; puts and signals: 2 ranks at 64 KiB,
+1 and 16 MiB) and instance count, the plan runs as lowered (``full``), on 256 threads a block instead of the
+executor's 512 (``threads_256``: the kernel's register budget is the same, so this isolates the block size), with
+every operation removed (``no_operations``: the launch, the program image's load into shared memory, the epoch
+and the call check only), and with its first operation only (``first_operation``: one transfer, nothing waited
+for); the hand-written kernel (``2pa_ll`` / ``2pa_hb``) runs on the ranks of the first instance count. The full
+plan and the kernel are checked against numpy first. Timing as bench/kernels/executor.py: back-to-back calls on
+every rank released together from launch gates, the median over samples, microseconds per call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+
+import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results folder)
+
+import numpy as np  # noqa: E402
+
+from jax_mscclpp.dsl import library  # noqa: E402
+from executor import ALL_REDUCE, check_once  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
+from tests.harness.plan_ranks import PlanRanks  # noqa: E402
+from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, native_cuda  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+# (protocol, library program, hand-written algorithm, world size, bytes per rank)
+CASES = [
+    ("LL", "allreduce_2pa_ll", "2pa_ll", 2, [4 * KiB, 64 * KiB]),
+    ("LL", "allreduce_2pa_ll", "2pa_ll", 8, [4 * KiB]),
+    ("HB", "allreduce_2pa_hb", "2pa_hb", 2, [64 * KiB, 1 * MiB, 16 * MiB]),
+]
+
+
+def cut(plan: dict, keep) -> dict:
+    """``plan`` with each thread block's operations replaced by ``keep(operations)``."""
+    plan = copy.deepcopy(plan)
+    for rank in plan["ranks"]:
+        for tb in rank["threadblocks"]:
+            tb["ops"] = keep(tb["ops"])
+    return plan
+
+
+# variant -> (plan of the lowered plan, threads a block: 0 the executor's default)
+VARIANTS = {
+    "full": (lambda plan: plan, 0),
+    "threads_256": (lambda plan: plan, 256),
+    "no_operations": (lambda plan: cut(plan, lambda ops: []), 0),
+    "first_operation": (lambda plan: cut(plan, lambda ops: ops[:1]), 0),
+}
+
+
+def us(pr: PlanRanks, nbytes: int, args, algorithm: int | None = None) -> float:
+    count = nbytes // 4
+    repeats = max(4, min(args.repeats, 64 // max(1, pr.launch_count(count, "float32"))))
+    extra = {} if algorithm is None else {"collective": ALL_REDUCE, "algorithm": algorithm}
+    times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples, **extra)
+    return round(1e3 * float(np.median(times)), 2)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--instances", default="1,16")
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--samples", type=int, default=7)
+    args = ap.parse_args()
+    cuda = native_cuda()
+    if cuda is None or cuda.device_count() < 1:
+        sys.exit("needs the CUDA build and a GPU")
+    rng = np.random.default_rng(0)
+    instances = [int(k) for k in args.instances.split(",")]
+    rows = []
+    for protocol, program, kernel, n, sizes in CASES:
+        for k in instances:
+            lowered = library.PROGRAMS[program](n).lower(instances=k)
+            for variant, (make, threads) in VARIANTS.items():
+                with PlanRanks(make(lowered), max_block_count=max(sizes) // 4, itemsize=4, scratch_bytes=64 * MiB,
+                               timeout_s=30, threads=threads, stream_blocks=cuda.production_stream_blocks(n)) as pr:
+                    for nbytes in sizes:
+                        row = {"protocol": protocol, "nranks": n, "bytes": nbytes, "instances": k, "variant": variant}
+                        if variant == "full":
+                            row["max_rel_error"] = check_once(pr, nbytes // 4, rng, None)
+                            if k == instances[0]:
+                                algorithm = ALGORITHM_CODES[kernel]
+                                rows.append({**row, "variant": kernel, "instances": None,
+                                             "max_rel_error": check_once(pr, nbytes // 4, rng, algorithm),
+                                             "us": us(pr, nbytes, args, algorithm)})
+                                print(rows[-1], flush=True)
+                        rows.append({**row, "us": us(pr, nbytes, args)})
+                        print(rows[-1], flush=True)
+    _run.write_result({
+        **device_run_header("plan_fixed_cost", cuda),
+        "conventions": "all_reduce f32 sum, bytes per rank, virtual ranks of one GPU; us per call = median over "
+                       "samples of (events around `repeats` back-to-back calls on every rank released together) / "
+                       "repeats; variants: module docstring",
+        "rows": rows,
+    }, "plan-fixed-cost", args.out)
+
+
+if __name__ == "__main__":
+    main()
