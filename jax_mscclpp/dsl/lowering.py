@@ -4,7 +4,8 @@ Steps, in order:
 1. Layout: thread blocks per rank and channel endpoints. Replication (``instances=k``) runs k copies of the
    program side by side: instance i owns thread blocks ``i*T .. i*T+T-1`` of a rank that uses T, its own copy
    of every memory/port channel, and chunk ``i*C + j`` of every block where the program says chunk j of C
-   (chunks of scratch likewise, with C the scratch size); switch channels are shared (they hold no state).
+   (chunks of scratch likewise, with C the scratch size, until compaction renumbers them); switch channels are
+   shared (they hold no state).
    A thread block group of size G uses G copies of each memory/port channel it touches, member g copy g.
 2. Expansion of every DSL operation into plan operations, per instance and group member.
 3. Structural validation (before fusion can remove a chunk reference).
