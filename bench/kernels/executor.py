@@ -47,6 +47,22 @@ def hand_written_blocks(nbytes: int) -> int:
     return max(1, min(16, (piece + 8191) // 8192))
 
 
+def add_timing_arguments(ap: argparse.ArgumentParser, samples: int = 7) -> None:
+    """--repeats (back-to-back calls a sample) and --samples (batches; the median is kept)."""
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--samples", type=int, default=samples)
+
+
+def us_per_call(pr: PlanRanks, nbytes: int, args, algorithm: int | None = None) -> float:
+    """Microseconds per call of the bound plan (or with ``algorithm`` the hand-written kernel) on ``nbytes`` of
+    float32 a rank: the median over ``args.samples`` batches of up to ``args.repeats`` back-to-back calls."""
+    count = nbytes // 4
+    launches = pr.launch_count(count, "float32")
+    repeats = max(4, min(args.repeats, 64 // max(1, launches)))  # a full launch queue would block the gates
+    extra = {} if algorithm is None else {"collective": ALL_REDUCE, "algorithm": algorithm}
+    return 1e3 * float(np.median(pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples, **extra)))
+
+
 def check_once(pr: PlanRanks, count: int, rng, collective_algorithm: int | None) -> float:
     """One call (plan, or the hand-written kernel) against numpy; returns the max relative error."""
     data = [rng.standard_normal(count).astype(np.float32) for _ in range(pr.nranks)]
@@ -70,8 +86,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--nranks", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=40)
-    ap.add_argument("--samples", type=int, default=9)
+    add_timing_arguments(ap, samples=9)
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
 

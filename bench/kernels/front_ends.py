@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library, load_plan  # noqa: E402
 from tests.dsl import msccl_programs, mscclpp_chunk_programs  # noqa: E402
-from executor import ALL_REDUCE, check_once  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
+from executor import add_timing_arguments, check_once, us_per_call  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
 from tests.harness.plan_ranks import NotResidentError, PlanRanks  # noqa: E402
 from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, native_cuda  # noqa: E402
 
@@ -78,24 +78,11 @@ PROTOCOLS = {
 }
 
 
-def us(pr: PlanRanks, nbytes: int, args, algorithm: int | None = None) -> float:
-    count = nbytes // 4
-    launches = pr.launch_count(count, "float32")
-    repeats = max(4, min(args.repeats, 64 // max(1, launches)))  # a full launch queue would block the gates
-    if algorithm is None:
-        times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples)
-    else:
-        times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples, collective=ALL_REDUCE,
-                        algorithm=algorithm)
-    return 1e3 * float(np.median(times))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--nranks", default="2,4,8")
-    ap.add_argument("--repeats", type=int, default=40)
-    ap.add_argument("--samples", type=int, default=7)
+    add_timing_arguments(ap)
     ap.add_argument("--quick", action="store_true", help="4 ranks, the LL protocol, one size")
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--sizes", default=None, help="bytes per rank to run, e.g. 4K,1M (default: each protocol's)")
@@ -162,7 +149,7 @@ def run_table(args, cuda, rows: list, not_resident: list) -> None:
                             algorithm = ALGORITHM_CODES[kernel]
                             for nbytes in sizes:
                                 error = check_once(pr, nbytes // 4, rng, algorithm)
-                                best.setdefault("kernel", {})[nbytes] = (us(pr, nbytes, args, algorithm), None, error)
+                                best.setdefault("kernel", {})[nbytes] = (us_per_call(pr, nbytes, args, algorithm), None, error)
                         try:
                             pr.check_resident("float32")
                         except NotResidentError as why:
@@ -172,7 +159,7 @@ def run_table(args, cuda, rows: list, not_resident: list) -> None:
                             continue
                         for nbytes in sizes:
                             error = check_once(pr, nbytes // 4, rng, None)
-                            t = us(pr, nbytes, args)
+                            t = us_per_call(pr, nbytes, args)
                             if nbytes not in best.setdefault(name, {}) or t < best[name][nbytes][0]:
                                 best[name][nbytes] = (t, k, error)
             for nbytes in sizes:

@@ -24,7 +24,7 @@ import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results 
 import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library  # noqa: E402
-from executor import ALL_REDUCE, check_once  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
+from executor import add_timing_arguments, check_once, us_per_call  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
 from tests.harness.plan_ranks import PlanRanks  # noqa: E402
 from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, native_cuda  # noqa: E402
 
@@ -55,20 +55,11 @@ VARIANTS = {
 }
 
 
-def us(pr: PlanRanks, nbytes: int, args, algorithm: int | None = None) -> float:
-    count = nbytes // 4
-    repeats = max(4, min(args.repeats, 64 // max(1, pr.launch_count(count, "float32"))))
-    extra = {} if algorithm is None else {"collective": ALL_REDUCE, "algorithm": algorithm}
-    times = pr.time(count, "float32", "sum", repeats=repeats, samples=args.samples, **extra)
-    return round(1e3 * float(np.median(times)), 2)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--instances", default="1,16")
-    ap.add_argument("--repeats", type=int, default=40)
-    ap.add_argument("--samples", type=int, default=7)
+    add_timing_arguments(ap)
     args = ap.parse_args()
     cuda = native_cuda()
     if cuda is None or cuda.device_count() < 1:
@@ -90,9 +81,9 @@ def main() -> None:
                                 algorithm = ALGORITHM_CODES[kernel]
                                 rows.append({**row, "variant": kernel, "instances": None,
                                              "max_rel_error": check_once(pr, nbytes // 4, rng, algorithm),
-                                             "us": us(pr, nbytes, args, algorithm)})
+                                             "us": round(us_per_call(pr, nbytes, args, algorithm), 2)})
                                 print(rows[-1], flush=True)
-                        rows.append({**row, "us": us(pr, nbytes, args)})
+                        rows.append({**row, "us": round(us_per_call(pr, nbytes, args), 2)})
                         print(rows[-1], flush=True)
     _run.write_result({
         **device_run_header("plan_fixed_cost", cuda),
