@@ -7,8 +7,9 @@ MSCCL++ JSON those write, and the hand-written kernel.
 
 Per protocol (LL packets, HB puts and signals), world size N and message size (bytes per rank, float32 sum
 all-reduce), each plan runs on the GPU executor (tests/harness/plan_ranks.py) with 1, 4 and 16 instances (HB also 64,
-the streaming kernel's grid on 2 ranks), the fastest kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``, launch_collective) on the same ranks, the streaming
-kernels on the grid production gives N ranks sharing the GPU (``production_stream_blocks``). Plans:
+the streaming kernel's grid on 2 ranks), the fastest kept, and the hand-written kernel (``2pa_ll`` / ``2pa_hb``,
+launch_collective) on the same ranks, the streaming kernels on the grid production gives N ranks sharing the GPU
+(``production_stream_blocks``). Plans:
 
 - ``dsl``: ``jax_mscclpp.dsl.library``'s ``allreduce_2pa_ll`` / ``allreduce_2pa_hb``;
 - ``msccl``: tests/dsl/msccl_programs.py's ``allreduce_allpairs`` (protocol LL / Simple), lowered by

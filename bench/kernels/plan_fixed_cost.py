@@ -24,7 +24,7 @@ import _run  # noqa: E402  (bench/kernels/_run.py: the environment, the results 
 import numpy as np  # noqa: E402
 
 from jax_mscclpp.dsl import library  # noqa: E402
-from executor import add_timing_arguments, check_once, us_per_call  # noqa: E402  (bench/kernels/executor.py: one all-reduce against numpy)
+from executor import add_timing_arguments, check_once, us_per_call  # noqa: E402  (bench/kernels/executor.py)
 from tests.harness.plan_ranks import PlanRanks  # noqa: E402
 from tests.harness.virtual_ranks import ALGORITHM_CODES, device_run_header, native_cuda  # noqa: E402
 

@@ -13,8 +13,11 @@ ordering), ``flush``, ``put``/``pws``/``pwsf`` (a put into a peer's scratch; on 
 signals after it and ``pwsf`` flushes too),
 ``copy``, ``re`` (local reduce), ``res`` (reduce, then store the result into peers' scratch), and on LL
 packets ``ppkt`` (put packets), ``upkt`` (unpack), ``repkt``/``respkt`` (reduce local data with unpacked
-packets, then put the result as packets) and ``rppkt`` (unpack, then put as packets). ``nop`` orders the
-thread block only: lowering places the barriers that are needed. ``barrier`` (``barrier_id``,
+packets, then put the result as packets) and ``rppkt`` (unpack, then put as packets). Switch channels
+(``channel_type`` "switch", one per entry of its ``rank_groups``) over scratch: ``glre`` (reduce the members' scratch
+chunks into a local chunk), ``gstore`` (a local chunk into every member's scratch) and ``glres`` (both, through a
+scratch temporary); the k-th switch channel of a gpu over a group is the k-th of every member over it. ``nop`` orders
+the thread block only: lowering places the barriers that are needed. ``barrier`` (``barrier_id``,
 ``num_threadblocks``) joins the thread blocks of the gpu that name that id: the k-th barrier of each waits for the
 k-th of every other, through a signal to each and a wait on each over channels from the gpu to itself
 (``thread_block_order.py``). A semaphore of the gpu (``semaphores``, starting at ``init_value`` 0) that one thread
@@ -28,8 +31,8 @@ in scratch when an op of the gpu writes it.
 
 Refused, naming the op: reads of a peer's buffer (``get``, ``rre``, ``rres``), writes into a peer's input
 or output, semaphores released or acquired by several thread blocks or starting above 0, pipelines, switch (NVLS)
-operations, packets written into the local scratch (``cpkt``, ``recpkt``, ``recspkt``), thread block groups that
-split chunks.
+channels over input or output and switch stores of packets (``gstorepkt``), packets written into the local scratch
+(``cpkt``, ``recpkt``, ``recspkt``), thread block groups that split chunks.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import geometry
-from ..channels import MemoryChannel, PortChannel
+from ..channels import MemoryChannel, PortChannel, SwitchChannel
 from ..program import Chunk, Program
 from . import in_place
 from .collectives import chunks_per_block, our_collective
@@ -48,7 +51,8 @@ from .thread_block_order import ThreadBlockOrder
 
 PROTOCOLS = ("Simple", "LL")
 BUFFERS = {"i": "input", "o": "output", "s": "scratch"}
-CHANNEL_TYPES = ("memory", "port")
+CHANNEL_TYPES = ("memory", "port")  # channels between two gpus
+SWITCH = "switch"
 
 # Ops we translate -> what they do (the translation is ``_Translation._op``).
 OPS = {
@@ -64,6 +68,9 @@ OPS = {
     "rppkt": "unpack src[0] and put it as packets into dst[i]",
     "barrier": "the num_threadblocks thread blocks of the gpu that name barrier_id wait for each other",
     "sem_release": "release each named semaphore of the gpu", "sem_acquire": "acquire each named semaphore",
+    "glre": "dst_chunk <- the reduction over the switch channel's members of their scratch chunks",
+    "gstore": "the switch channel members' scratch chunks dst <- the local src",
+    "glres": "glre into a scratch temporary, then gstore of it",
 }
 # Ops we cannot run -> why.
 REFUSED = {
@@ -71,10 +78,7 @@ REFUSED = {
     "rre": "reads a peer's buffer: our executors only write into peers' scratch",
     "rres": "reads a peer's buffer: our executors only write into peers' scratch",
     "pipeline": "pipelined loops over chunk units have no counterpart in our plans",
-    "glre": "switch reductions over input or output buffers: our switch channels multicast scratch only",
-    "glres": "switch reductions over input or output buffers: our switch channels multicast scratch only",
-    "gstore": "switch stores into input or output buffers: our switch channels multicast scratch only",
-    "gstorepkt": "switch stores into input or output buffers: our switch channels multicast scratch only",
+    "gstorepkt": "stores packets through a switch channel: our switch channels carry plain data",
     "cpkt": "writes packets into the local scratch: our packets only travel to a peer",
     "recpkt": "writes packets into the local scratch: our packets only travel to a peer",
     "recspkt": "writes packets into the local scratch: our packets only travel to a peer",
@@ -148,6 +152,9 @@ class _Plan:
         # (rank, type) -> peer of each channel of that type, in numbering order.
         self.channel_peers = {(rank, kind): self._channel_peers(rank, kind) for rank in range(self.world_size)
                               for kind in CHANNEL_TYPES}
+        # rank -> the members of each of its switch channels (over scratch), in numbering order
+        self.switch_channels = [self._switch_channels(rank) for rank in range(self.world_size)]
+        self._check_switch_pairing()
 
     @staticmethod
     def where(rank: int, tb: int | None = None, op: int | None = None, name: str | None = None) -> str:
@@ -181,9 +188,9 @@ class _Plan:
         for index, channel in enumerate(self.gpus[rank].get("channels", [])):
             where = f"{self.where(rank)} channels[{index}]"
             channel_type = _field(channel, "channel_type", where, str)
-            if channel_type not in CHANNEL_TYPES:
+            if channel_type not in CHANNEL_TYPES + (SWITCH,):
                 raise PlanImportError(where, "channel_type", f"{channel_type!r} channels are not ones we run; "
-                                                             f"we run {', '.join(CHANNEL_TYPES)}")
+                                                             f"we run {', '.join(CHANNEL_TYPES + (SWITCH,))}")
             if channel_type != kind:
                 continue
             for peer in _field(channel, "connected_to", where, list):
@@ -192,6 +199,46 @@ class _Plan:
                                                                  f"{self.world_size} gpus")
                 peers.append(peer)
         return peers
+
+    def _switch_channels(self, rank: int) -> list[tuple[int, ...]]:
+        channels = []
+        for index, channel in enumerate(self.gpus[rank].get("channels", [])):
+            if channel.get("channel_type") != SWITCH:
+                continue
+            where = f"{self.where(rank)} channels[{index}]"
+            letter = channel.get("buffer_type")
+            if letter not in BUFFERS:
+                raise PlanImportError(where, "buffer_type", f"unknown buffer {letter!r}; one of {', '.join(BUFFERS)}")
+            if BUFFERS[letter] != "scratch":
+                raise PlanImportError(where, "buffer_type", f"a switch channel over the {BUFFERS[letter]}: our "
+                                                            "switch channels multicast scratch only")
+            for group in _field(channel, "rank_groups", where, list):
+                ranks = _field(group, "ranks", where, list)
+                if (len(set(ranks)) != len(ranks) or rank not in ranks
+                        or not all(isinstance(r, int) and 0 <= r < self.world_size for r in ranks)):
+                    raise PlanImportError(where, "rank_groups", f"ranks {ranks!r} are not distinct gpus of the "
+                                                                f"{self.world_size} that include gpu {rank}")
+                if group.get("size", len(ranks)) != len(ranks):
+                    raise PlanImportError(where, "rank_groups", f"size {group['size']!r} is not the number of "
+                                                                f"ranks {ranks!r}")
+                channels.append(tuple(sorted(ranks)))
+        return channels
+
+    def _check_switch_pairing(self) -> None:
+        """Every member of a group has as many switch channels over it."""
+        for rank, channels in enumerate(self.switch_channels):
+            for members in sorted(set(channels)):
+                for member in members:
+                    ours, theirs = channels.count(members), self.switch_channels[member].count(members)
+                    if theirs != ours:
+                        raise PlanImportError(f"{self.where(rank)} channels", "rank_groups",
+                                              f"gpu {rank} has {ours} switch channels over gpus {list(members)}, "
+                                              f"gpu {member} {theirs}")
+
+    def switch_occurrence(self, rank: int, channel: int) -> tuple[tuple[int, ...], int]:
+        """(members, k): switch channel ``channel`` of ``rank`` is its k-th over those members."""
+        channels = self.switch_channels[rank]
+        return channels[channel], channels[:channel].count(channels[channel])
 
     def occurrence(self, rank: int, kind: str, channel: int) -> tuple[int, int]:
         """(peer, k): gpu-level channel ``channel`` of ``rank`` is its k-th of its type to ``peer``."""
@@ -226,6 +273,7 @@ class _Translation:
                                scratch_chunks=max(total), protocol="LL" if plan.packets else "HB")
         self.order = ThreadBlockOrder(self.program)
         self.pipes: dict[tuple, object] = {}
+        self.switches: dict[tuple, SwitchChannel] = {}  # (members, k) -> the DSL channel
         for rank, gpu in enumerate(plan.gpus):
             tbs = _field(gpu, "threadblocks", plan.where(rank), list)
             self.inputs.add_prologue(self.program, self.order, rank, len(tbs))
@@ -345,7 +393,7 @@ class _Translation:
         writers = set() if plan.in_place else {
             rank for rank, _, _, _, op in self._ops() if isinstance(op, dict) and op.get("name") in OPS
             and any(isinstance(entry, dict) and "buffer_id" not in entry and entry.get("type") == "i"
-                    for entry in op.get("dst_buff", []))}
+                    for entry in [*op.get("dst_buff", []), op.get("dst_chunk")])}
         copies = {rank: self._temp(rank, input_chunks).index for rank in sorted(writers)}
         return InputPlaces(plan.collective, plan.chunks_per_block, input_chunks, plan.in_place, copies)
 
@@ -359,6 +407,8 @@ class _Translation:
         if name in ("repkt", "respkt", "rppkt"):
             sources = op.get("src_buff", [])[_PACKET_SOURCES[name]]
             return sum(source.get("size", 0) for source in sources)
+        if name == "glres":  # the reduction, before it is stored through the switch
+            return sum(source.get("size", 0) for source in op.get("src_buff", [])[:1] if isinstance(source, dict))
         return 0
 
     def _temp(self, rank: int, count: int) -> Chunk:
@@ -513,6 +563,9 @@ class _Translation:
                 else:
                     self._wait_pipe(rank, channel).wait(tb=tb_index)
             return
+        if name in ("glre", "gstore", "glres"):
+            self._switch_op(rank, tb_index, tb, op, name, where)
+            return
         srcs = self._refs(rank, tb_index, tb, op, "src_buff", where)
         dsts = self._refs(rank, tb_index, tb, op, "dst_buff", where)
         self._check_places(name, srcs, dsts, where)
@@ -550,6 +603,64 @@ class _Translation:
             self._unpack(rank, tb_index, srcs[0], unpacked)
             for dst in dsts:
                 self._put_packets(rank, tb_index, dst, unpacked)
+
+    def _switch_op(self, rank: int, tb_index: int, tb: dict, op: dict, name: str, where: str) -> None:
+        """glre, gstore and glres (module docstring): a switch reduce and/or broadcast over scratch chunks."""
+        if name == "glre":
+            if op.get("buffer_type") != "s":
+                raise PlanImportError(where, "buffer_type", f"a switch reduction over {op.get('buffer_type')!r}: "
+                                                            "our switch channels multicast scratch only")
+            channels = _field(op, "channel_ids", where, list)
+            if len(channels) != 1:
+                raise PlanImportError(where, "channel_ids", "names one switch channel")
+            source = {"index": _field(op, "buffer_offset", where), "size": _field(op, "size", where)}
+            switch, src = self._switch_ref(rank, tb_index, tb, channels[0], source, where, "channel_ids")
+            (dst,) = self._refs(rank, tb_index, tb, {"dst_buff": [op.get("dst_chunk")]}, "dst_buff",
+                                f"{where} dst_chunk")
+            if dst.count != src.count:
+                raise PlanImportError(where, "size", "all chunk ranges of an operation have one size")
+            switch.reduce(self._chunk(dst), src, tb=tb_index)
+            return
+        targets = [self._switch_ref(rank, tb_index, tb, _field(entry, "switch_channel_id", where), entry, where,
+                                    "dst_buff") for entry in _field(op, "dst_buff", where, list)]
+        if name == "glres":
+            sources = [self._switch_ref(rank, tb_index, tb, _field(entry, "switch_channel_id", where), entry, where,
+                                        "src_buff") for entry in _field(op, "src_buff", where, list)]
+            if len(sources) != 1:
+                raise PlanImportError(where, "src_buff", f"{name!r} reduces one chunk range")
+            switch, src = sources[0]
+            value = self._temp(rank, src.count)
+            switch.reduce(value, src, tb=tb_index)
+        else:
+            refs = self._refs(rank, tb_index, tb, op, "src_buff", where)
+            if len(refs) != 1 or refs[0].remote:
+                raise PlanImportError(where, "src_buff", f"{name!r} stores one local chunk range")
+            value = self._chunk(refs[0])
+        for switch, dst in targets:
+            if dst.count != value.count:
+                raise PlanImportError(where, "size", "all chunk ranges of an operation have one size")
+            switch.broadcast(dst, value, tb=tb_index)
+
+    def _switch_ref(self, rank: int, tb_index: int, tb: dict, position, entry: dict, where: str, key: str):
+        """(DSL switch channel, this rank's scratch chunk range) of a switch reference: ``position`` in the thread
+        block's switch channels, chunks ``entry["index"]`` on, ``entry["size"]`` of them, in every member's
+        scratch."""
+        ids = self.plan_in.tb_list(rank, tb, "channels", SWITCH, "channel_ids", tb_index)
+        if not isinstance(position, int) or not 0 <= position < len(ids):
+            raise PlanImportError(where, key, f"{position!r} is not one of the thread block's {len(ids)} switch "
+                                              "channels")
+        channel = ids[position]
+        if not isinstance(channel, int) or not 0 <= channel < len(self.plan_in.switch_channels[rank]):
+            raise PlanImportError(where, key, f"gpu {rank} has no switch channel {channel!r}")
+        members, k = self.plan_in.switch_occurrence(rank, channel)
+        index, count = _field(entry, "index", where), _field(entry, "size", where)
+        for member in members:
+            if count < 1 or index + count > self.plan_in.gpus[member]["scratch_chunks"]:
+                raise PlanImportError(where, key, f"chunks {index}..{index + count - 1} are not in gpu {member}'s "
+                                                  f"{self.plan_in.gpus[member]['scratch_chunks']} scratch chunks")
+        if (members, k) not in self.switches:
+            self.switches[members, k] = SwitchChannel(self.program, members)
+        return self.switches[members, k], Chunk(rank, "scratch", index, count)
 
     def _check_places(self, name: str, srcs: list[Ref], dsts: list[Ref], where: str) -> None:
         """Sources are local; destinations are local except those the op sends to; counts agree."""
