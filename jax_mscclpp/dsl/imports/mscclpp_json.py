@@ -621,11 +621,13 @@ class _Translation:
                 raise PlanImportError(where, "size", "all chunk ranges of an operation have one size")
             switch.reduce(self._chunk(dst), src, tb=tb_index)
             return
-        targets = [self._switch_ref(rank, tb_index, tb, _field(entry, "switch_channel_id", where), entry, where,
-                                    "dst_buff") for entry in _field(op, "dst_buff", where, list)]
+        def switch_refs(key):
+            return [self._switch_ref(rank, tb_index, tb, _field(entry, "switch_channel_id", where), entry, where, key)
+                    for entry in _field(op, key, where, list)]
+
+        targets = switch_refs("dst_buff")
         if name == "glres":
-            sources = [self._switch_ref(rank, tb_index, tb, _field(entry, "switch_channel_id", where), entry, where,
-                                        "src_buff") for entry in _field(op, "src_buff", where, list)]
+            sources = switch_refs("src_buff")
             if len(sources) != 1:
                 raise PlanImportError(where, "src_buff", f"{name!r} reduces one chunk range")
             switch, src = sources[0]
