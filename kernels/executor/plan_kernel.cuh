@@ -119,11 +119,14 @@ __device__ __forceinline__ void store8(char* p, uint32_t n, uint2 v) {
 }
 
 // dsts[d][i] = srcs[0][i] (op) ... (op) srcs[nsrc-1][i], i < n, for every d: the result is stored from
-// registers into each destination (reduce_put). 16-byte vectors when every pointer allows.
+// registers into each destination (reduce_put). 16-byte vectors when every pointer allows. Each thread folds
+// kUnroll vectors at a time, the first two sources' loads issued together (2 x kUnroll loads in flight for the
+// common two-source reduce), further sources one at a time; the sources are folded in their order, so the result
+// has the same bits as a one-vector-at-a-time fold.
 template <class T, class Op>
 __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* const* srcs, int nsrc, uint64_t n,
                                              uint32_t tid, uint32_t nt) {
-  constexpr int kBatch = 8;
+  constexpr int kUnroll = 4;
   constexpr uint64_t L = 16 / sizeof(T);
   uintptr_t mis = 0;
   for (int d = 0; d < ndst; ++d) mis |= reinterpret_cast<uintptr_t>(dsts[d]);
@@ -131,22 +134,41 @@ __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* con
   uint64_t done = 0;
   if ((mis & 15) == 0) {
     const uint64_t nvec = n / L;
-    const uint4* sp[kBatch];
+    const uint4* s0 = reinterpret_cast<const uint4*>(srcs[0]);
+    const uint4* s1 = reinterpret_cast<const uint4*>(srcs[nsrc > 1 ? 1 : 0]);
+    uint64_t i = tid;
+    for (; i + (kUnroll - 1) * static_cast<uint64_t>(nt) < nvec; i += kUnroll * static_cast<uint64_t>(nt)) {
+      VecAccumulator<T, Op> acc[kUnroll];
+      uint4 a[kUnroll], b[kUnroll];
 #pragma unroll
-    for (int s = 0; s < kBatch; ++s) sp[s] = reinterpret_cast<const uint4*>(srcs[s < nsrc ? s : 0]);
-    for (uint64_t i = tid; i < nvec; i += nt) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int s = 0; s < kBatch; ++s) {
-        if (s < nsrc) v[s] = sp[s][i];
+      for (int u = 0; u < kUnroll; ++u) {
+        a[u] = s0[i + u * nt];
+        if (nsrc > 1) b[u] = s1[i + u * nt];
       }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        acc[u].init(a[u]);
+        if (nsrc > 1) acc[u].add(b[u]);
+      }
+      for (int s = 2; s < nsrc; ++s) {
+        const uint4* sp = reinterpret_cast<const uint4*>(srcs[s]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) a[u] = sp[i + u * nt];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) acc[u].add(a[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) a[u] = acc[u].result();
+      for (int d = 0; d < ndst; ++d) {
+        uint4* dp = reinterpret_cast<uint4*>(dsts[d]);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) dp[i + u * nt] = a[u];
+      }
+    }
+    for (; i < nvec; i += nt) {
       VecAccumulator<T, Op> acc;
-      acc.init(v[0]);
-#pragma unroll
-      for (int s = 1; s < kBatch; ++s) {
-        if (s < nsrc) acc.add(v[s]);
-      }
-      for (int s = kBatch; s < nsrc; ++s) acc.add(reinterpret_cast<const uint4*>(srcs[s])[i]);
+      acc.init(s0[i]);
+      for (int s = 1; s < nsrc; ++s) acc.add(reinterpret_cast<const uint4*>(srcs[s])[i]);
       const uint4 r = acc.result();
       for (int d = 0; d < ndst; ++d) reinterpret_cast<uint4*>(dsts[d])[i] = r;
     }
