@@ -559,7 +559,8 @@ __device__ __noinline__ void run_untyped(const Block& b, const PlanOp& op, const
 // half0 / half1: byte offsets of the plan's two scratch halves; epoch parity picks one.
 template <class T, class Op>
 __global__ void __launch_bounds__(kPlanMaxThreads)
-    plan_kernel(CollectiveContext ctx, DevicePlan plan, const char* in, char* out, uint64_t block_count,
+    plan_kernel(const __grid_constant__ CollectiveContext ctx, const __grid_constant__ DevicePlan plan,
+                const char* in, char* out, uint64_t block_count,
                 uint64_t block_stride, uint64_t half0, uint64_t half1) {
   extern __shared__ uint4 smem[];
   const uint32_t tid = threadIdx.x, nt = blockDim.x;
