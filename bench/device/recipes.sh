@@ -3,7 +3,11 @@
 # Run from anywhere on a GPU machine; `build` first on a fresh one. Every environment built here keeps NVLink
 # multicast off (NCCL_NVLS_ENABLE=0, JAX_MSCCLPP_NVLS unset). `recipes.sh list` prints the recipes.
 #
-#   build            the package and the GPU tests' harness, for the visible GPUs (about 100 s on an H200)
+#   build            the package and the GPU tests' harness, for the visible GPUs (about 100 s on an H200, 180 s on
+#                    an H100)
+#   prebuilt         instead of build: the package and the harness built beforehand on another machine for this tree
+#                    (`python3.12 bench/device/prebuilt.py make`, carry .devcache), installed in seconds; where
+#                    they were built from other native sources, build
 #   gpu_suite        the GPU tests, every part (bench/device/gpu_suite.py; a part fits ten minutes)
 #   bench_auto       every collective, 1 KiB to 1 GiB, the runtime's choice against lax (cmdbuf mode)
 #   bench_all        the same for every algorithm
@@ -53,8 +57,10 @@ build() {
   # No package index here: no build isolation, so the machine's jaxlib's FFI headers where no build staged older ones
   python3 -m pip install -q --no-build-isolation --no-deps -e . -C cmake.define.JAX_MSCCLPP_TESTING=ON \
     -C cmake.define.JAX_MSCCLPP_NEWER_FFI_HEADERS=ON 2>&1 | tail -3
-  python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
+  installed
 }
+prebuilt() { if python3 bench/device/prebuilt.py install; then installed; else build; fi; }
+installed() { python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"; }
 gpu_suite() { python3 bench/device/gpu_suite.py ${COMMIT:+--commit "$COMMIT"} kernels processes large_world nccl --out "$OUT"; }
 bench_auto() {
   python3 -m jax_mscclpp.tools.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
@@ -118,7 +124,7 @@ plan_fixed_cost() { COMMIT=${COMMIT:-} python3 bench/kernels/plan_fixed_cost.py 
 host_time() { python3 bench/kernels/host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 nccl_traffic() { python3 bench/kernels/nccl_traffic_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 
-RECIPES="build gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
+RECIPES="build prebuilt gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
 RECIPES+=" nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends plan_fixed_cost"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
