@@ -60,7 +60,9 @@ build() {
   installed
 }
 prebuilt() { if python3 bench/device/prebuilt.py install; then installed; else build; fi; }
-installed() { python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"; }
+installed() {
+  python3 -c "import jax, jax_mscclpp as jm; print(jax.__version__, jax.devices(), jm.info()['cuda_built'])"
+}
 gpu_suite() { python3 bench/device/gpu_suite.py ${COMMIT:+--commit "$COMMIT"} kernels processes large_world nccl --out "$OUT"; }
 bench_auto() {
   python3 -m jax_mscclpp.tools.bench --ops all_reduce,all_gather,reduce_scatter,all_to_all --sizes 1K:1G:4 \
@@ -124,8 +126,8 @@ plan_fixed_cost() { COMMIT=${COMMIT:-} python3 bench/kernels/plan_fixed_cost.py 
 host_time() { python3 bench/kernels/host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 nccl_traffic() { python3 bench/kernels/nccl_traffic_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 
-RECIPES="build prebuilt gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode copy_engine"
-RECIPES+=" nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends plan_fixed_cost"
+RECIPES="build prebuilt gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode"
+RECIPES+=" copy_engine nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends plan_fixed_cost"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then

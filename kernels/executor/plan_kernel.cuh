@@ -120,9 +120,9 @@ __device__ __forceinline__ void store8(char* p, uint32_t n, uint2 v) {
 
 // dsts[d][i] = srcs[0][i] (op) ... (op) srcs[nsrc-1][i], i < n, for every d: the result is stored from
 // registers into each destination (reduce_put). 16-byte vectors when every pointer allows. Each thread folds
-// kUnroll vectors at a time, the first two sources' loads issued together (2 x kUnroll loads in flight for the
-// common two-source reduce), further sources one at a time; the sources are folded in their order, so the result
-// has the same bits as a one-vector-at-a-time fold.
+// kUnroll vectors at a time: the first two sources' loads issued together (2 x kUnroll loads in flight for the
+// common two-source reduce), then each further source's kUnroll loads; the sources are folded in their order, so
+// the result has the same bits as a one-vector-at-a-time fold.
 template <class T, class Op>
 __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* const* srcs, int nsrc, uint64_t n,
                                              uint32_t tid, uint32_t nt) {
