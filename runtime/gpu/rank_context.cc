@@ -264,7 +264,7 @@ bool stop_on_failure_setting() {
 
 bool map_cumem_setting() {
   const char* value = setting_value(Setting::kMapCuMem);
-  return value != nullptr && std::strcmp(value, "1") == 0;
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 bool direct_exchange_setting() {

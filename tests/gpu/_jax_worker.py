@@ -117,10 +117,11 @@ def main() -> int:
         print(f"rank {mine}: {failures} failures", flush=True)
         return 1 if failures else 0
     if scenario in ("in_place", "in_place_mixed"):
-        # Every call in place where XLA's buffers can be mapped (JAX_MSCCLPP_MAP_CUMEM=1 maps XLA's cuMem
-        # allocations); none where one process keeps them in a pool no transport exports; no agreement without it.
+        # Every call in place where XLA's buffers can be mapped (XLA's cuMem allocations are mapped unless
+        # JAX_MSCCLPP_MAP_CUMEM=0); none where one process keeps them in a pool no transport exports; no agreement
+        # with the mapping off.
         expect = ("none" if scenario == "in_place_mixed" else "all") if os.environ.get(
-            "JAX_MSCCLPP_MAP_CUMEM") == "1" else "off"
+            "JAX_MSCCLPP_MAP_CUMEM", "1") != "0" else "off"
         check_in_place(jm, mesh, n, mine, run, inputs, check, reducers, expect)
         jax.distributed.shutdown()
         print(f"rank {mine}: {failures} failures", flush=True)
