@@ -11,10 +11,11 @@
 //                  (once per allocation and process, shared by every communicator there: CUDA IPC opens an
 //                  allocation once per process);
 //       a file     cuMem's (XLA's allocator, ncclMemAlloc), where RankOptions::map_cumem asks for it
-//       descriptor (JAX_MSCCLPP_MAP_CUMEM=1) and the allocation allows POSIX file descriptors: the rank exports
-//                  the physical allocation behind the buffer's mapping (cuMemExportToShareableHandle) and sends
-//                  the descriptor to each peer's datagram socket (SCM_RIGHTS; its abstract name is the outbox's),
-//                  which imports it and maps it into an address range of its own;
+//       descriptor (JAX_MSCCLPP_MAP_CUMEM, on unless 0) and the allocation allows POSIX file descriptors: the
+//                  rank exports the physical allocation behind the buffer's mapping
+//                  (cuMemExportToShareableHandle) and sends the descriptor to each peer's datagram socket
+//                  (SCM_RIGHTS; its abstract name is the outbox's), which imports it and maps it into an address
+//                  range of its own;
 //   - the call words: for each call that may run in place (the same calls on every rank: a function of the call
 //     and the communicator's shape), its sequence number and whether every peer reaches this rank's buffers, in
 //     two words by the sequence's parity (a rank writes the word of call s + 2 only after it read every peer's word

@@ -486,8 +486,9 @@ def registered_batch():
 
 def _windowed(collective, name, op, count, nccl_memory, grouped=False):
     """A call whose input and output are windows of every rank: in place where every rank maps every other's window
-    (cupy's cudaMalloc memory, through CUDA IPC), the table's algorithm where one cannot (ncclMemAlloc's cuMem memory
-    between processes); the same results either way. `grouped`: the two windows registered in one group, as
+    (cupy's cudaMalloc memory, through CUDA IPC); ncclMemAlloc's cuMem memory between processes in place through the
+    ranks' per-call agreement (file descriptors) where the in-place rule takes the size, else the table's algorithm;
+    the same results either way. `grouped`: the two windows registered in one group, as
     nccl-tests -R 2 registers them (each registration collective: a rank's two pair up with its peers' in order),
     by the group's thread for the communicator (which has made no CUDA call before), and each window 4 KiB into its
     allocation (a peer maps the allocation and adds the window's offset: an offset taken as 0 reads the wrong
