@@ -97,15 +97,16 @@ __device__ inline void stream_copy(const CollectiveContext& c, const StreamArgs&
   const uint64_t span = a.src_stride != 0 ? n * a.src_stride : a.seg;
   const bool alias = overlaps(a.src, span, a.dst, n * a.dst_stride);
   stream_block<false>(sb, alias, [&](const Group& g, uint32_t k) {
-    if (mine != own) {
-      const Span s = sb.chunk_of(k, a.seg_len(r));
-      copy_bytes(own + s.lo, mine + s.lo, s.size(), g.tid(), g.count);
-    }
-    for (int i = 0; i < n - 1; ++i) {
+    // Every peer's slot into its output block, and the rank's own block where it is not in place, at once.
+    copy_jobs(n - 1 + (mine != own), [&](int i) {
+      if (i == n - 1) {
+        const Span s = sb.chunk_of(k, a.seg_len(r));
+        return CopyJob{own + s.lo, mine + s.lo, s.size()};
+      }
       const int q = sb.peer(i);
       const Span s = sb.chunk_of(k, a.seg_len(q));
-      copy_bytes(a.dst + q * a.dst_stride + s.lo, sb.slot(q, k), s.size(), g.tid(), g.count);
-    }
+      return CopyJob{a.dst + q * a.dst_stride + s.lo, sb.slot(q, k), s.size()};
+    }, g.tid(), g.count);
   });
 }
 

@@ -170,12 +170,11 @@ struct StreamBlock {
   template <bool kReduce>
   JAX_MSCCLPP_DEVICE_INLINE void send(const Group& g, uint32_t k) const {
     if (k >= static_cast<uint32_t>(a.geo.slots)) wait_all(g, kStreamCredit, 1);
-    for (int i = 0; i < n - 1; ++i) {
+    copy_jobs(n - 1, [&](int i) {
       const int q = peer(i);
       const Span s = chunk_of(k, a.seg_len(kReduce ? q : r));
-      const char* from = a.src + q * a.src_stride + s.lo;
-      mem_channel(c, q, 0).put_from(slot_offset(r, q, k), from, s.size(), g.tid(), g.count);
-    }
+      return CopyJob{mem_channel(c, q, 0).remote + slot_offset(r, q, k), a.src + q * a.src_stride + s.lo, s.size()};
+    }, g.tid(), g.count);
     signal_all(g, kStreamData);
   }
   // Receivers: wait for chunk k from every peer, read the slots, then release(k): the credit of slot k % S when

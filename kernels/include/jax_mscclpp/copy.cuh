@@ -72,6 +72,34 @@ JAX_MSCCLPP_DEVICE_INLINE void copy_bytes(void* dst, const void* src, size_t byt
   detail::copy_bytewise(d + head + body, s + head + body, bytes - head - body, tid, nthreads);
 }
 
+// One of several independent copies (copy_jobs).
+struct CopyJob {
+  void* dst;
+  const void* src;
+  size_t bytes;
+};
+
+// The copies job(0) .. job(count - 1) with threads [tid, nthreads): each job with its own share of the threads, so
+// the loads of every job are in flight together where a loop over the jobs would wait for each job's loads in turn
+// (a put to every peer, a copy from every peer's slot). With fewer threads than jobs, the jobs one after another
+// with every thread. `count` must be the same for every thread; no two ranges may overlap.
+template <class Job>
+JAX_MSCCLPP_DEVICE_INLINE void copy_jobs(int count, Job job, uint32_t tid, uint32_t nthreads) {
+  if (count <= 0) return;
+  const uint32_t share = nthreads / static_cast<uint32_t>(count);
+  if (share == 0) {
+    for (int j = 0; j < count; ++j) {
+      const CopyJob c = job(j);
+      copy_bytes(c.dst, c.src, c.bytes, tid, nthreads);
+    }
+    return;
+  }
+  const uint32_t j = tid / share;
+  if (j >= static_cast<uint32_t>(count)) return;
+  const CopyJob c = job(static_cast<int>(j));
+  copy_bytes(c.dst, c.src, c.bytes, tid - j * share, share);
+}
+
 #endif  // __CUDACC__
 
 }  // namespace jax_mscclpp
