@@ -97,8 +97,9 @@ __device__ inline void stream_copy(const CollectiveContext& c, const StreamArgs&
   const uint64_t span = a.src_stride != 0 ? n * a.src_stride : a.seg;
   const bool alias = overlaps(a.src, span, a.dst, n * a.dst_stride);
   stream_block<false>(sb, alias, [&](const Group& g, uint32_t k) {
-    // Every peer's slot into its output block, and the rank's own block where it is not in place, at once.
-    copy_jobs(n - 1 + (mine != own), [&](int i) {
+    // Every peer's slot into its output block, and the rank's own block where it is not in place (small chunks:
+    // all at once, copy_jobs).
+    copy_jobs(n - 1 + (mine != own), a.geo.chunk, [&](int i) {
       if (i == n - 1) {
         const Span s = sb.chunk_of(k, a.seg_len(r));
         return CopyJob{own + s.lo, mine + s.lo, s.size()};

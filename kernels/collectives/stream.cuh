@@ -166,11 +166,11 @@ struct StreamBlock {
   }
 
   // Senders: chunk k of the segment each peer gets (reduce: segment q; copy: segment r), after the credit of
-  // chunk k - S.
+  // chunk k - S; small chunks to every peer at once (copy_jobs).
   template <bool kReduce>
   JAX_MSCCLPP_DEVICE_INLINE void send(const Group& g, uint32_t k) const {
     if (k >= static_cast<uint32_t>(a.geo.slots)) wait_all(g, kStreamCredit, 1);
-    copy_jobs(n - 1, [&](int i) {
+    copy_jobs(n - 1, a.geo.chunk, [&](int i) {
       const int q = peer(i);
       const Span s = chunk_of(k, a.seg_len(kReduce ? q : r));
       return CopyJob{mem_channel(c, q, 0).remote + slot_offset(r, q, k), a.src + q * a.src_stride + s.lo, s.size()};

@@ -13,11 +13,14 @@
 
 namespace jax_mscclpp {
 
+// 16-byte loads a copying thread keeps in flight (copy_bytes).
+constexpr int kCopyInFlight = 4;
+
 #if defined(__CUDACC__)
 namespace detail {
 
 // Copies n elements of V with threads [tid, nthreads): each thread keeps kInFlight loads outstanding.
-template <class V, int kInFlight = 4>
+template <class V, int kInFlight = kCopyInFlight>
 JAX_MSCCLPP_DEVICE_INLINE void copy_elements(V* __restrict__ dst, const V* __restrict__ src, size_t n, uint32_t tid,
                                              uint32_t nthreads) {
   const size_t stride = nthreads;
@@ -79,25 +82,30 @@ struct CopyJob {
   size_t bytes;
 };
 
-// The copies job(0) .. job(count - 1) with threads [tid, nthreads): each job with its own share of the threads, so
-// the loads of every job are in flight together where a loop over the jobs would wait for each job's loads in turn
-// (a put to every peer, a copy from every peer's slot). With fewer threads than jobs, the jobs one after another
-// with every thread. `count` must be the same for every thread; no two ranges may overlap.
+// The copies job(0) .. job(count - 1), each at most `max_bytes`, with threads [tid, nthreads). Where one job is too
+// small to keep every thread's kCopyInFlight loads busy (max_bytes below 16 * kCopyInFlight * nthreads), each job
+// gets warps of its own (jobs dealt round-robin to groups of warps), so the loads of every job are in flight
+// together where a loop over the jobs would wait for each job's loads in turn (a put to every peer, a copy from
+// every peer's slot); larger jobs run one after another with every thread, as copy_bytes alone would. `count` and
+// `max_bytes` must be the same for every thread, [tid, nthreads) whole warps; no two ranges may overlap.
 template <class Job>
-JAX_MSCCLPP_DEVICE_INLINE void copy_jobs(int count, Job job, uint32_t tid, uint32_t nthreads) {
-  if (count <= 0) return;
-  const uint32_t share = nthreads / static_cast<uint32_t>(count);
-  if (share == 0) {
-    for (int j = 0; j < count; ++j) {
-      const CopyJob c = job(j);
-      copy_bytes(c.dst, c.src, c.bytes, tid, nthreads);
+JAX_MSCCLPP_DEVICE_INLINE void copy_jobs(int count, size_t max_bytes, Job job, uint32_t tid, uint32_t nthreads) {
+  const uint32_t warps = nthreads / 32;
+  if (count > 1 && warps > 1 && max_bytes < size_t{16} * kCopyInFlight * nthreads) {
+    const uint32_t per_job = warps >= static_cast<uint32_t>(count) ? warps / count : 1;  // warps of a job
+    const uint32_t groups = warps / per_job;                                              // jobs at once
+    const uint32_t group = tid / 32 / per_job;
+    if (group >= groups) return;
+    for (uint32_t j = group; j < static_cast<uint32_t>(count); j += groups) {
+      const CopyJob c = job(static_cast<int>(j));
+      copy_bytes(c.dst, c.src, c.bytes, tid - group * per_job * 32, per_job * 32);
     }
     return;
   }
-  const uint32_t j = tid / share;
-  if (j >= static_cast<uint32_t>(count)) return;
-  const CopyJob c = job(static_cast<int>(j));
-  copy_bytes(c.dst, c.src, c.bytes, tid - j * share, share);
+  for (int j = 0; j < count; ++j) {
+    const CopyJob c = job(j);
+    copy_bytes(c.dst, c.src, c.bytes, tid, nthreads);
+  }
 }
 
 #endif  // __CUDACC__
