@@ -18,8 +18,10 @@ pytestmark = pytest.mark.gpu
 def launch(nproc: int, scenario: str, extra_env: dict | None = None, timeout: int = 400, gpus: int = 1):
     env = dict(os.environ, JAX_PLATFORMS="cuda", NCCL_NVLS_ENABLE="0", XLA_PYTHON_CLIENT_PREALLOCATE="false",
                JAX_MSCCLPP_TEST_GPUS=str(gpus))
-    env.pop("JAX_MSCCLPP_NVLS", None)
-    env.pop("XLA_FLAGS", None)
+    # Only what a test asks for: a stop mode or timeout left in this process's environment would change what the
+    # workers' failing kernels do.
+    for name in ("JAX_MSCCLPP_NVLS", "XLA_FLAGS", "JAX_MSCCLPP_TRAP_ON_FAILURE", "JAX_MSCCLPP_TIMEOUT_S"):
+        env.pop(name, None)
     env.update(extra_env or {})
     return launch_processes(WORKER, nproc, [scenario], env, timeout, scenario)
 

@@ -15,7 +15,6 @@ Kernels stop instead of trapping (JAX_MSCCLPP_TRAP_ON_FAILURE=0) and give up aft
 
 import ctypes
 import importlib.util
-import os
 import zlib
 
 import numpy as np
@@ -36,14 +35,19 @@ WINDOW_SLACK = 256  # bytes of each rank's allocation before and after its windo
 
 @pytest.fixture(scope="module", params=[2, 4], ids=lambda n: f"{n}ranks")
 def ranks(request, gpus):
-    os.environ.update(NCCL_NVLS_ENABLE="0", JAX_MSCCLPP_TRAP_ON_FAILURE="0", JAX_MSCCLPP_TIMEOUT_S="20")
-    os.environ.pop("JAX_MSCCLPP_NVLS", None)
-    from jax_mscclpp import nccl_backend
-    from tests.gpu._nccl_ranks import NcclRanks
+    # The library reads these when a communicator is made; they are set back afterwards, so that the processes later
+    # tests launch (which copy this environment) trap as they expect.
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"NCCL_NVLS_ENABLE": "0", "JAX_MSCCLPP_TRAP_ON_FAILURE": "0",
+                            "JAX_MSCCLPP_TIMEOUT_S": "20"}.items():
+            patch.setenv(name, value)
+        patch.delenv("JAX_MSCCLPP_NVLS", raising=False)
+        from jax_mscclpp import nccl_backend
+        from tests.gpu._nccl_ranks import NcclRanks
 
-    made = NcclRanks(nccl_backend.library_path(), request.param)
-    yield made
-    made.close()
+        made = NcclRanks(nccl_backend.library_path(), request.param)
+        yield made
+        made.close()
 
 
 def expected(collective: str, blocks: list, name: str, op: str, rank: int, n: int):
