@@ -36,7 +36,7 @@ PARTS = {
                   ["tests/gpu/test_jax_multiprocess.py", "-k", "not large_world"], 4),
     "large_world": ("a communicator of 10 processes, more ranks than an emulated SwitchChannel holds",
                     ["tests/gpu/test_jax_multiprocess.py", "-k", "large_world"], 6),
-    "nccl": ("XLA's own collectives (lax's and the partitioner's) through our libnccl.so.2, 2 and 4 processes "
+    "nccl": ("XLA's own collectives (lax's and the partitioner's) through our libnccl.so.2, 2, 3 and 4 processes "
              "sharing the GPU, command buffers on and off", ["tests/gpu/test_nccl_library.py"], 5),
 }
 

@@ -1,5 +1,5 @@
 """jax_mscclpp's libnccl.so.2 on GPUs: XLA's own collectives (lax's in shard_map, and those the partitioner inserts
-under jit + shardings) in 2 and 4 processes sharing GPU 0 under jax.distributed, where NVIDIA's NCCL refuses to run
+under jit + shardings) in 2, 3 and 4 processes sharing GPU 0 under jax.distributed, where NVIDIA's NCCL refuses to run
 ("Duplicate GPU detected"): every call must run on our runtime and match numpy or the CPU backend
 (tests/gpu/_nccl_worker.py). With and without XLA's command buffers holding the collectives."""
 
@@ -32,7 +32,7 @@ def worker_lines(out: str) -> str:
     return "\n".join(lines[-80:])
 
 
-@pytest.mark.parametrize("nproc,command_buffers", [(2, "default"), (4, "default"), (2, "collectives")])
+@pytest.mark.parametrize("nproc,command_buffers", [(2, "default"), (3, "default"), (4, "default"), (2, "collectives")])
 def test_xla_collectives_run_on_ours(gpus, nproc, command_buffers):
     flags = {"default": "", "collectives": "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUSTOM_CALL,COLLECTIVES"}
     for code, out in launch(nproc, flags[command_buffers]):
