@@ -145,8 +145,13 @@ cudaError_t launch_reduce(const CollectiveContext& c, const Piece& p, const Laun
   });
 }
 
+// A block of the copy kernel puts its span to every peer one after another, then reads every peer's packets one
+// after another: its time grows with its span times the peers, so the grid gives each block about kLLCopyBlockBytes
+// summed over its peers (a block alone on 8 ranks with a 4 KiB span took as long as 8 blocks of 4 KiB each).
+constexpr uint64_t kLLCopyBlockBytes = 4096;
+
 cudaError_t launch_copy(const CollectiveContext& c, const Piece& p, const LaunchArgs& a, cudaStream_t stream) {
-  const int blocks = blocks_for(p.len, 4096, kLLMaxBlocks);
+  const int blocks = blocks_for(p.len * (c.nranks - 1), kLLCopyBlockBytes, kLLMaxBlocks);
   all_pairs_copy_ll_kernel<<<blocks, kLLThreads, 0, stream>>>(c, p, a.collective);
   return cudaGetLastError();
 }
