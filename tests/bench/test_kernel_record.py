@@ -248,6 +248,35 @@ def test_a_cell_slower_than_the_best_but_equal_to_the_newest_is_flagged():
             "fast of 2026-11-01") in lines
 
 
+def test_auto_is_held_to_the_fastest_algorithm_of_each_virtual_cell(tmp_path):
+    """compare_auto flags a virtual-rank cell where the algorithm auto runs there (the selection's shared-GPU rows,
+    the protocol rows and the in-place rule) is more than the threshold over the cell's fastest, names both, and
+    leaves cells of other settings alone; --compare prints it and exits 1."""
+    from jax_mscclpp.tools.bench.kernel_record_auto import auto_algorithm, compare_auto
+
+    small, large = 1 << 10, 1 << 26
+    auto_small, auto_large = auto_algorithm("all_gather", small, 8), auto_algorithm("all_gather", large, 8)
+    assert auto_small == "allpairs_ll" and auto_large == "in_place"  # LL packets; in place between ranks of a process
+    rows = []
+    for setting in ("virtual:8", "devices:8"):
+        for size, auto, auto_us in ((small, auto_small, 12.5), (large, auto_large, 10.0)):
+            for algorithm in ("allpairs", "allpairs_ll", "allpairs_hb", "in_place"):
+                cell = kr.Cell(kr.Setting.parse(setting), "all_gather", algorithm, size, "float32")
+                rows.append(ok_row(cell, auto_us if algorithm == auto else 10.0))
+    doc = record(rows)
+    got = compare_auto(doc, 0.10)
+    assert got["cells"] == 2
+    (flagged,) = got["slower"]
+    assert (flagged["setting"], flagged["size"], flagged["auto"], flagged["auto_us"], flagged["fastest_us"]) == (
+        "virtual:8", small, auto_small, 12.5, 10.0)
+    assert compare_auto(doc, 0.30)["slower"] == []
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(doc))
+    proc = tool("--compare", str(path), "--previous", "none", "--best", "none")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "AUTO SLOWER virtual:8 all_gather 1K float32: auto runs allpairs_ll 12.5 us" in proc.stdout
+
+
 def collectives_bench_doc(nranks=4, gpu="NVIDIA H200", gpu_count=1, rows=None,
                timing="CUDA graph of `repeats` calls per rank, events on rank 0, median of 3 replays"):
     """A record as bench/kernels/collectives.py writes it (float32; bytes and count as it computes them)."""

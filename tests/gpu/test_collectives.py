@@ -356,6 +356,27 @@ def test_the_call_entry_runs_streaming_calls_in_place(cuda, rng, nranks):
         scratch.vr.close()
 
 
+@pytest.mark.parametrize("nranks", [2, 4, 8])
+def test_the_kernel_records_auto_runs_in_place_where_the_call_entry_does(cuda, nranks):
+    """The kernel record's ``auto`` of a virtual-rank cell (kernel_record_auto.auto_algorithm, which restates the
+    call entry's in-place decision) is in place exactly where the call entry runs the selection's algorithm in
+    place, at the sizes around the in-place and protocol bounds, for every collective that has a kernel in place."""
+    from jax_mscclpp import selection
+    from jax_mscclpp._types import Collective
+    from jax_mscclpp.tools.bench.kernel_record_auto import auto_algorithm, call_bytes
+
+    direct = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8)
+    try:
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+            for size in (1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 19, 1 << 20, 1 << 22, BUFFER * 2):
+                input_bytes, block_bytes = call_bytes(op, size, nranks)
+                chosen = selection.choose(Collective[op.upper()], "gpu", input_bytes, None, nranks, shares_gpu=True)
+                runs = direct.vr.call_algorithm(op, chosen, dtype="float32", count=block_bytes // 4)
+                assert (runs == "in_place") == (auto_algorithm(op, size, nranks) == "in_place"), (op, size, runs)
+    finally:
+        direct.vr.close()
+
+
 @pytest.mark.parametrize("collective, asked", [("all_reduce", "1pa_ll"), ("all_reduce", "2pa_hb"),
                                                ("all_gather", "allpairs"), ("reduce_scatter", "allpairs")])
 def test_the_timed_call_entry_computes_the_collective(cuda, rng, collective, asked):

@@ -9,7 +9,8 @@ Modules: ``units`` (sizes), ``metrics`` (algbw, busbw, stats), ``programs`` (wha
 timed), ``modes`` (plain / command buffers), ``sweep`` (configurations -> records), ``report`` (table, JSON, CSV,
 PNG), ``machine`` (what it ran on), ``launcher`` (one process per device), ``progress``, ``cli``, ``driver`` (one
 run, end to end); ``kernel_record`` (the kernel speed record: ``python -m jax_mscclpp.tools.bench.kernel_record``),
-``kernel_record_base`` (its record, plan and comparison) and ``kernel_record_jax`` (its JAX settings).
+``kernel_record_base`` (its record, plan and comparison), ``kernel_record_jax`` (its JAX settings) and
+``kernel_record_auto`` (what ``auto`` runs in its virtual-rank cells, against each cell's fastest).
 Importing this package does not start JAX's backends; ``run`` does.
 """
 

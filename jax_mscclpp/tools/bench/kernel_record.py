@@ -39,8 +39,12 @@ versions, environment, command), ``settings`` (what was asked), ``budget`` (seco
 ``rows`` (one per cell: ``ROW_FIELDS``), ``comparison`` (against the previous record, or null) and
 ``comparison_best`` (against the best of the records, ``kernel_record_base.compare_best``, or null).
 
-Exit status: 0; 1 when a kernel is flagged slower (than the previous record or the best) or a cell failed; 2 for a
-usage error.
+**Auto.** In each virtual-rank cell the time of the algorithm ``auto`` runs there (``kernel_record_auto``) is
+compared with the fastest algorithm the record timed for it; every cell more than ``--threshold`` over it is
+printed as ``AUTO SLOWER``.
+
+Exit status: 0; 1 when a kernel is flagged slower (than the previous record or the best), ``auto`` is flagged slower
+than a cell's fastest algorithm, or a cell failed; 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from .kernel_record_base import (DEFAULT_DTYPE, DEFAULT_NAME, DEFAULT_RESULTS, D
                                  cells_of, commit_of, compare, compare_best, find_previous, find_records, first_line,
                                  format_comparison, load_record, machine_info, machine_key, new_row, plan,
                                  record_path, row_key, summary_table, write_record)
+from .kernel_record_auto import compare_auto, format_auto
 from .units import format_size, parse_sizes
 
 
@@ -272,6 +277,11 @@ def _print_comparisons(name: str, against_previous: Mapping | None, against_best
         print(f"# no best times of {name!r} for this machine to compare with")
 
 
+def _auto_flagged(against_auto: Mapping | None) -> bool:
+    """Whether ``auto`` runs a slower algorithm than the fastest in some virtual-rank cell."""
+    return against_auto is not None and bool(against_auto["slower"])
+
+
 def _flagged(*comparisons: Mapping | None) -> bool:
     """Whether any of ``comparisons`` flags a kernel slower."""
     return any(c is not None and c["slower"] for c in comparisons)
@@ -294,8 +304,10 @@ def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None
         best = _best_docs(args.best, new["name"], machine_key(new), [args.compare], old)
         against_previous, against_best = _comparisons(new, old, best, args.threshold)
         _print_comparisons(new["name"], against_previous, against_best)
+        against_auto = compare_auto(new, args.threshold)
+        print("\n".join(format_auto(against_auto)))
         print("\n".join(summary_table(new, against_previous)))
-        return 1 if _flagged(against_previous, against_best) else 0
+        return 1 if _flagged(against_previous, against_best) or _auto_flagged(against_auto) else 0
     try:
         sizes = parse_sizes(args.sizes)
     except ValueError as e:
@@ -371,8 +383,10 @@ def main(argv: Sequence[str] | None = None, sources: Mapping[str, Source] | None
     for r in bad[:10]:
         print(f"ERROR {r['setting']} {r['op']}/{r['algorithm']} {format_size(r['size'])}: {r['status']}")
     _print_comparisons(args.name, doc["comparison"], doc["comparison_best"])
+    against_auto = compare_auto(doc, args.threshold)
+    print("\n".join(format_auto(against_auto)))
     print("\n".join(summary_table(doc, doc["comparison"])))
-    return 1 if bad or _flagged(doc["comparison"], doc["comparison_best"]) else 0
+    return 1 if bad or _flagged(doc["comparison"], doc["comparison_best"]) or _auto_flagged(against_auto) else 0
 
 
 if __name__ == "__main__":
