@@ -8,6 +8,7 @@ weights must agree (up to the order partial sums are added).
     python examples/data_parallel_train.py                          # small config, CPU devices or all GPUs
     python examples/data_parallel_train.py --config 128MiB,1GiB --out train.json
     python examples/data_parallel_train.py --config 128MiB --profile /tmp/train-profile
+    python examples/data_parallel_train.py --processes 2 --config 128MiB   # two processes sharing the GPU(s)
 
 With ``--overlap`` (the default) jax_mscclpp's variant takes its gradients with ``jm.value_and_psum_grad``: each
 layer's gradient sum starts as soon as its backward step has produced it and runs on a side GPU stream beside the
@@ -17,11 +18,18 @@ of a gradient-sized tree: docs/architecture.md, "Selection"). ``--profile DIR`` 
 kernels' time and how much of it ran beside compute kernels. Weights are compared relative to the largest weight
 of the model: a bias gradient is a sum with much cancellation, so two programs that reduce in different orders
 agree on it only to that scale.
+
+With ``--processes N`` (GPUs) each of N processes under ``jax.distributed`` drives one device; where they share a
+GPU, lax's variant runs through our NCCL library (NVIDIA's refuses a shared GPU) and our gradient sums run in place
+on XLA's buffers where the runtime maps the processes' allocations (``JAX_MSCCLPP_MAP_CUMEM``, on by default).
+Every process reports a digest of its final weights: the replicas must be equal bit for bit, and two runs that
+differ only in how the bytes travel (in place or through scratch) print the same digest.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import statistics
 import sys
@@ -40,6 +48,7 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
 import _report  # noqa: E402  (examples/_report.py)
+from _processes import add_process_arguments, end_process, reports_of, start_process  # noqa: E402
 
 # name: (layers, width, batch per device). Gradient bytes: layers * width^2 * 2 (bf16) plus the biases.
 CONFIGS = {
@@ -65,9 +74,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile", default=None, metavar="DIR", help="profile steps of each variant into DIR")
     parser.add_argument("--profile-steps", type=int, default=6)
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
+    add_process_arguments(parser)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0:
         parser.error("--steps must be positive and --warmup not negative")
+    args.variants = ("mscclpp", "lax") if args.collectives == "both" else (args.collectives,)
     return args
 
 
@@ -133,22 +144,42 @@ def run_variant(step, params0, x, y, steps: int, warmup: int):
         params, loss = step(params, x, y)
         jax.block_until_ready(params)
         times.append(time.perf_counter() - start)
-        losses.append(float(loss))
+        losses.append(float(loss.addressable_data(0)))
     return 1e3 * statistics.median(times), params, losses
+
+
+def local_leaves(params) -> list:
+    """This process's copy of every (replicated) weight, as numpy arrays."""
+    return [np.asarray(leaf.addressable_data(0)) for leaf in jax.tree_util.tree_leaves(params)]
+
+
+def weights_digest(params) -> str:
+    """SHA-256 of this process's copy of the weights, bit for bit."""
+    digest = hashlib.sha256()
+    for leaf in local_leaves(params):
+        digest.update(np.ascontiguousarray(leaf).tobytes())
+    return digest.hexdigest()
 
 
 def max_rel_diff(a, b) -> float:
     """Largest |a - b| over every weight, relative to the largest |b| of the model."""
     worst, scale = 0.0, 1e-30
-    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    for u, v in zip(local_leaves(a), local_leaves(b)):
         u64, v64 = np.asarray(u, np.float64), np.asarray(v, np.float64)
         worst = max(worst, float(np.max(np.abs(u64 - v64))))
         scale = max(scale, float(np.max(np.abs(v64))))
     return worst / scale
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def placed(host: np.ndarray, sharding):
+    """A global array of ``host`` (the same on every process) with ``sharding``."""
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def measure(args) -> dict:
+    """Every config and variant in this process (one of --processes N, or the only one); prints from the first."""
+    shared_gpu = start_process(args)
+    say = print if args.process_id == 0 else (lambda *a, **k: None)
     devices = jax.devices()
     plat = devices[0].platform
     names = (args.config or ("tiny" if plat == "cpu" else "128MiB,1GiB")).split(",")
@@ -159,28 +190,29 @@ def main(argv=None) -> int:
     dtype = jnp.dtype(dtype_name)
     mesh = jax.sharding.Mesh(np.array(devices), ("dp",))
     n = len(devices)
-    variants = ("mscclpp", "lax") if args.collectives == "both" else (args.collectives,)
+    variants = args.variants
     tolerance = 1e-4 if dtype_name == "float32" else 3e-2
-    print(f"{n} {plat} devices on 'dp'; {dtype_name}; variants {', '.join(variants)}"
-          f"{' (overlap)' if args.overlap and 'mscclpp' in variants else ''}")
-    print(f"{'config':<8} {'grad MiB':>9} {'variant':<8} {'median ms':>10}  {_report.SPEEDUP}")
+    say(f"{n} {plat} devices on 'dp' ({args.processes} process(es)); {dtype_name}; variants {', '.join(variants)}"
+        f"{' (overlap)' if args.overlap and 'mscclpp' in variants else ''}")
+    say(f"{'config':<8} {'grad MiB':>9} {'variant':<8} {'median ms':>10}  {_report.SPEEDUP}")
     results, profiles, passed = [], [], True
     for name in names:
         cfg = CONFIGS[name]
         grad_mib = cfg["layers"] * (cfg["width"] ** 2 + cfg["width"]) * dtype.itemsize / 2**20
-        params0 = init(jax.random.key(args.seed), cfg, dtype)
-        params0 = jax.device_put(params0, NamedSharding(mesh, P()))
+        replicated, shard = NamedSharding(mesh, P()), NamedSharding(mesh, P("dp"))
+        params0 = jax.tree_util.tree_map(lambda a: placed(np.asarray(a), replicated),
+                                         init(jax.random.key(args.seed), cfg, dtype))
         rng = np.random.default_rng(args.seed)
-        shard = NamedSharding(mesh, P("dp"))
-        x = jax.device_put(jnp.asarray(rng.standard_normal((n * cfg["batch"], cfg["width"])), dtype), shard)
-        y = jax.device_put(jnp.asarray(rng.standard_normal((n * cfg["batch"], cfg["width"])), dtype), shard)
-        timed, finals = {}, {}
+        x = placed(np.asarray(rng.standard_normal((n * cfg["batch"], cfg["width"])), dtype), shard)
+        y = placed(np.asarray(rng.standard_normal((n * cfg["batch"], cfg["width"])), dtype), shard)
+        timed, finals, digests = {}, {}, {}
         for variant in variants:
             step = make_step(mesh, variant, args.lr, args.overlap)
             timed[variant], finals[variant], losses = run_variant(step, params0, x, y, args.steps, args.warmup)
+            digests[variant] = weights_digest(finals[variant])
             ratio = ("" if variant == "mscclpp" or "mscclpp" not in timed
                      else f"{_report.speedup(timed[variant], timed['mscclpp']):7.2f}x")
-            print(f"{name:<8} {grad_mib:>9.1f} {variant:<8} {timed[variant]:>10.3f}  {ratio}")
+            say(f"{name:<8} {grad_mib:>9.1f} {variant:<8} {timed[variant]:>10.3f}  {ratio}")
             if args.profile:
                 from jax_mscclpp.tools.bench import profile
 
@@ -191,11 +223,13 @@ def main(argv=None) -> int:
                     return loss
 
                 one()
-                path = profile.capture(one, args.profile_steps, os.path.join(args.profile, f"{variant}-{name}"))
+                logdir = os.path.join(args.profile, f"{variant}-{name}" + (f"-process{args.process_id}"
+                                                                            if args.processes > 1 else ""))
+                path = profile.capture(one, args.profile_steps, logdir)
                 summary = profile.summarize(path, args.profile_steps)
                 profiles.append({"config": name, "variant": variant, **summary})
-                print(profile.format_summary(f"    profile {name} {variant}", summary))
-        row = {"config": name, **cfg, "grad_mib": grad_mib}
+                say(profile.format_summary(f"    profile {name} {variant}", summary))
+        row = {"config": name, **cfg, "grad_mib": grad_mib, "weights_sha256": digests}
         if len(variants) == 2:
             diff = max_rel_diff(finals["mscclpp"], finals["lax"])
             same = diff <= tolerance
@@ -203,22 +237,48 @@ def main(argv=None) -> int:
             row.update(ours_ms=timed["mscclpp"], lax_ms=timed["lax"],
                        speedup=_report.speedup(timed["lax"], timed["mscclpp"]),
                        weights_max_rel_diff=diff, same_weights=same)
-            print(f"         {name}: {_report.SPEEDUP} {row['speedup']:.3f}x; weights max rel diff {diff:.2e} "
-                  f"(tolerance {tolerance:g}) {'PASS' if same else 'FAIL'}")
+            say(f"         {name}: {_report.SPEEDUP} {row['speedup']:.3f}x; weights max rel diff {diff:.2e} "
+                f"(tolerance {tolerance:g}) {'PASS' if same else 'FAIL'}")
         else:
             row.update({f"{variants[0] if variants[0] == 'lax' else 'ours'}_ms": timed[variants[0]]})
         results.append(row)
     report = {
-        **_report.header("data_parallel_train", devices[:n]),
+        **_report.header("data_parallel_train", devices[:n], processes=args.processes, shared_gpu=shared_gpu),
         "config": {"configs": names, "dtype": dtype_name, "steps": args.steps, "warmup": args.warmup,
                    "overlap": args.overlap, "variants": list(variants)},
         "results": results,
         "profiles": profiles,
         "passed": passed,
     }
+    if args.processes > 1 and plat == "gpu" and "mscclpp" in variants:
+        # How our gradient sums between the processes ran: in place on XLA's buffers, or through scratch.
+        report["in_place_between_processes"] = jm.Communicator(mesh, "dp").in_place_between_processes()
+    end_process(args, report)
+    return report
+
+
+def main(argv=None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
+    args = parse_args(argv)
+    reports = reports_of(__file__, argv, args, measure, "data_parallel_train run")
+    if not reports:
+        return 0
+    # Each process checked its own replica; the replicas of every variant must also be equal bit for bit.
+    report = reports[0]
+    replicas_equal = all(r["results"][i]["weights_sha256"] == row["weights_sha256"]
+                         for r in reports for i, row in enumerate(report["results"]))
+    report["passed"] = all(r["passed"] for r in reports) and replicas_equal
+    if args.processes > 1:
+        report["replicas_equal"] = replicas_equal
+        for row in report["results"]:
+            digests = ", ".join(f"{v} {d[:16]}" for v, d in row["weights_sha256"].items())
+            print(f"{row['config']}: final weights sha256 {digests}; the {args.processes} replicas "
+                  f"{'equal' if replicas_equal else 'DIFFER'}")
+        if "in_place_between_processes" in report:
+            print(f"our calls between processes: {report['in_place_between_processes']}")
     _report.write(report, args.out)
-    print("PASS: same weights" if passed else "FAIL: the variants' weights differ")
-    return 0 if passed else 1
+    print("PASS: same weights" if report["passed"] else "FAIL: the weights differ (between the variants or the replicas)")
+    return 0 if report["passed"] else 1
 
 
 if __name__ == "__main__":

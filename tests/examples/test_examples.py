@@ -90,6 +90,23 @@ def test_data_parallel_train(tmp_path):
     assert row["same_weights"] and row["speedup"] == row["lax_ms"] / row["ours_ms"]
 
 
+def test_data_parallel_train_in_processes(tmp_path):
+    """In 2 processes under jax.distributed (one CPU device each: our collectives use lax there, as they say) both
+    variants train, each process reports a digest of its replica of the final weights, and the replicas are equal
+    bit for bit."""
+    report_file = tmp_path / "train.json"
+    out = run_example("data_parallel_train.py", ["--processes", "2", "--steps", "1", "--warmup", "0", "--out",
+                                                 str(report_file)], 1)
+    assert "2 cpu devices on 'dp' (2 process(es))" in out, out
+    assert re.search(r"^tiny: final weights sha256 mscclpp [0-9a-f]{16}, lax [0-9a-f]{16}; the 2 replicas equal$", out,
+                     re.M), out
+    report = json.loads(report_file.read_text())
+    assert report["passed"] and report["replicas_equal"] and report["devices"]["processes"] == 2
+    (row,) = report["results"]
+    assert set(row["weights_sha256"]) == {"mscclpp", "lax"} and row["same_weights"]
+    assert "PASS: same weights" in out.splitlines(), out
+
+
 def test_gspmd_train(tmp_path):
     """Without a GPU the example trains once on CPU devices, XLA's partitioner inserting the all-reduces, and says
     that no NCCL library is involved; its JSON report holds the run."""

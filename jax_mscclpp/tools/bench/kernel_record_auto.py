@@ -4,7 +4,8 @@ A virtual:N setting is N ranks of one process sharing one GPU and reaching each 
 runtime's choice is the selection's shared-GPU rows (``selection.choose``), an all-pairs or point-to-point
 algorithm's blocks run by the protocol rows (``selection.protocol_of``), and a call that then streams as HB runs
 in place on the ranks' buffers from the in-place rows' size on (``selection_table.in_place_min_rank_bytes``), as the
-call entry decides it (kernels/collectives/in_place.cu, ``in_place_algorithm``). ``auto_algorithm`` restates that
+call entry decides it (kernels/collectives/in_place.cu, ``in_place_algorithm``, for sums and the record's dtypes
+on at most ``kDirectPeers`` ranks, 16). ``auto_algorithm`` restates that
 decision for a cell; tests/gpu/test_collectives.py holds it to the call entry's own. ``compare_auto`` finds every
 cell whose ``auto`` time is more than the threshold over the fastest algorithm the record timed for it.
 """
