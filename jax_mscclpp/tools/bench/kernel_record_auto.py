@@ -4,10 +4,10 @@ A virtual:N setting is N ranks of one process sharing one GPU and reaching each 
 runtime's choice is the selection's shared-GPU rows (``selection.choose``), an all-pairs or point-to-point
 algorithm's blocks run by the protocol rows (``selection.protocol_of``), and a call that then streams as HB runs
 in place on the ranks' buffers from the in-place rows' size on (``selection_table.in_place_min_rank_bytes``), as the
-call entry decides it (kernels/collectives/in_place.cu, ``in_place_algorithm``, for sums and the record's dtypes
-on at most ``kDirectPeers`` ranks, 16). ``auto_algorithm`` restates that
-decision for a cell; tests/gpu/test_collectives.py holds it to the call entry's own. ``compare_auto`` finds every
-cell whose ``auto`` time is more than the threshold over the fastest algorithm the record timed for it.
+call entry decides it (kernels/collectives/in_place.cu, ``in_place_algorithm``: for the sums and dtypes the records
+time, on at most ``kDirectPeers`` ranks, 16). ``auto_algorithm`` restates that decision for a cell, and
+tests/gpu/test_collectives.py holds it to the call entry's own; ``compare_auto`` finds every cell whose ``auto``
+time is more than the threshold over the fastest algorithm the record timed for it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ...collective_specs import SPECS
+from .units import format_size
 
 # The algorithms that stream through scratch as HB, which the call entry runs in place between ranks of one
 # process (in_place.cu, runs_streaming_hb); the permutation has no kernel in place.
@@ -73,8 +74,6 @@ def compare_auto(doc: Mapping, threshold: float) -> dict | None:
 
 def format_auto(cmp: Mapping | None) -> list[str]:
     """The comparison's lines: a summary, then an ``AUTO SLOWER`` line per cell."""
-    from .units import format_size
-
     if cmp is None:
         return ["# auto: no virtual-rank cell whose auto algorithm was timed"]
     lines = [f"# auto against the fastest algorithm of each virtual-rank cell: {cmp['cells']} cells compared, "
