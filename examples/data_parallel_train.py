@@ -251,8 +251,13 @@ def measure(args) -> dict:
         "passed": passed,
     }
     if args.processes > 1 and plat == "gpu" and "mscclpp" in variants:
-        # How our gradient sums between the processes ran: in place on XLA's buffers, or through scratch.
-        report["in_place_between_processes"] = jm.Communicator(mesh, "dp").in_place_between_processes()
+        # How our gradient sums between the processes ran, over the communicators they used (XLA's stream's and,
+        # with --overlap, the side stream's): in place on XLA's buffers, or through scratch.
+        counts = [comm.in_place_between_processes() for comm in jm.Communicator.live()]
+        report["in_place_between_processes"] = {
+            "in_place": sum(c["in_place"] for c in counts),
+            "through_scratch": sum(c["through_scratch"] for c in counts),
+            "unavailable": sorted({c["unavailable"] for c in counts if c["unavailable"]})}
     end_process(args, report)
     return report
 
@@ -277,7 +282,8 @@ def main(argv=None) -> int:
         if "in_place_between_processes" in report:
             print(f"our calls between processes: {report['in_place_between_processes']}")
     _report.write(report, args.out)
-    print("PASS: same weights" if report["passed"] else "FAIL: the weights differ (between the variants or the replicas)")
+    print("PASS: same weights" if report["passed"] else
+          "FAIL: the weights differ (between the variants or the replicas)")
     return 0 if report["passed"] else 1
 
 
