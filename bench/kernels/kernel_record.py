@@ -54,12 +54,7 @@ def destination_words(n: int) -> tuple[int, int]:
 
 def block_count(op: str, size: int, n: int, dtype: str) -> int:
     """launch_collective's ``count`` (elements per block) for the nccl-tests ``size`` of ``op`` over n ranks."""
-    lay = krj.layout(op, size, n, dtype)
-    if op == "reduce_scatter":
-        return lay.out_elems
-    if op == "all_to_all":
-        return lay.in_elems // n
-    return lay.in_elems
+    return krj.layout(op, size, n, dtype).block_elems
 
 
 class VirtualRanksSource(kr.Source):

@@ -255,7 +255,7 @@ def test_auto_is_held_to_the_fastest_algorithm_of_each_virtual_cell(tmp_path):
     from jax_mscclpp.tools.bench.kernel_record_auto import auto_algorithm, compare_auto
 
     small, large = 1 << 10, 1 << 26
-    auto_small, auto_large = auto_algorithm("all_gather", small, 8), auto_algorithm("all_gather", large, 8)
+    auto_small, auto_large = (auto_algorithm("all_gather", size, 8, "float32") for size in (small, large))
     assert auto_small == "allpairs_ll" and auto_large == "in_place"  # LL packets; in place between ranks of a process
     rows = []
     for setting in ("virtual:8", "devices:8"):

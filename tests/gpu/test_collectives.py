@@ -363,16 +363,19 @@ def test_the_kernel_records_auto_runs_in_place_where_the_call_entry_does(cuda, n
     place, at the sizes around the in-place and protocol bounds, for every collective that has a kernel in place."""
     from jax_mscclpp import selection
     from jax_mscclpp._types import Collective
-    from jax_mscclpp.tools.bench.kernel_record_auto import auto_algorithm, call_bytes
+    from jax_mscclpp.tools.bench.kernel_record_auto import auto_algorithm
+    from jax_mscclpp.tools.bench.kernel_record_jax import layout
 
     direct = Ranks(cuda, nranks, buffer=BUFFER * 2, stream_blocks=8)
     try:
         for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
             for size in (1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 19, 1 << 20, 1 << 22, BUFFER * 2):
-                input_bytes, block_bytes = call_bytes(op, size, nranks)
-                chosen = selection.choose(Collective[op.upper()], "gpu", input_bytes, None, nranks, shares_gpu=True)
-                runs = direct.vr.call_algorithm(op, chosen, dtype="float32", count=block_bytes // 4)
-                assert (runs == "in_place") == (auto_algorithm(op, size, nranks) == "in_place"), (op, size, runs)
+                lay = layout(op, size, nranks, "float32")
+                chosen = selection.choose(Collective[op.upper()], "gpu", lay.selection_bytes, None, nranks,
+                                          shares_gpu=True)
+                runs = direct.vr.call_algorithm(op, chosen, dtype="float32", count=lay.block_elems)
+                assert (runs == "in_place") == (auto_algorithm(op, size, nranks, "float32") == "in_place"), (
+                    op, size, runs)
     finally:
         direct.vr.close()
 

@@ -23,27 +23,18 @@ STREAMING_HB = ("1pa_hb", "2pa_hb", "allpairs_hb")
 _COLLECTIVE_OF = {spec.name: spec.collective for spec in SPECS.values()}
 
 
-def call_bytes(op: str, size: int, world: int) -> tuple[int, int]:
-    """(a rank's input bytes, one block's bytes) of a record cell of ``size`` (nccl-tests' size: all_reduce's
-    vector, all_gather's output, reduce_scatter's and all_to_all's input, the permutation's block)."""
-    if op == "all_gather":
-        return size // world, size // world
-    if op in ("reduce_scatter", "all_to_all"):
-        return size, size // world
-    return size, size
-
-
-def auto_algorithm(op: str, size: int, world: int) -> str:
-    """The algorithm ``auto`` runs for a cell of ``op`` at ``size`` on ``world`` virtual ranks (the record's
-    algorithm names: a protocol's variant, ``in_place``)."""
+def auto_algorithm(op: str, size: int, world: int, dtype: str) -> str:
+    """The algorithm ``auto`` runs for a cell of ``op`` at ``size`` (nccl-tests' size) in ``dtype`` on ``world``
+    virtual ranks (the record's algorithm names: a protocol's variant, ``in_place``)."""
     from ... import selection, selection_table
+    from .kernel_record_jax import layout
 
     collective = _COLLECTIVE_OF[op]
-    input_bytes, block_bytes = call_bytes(op, size, world)
-    chosen = selection.choose(collective, "gpu", input_bytes, None, world, shares_gpu=True)
-    runs = selection.protocol_of(chosen, "gpu", block_bytes, collective=collective, world=world,
+    lay = layout(op, size, world, dtype)
+    chosen = selection.choose(collective, "gpu", lay.selection_bytes, None, world, shares_gpu=True)
+    runs = selection.protocol_of(chosen, "gpu", lay.block_elems * lay.itemsize, collective=collective, world=world,
                                  shares_gpu=True) or chosen
-    if op != "permute" and runs in STREAMING_HB and size >= selection_table.in_place_min_rank_bytes(world):
+    if op != "permute" and runs in STREAMING_HB and lay.size >= selection_table.in_place_min_rank_bytes(world):
         return "in_place"
     return runs
 
@@ -59,7 +50,7 @@ def compare_auto(doc: Mapping, threshold: float) -> dict | None:
             times.setdefault(key, {})[row["algorithm"]] = row["time_us"]
     compared, slower = 0, []
     for (setting, ranks, op, size, dtype), by_algorithm in sorted(times.items()):
-        auto = auto_algorithm(op, size, ranks)
+        auto = auto_algorithm(op, size, ranks, dtype)
         if auto not in by_algorithm:
             continue
         compared += 1

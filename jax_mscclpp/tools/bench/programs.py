@@ -61,6 +61,16 @@ class Layout:
         """Per-rank input bytes: what the runtime's algorithm selection sees."""
         return self.in_elems * self.itemsize
 
+    @property
+    def block_elems(self) -> int:
+        """Elements of one block (launch_collective's ``count``, what the protocol rows see): reduce_scatter's
+        output, a block of all_to_all's input, the input of the others."""
+        if self.op == "reduce_scatter":
+            return self.out_elems
+        if self.op == "all_to_all":
+            return self.in_elems // self.world
+        return self.in_elems
+
 
 def layout(op: str, size_bytes: int, world: int, dtype) -> Layout:
     """The per-rank layout for ``op`` at (about) ``size_bytes``; never less than one element per block."""
