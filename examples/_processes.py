@@ -117,12 +117,12 @@ def add_process_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def start_process(args) -> bool:
-    """What ``measure(args)`` does before its first JAX computation: where more processes than GPUs share them and
-    lax's variant is to run, XLA's collectives through our NCCL library (NVIDIA's refuses a shared GPU; asked for
-    before JAX starts its backends); then, in one of several processes, ``initialize``. Whether the processes share
-    a GPU."""
+    """What ``measure(args)`` does before its first JAX computation: where more processes than GPUs share them,
+    XLA's collectives through our NCCL library (NVIDIA's refuses a shared GPU; asked for before JAX starts its
+    backends), for lax's variant and for the lax collectives every variant keeps (a loss's mean); then, in one of
+    several processes, ``initialize``. Whether the processes share a GPU."""
     shared_gpu = args.processes > 1 and gpu_expected() and args.processes > local_gpus()
-    if shared_gpu and "lax" in args.variants:
+    if shared_gpu:
         import jax_mscclpp
 
         jax_mscclpp.enable_nccl_backend()

@@ -20,8 +20,9 @@ of the model: a bias gradient is a sum with much cancellation, so two programs t
 agree on it only to that scale.
 
 With ``--processes N`` (GPUs) each of N processes under ``jax.distributed`` drives one device; where they share a
-GPU, lax's variant runs through our NCCL library (NVIDIA's refuses a shared GPU) and our gradient sums run in place
-on XLA's buffers where the runtime maps the processes' allocations (``JAX_MSCCLPP_MAP_CUMEM``, on by default).
+GPU, XLA's collectives (lax's variant, the loss's mean) run through our NCCL library (NVIDIA's refuses a shared
+GPU) and our gradient sums run in place on XLA's buffers where the runtime maps the processes' allocations
+(``JAX_MSCCLPP_MAP_CUMEM``, on by default).
 Every process reports a digest of its final weights: the replicas must be equal bit for bit, and two runs that
 differ only in how the bytes travel (in place or through scratch) print the same digest.
 """
