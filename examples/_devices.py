@@ -2,7 +2,8 @@
 
 With no GPU in sight (JAX_PLATFORMS, else /dev/nvidia*), ``configure_cpu_devices`` gives XLA 8 virtual CPU devices;
 ``--cpu-devices N`` on the command line sets the count whatever the platform, and a count already in XLA_FLAGS is
-kept. ``add_common_arguments`` gives every example the same ``--dtype``, ``--tp``, ``--cpu-devices`` and ``--seed``.
+kept. ``add_common_arguments`` gives every example the same ``--dtype``, ``--tp``, ``--cpu-devices`` and ``--seed``;
+``placed`` makes a global array of host data, as every process of a multi-process run holds it.
 """
 
 import argparse
@@ -63,3 +64,11 @@ def tensor_parallel_devices(tp: int | None) -> tuple:
     if degree > len(devices):
         sys.exit(f"--tp {degree} needs {degree} devices; {len(devices)} {platform} devices are here")
     return devices, platform, degree
+
+
+def placed(host, sharding):
+    """A global array of ``host`` (a numpy array, the same in every process) laid out by ``sharding``: each device
+    gets its slice, so this works unchanged in one process and in several."""
+    import jax
+
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

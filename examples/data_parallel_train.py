@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 
-from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, placed  # examples/_devices.py
 
 configure_cpu_devices(sys.argv[1:])
 
@@ -170,11 +170,6 @@ def max_rel_diff(a, b) -> float:
         worst = max(worst, float(np.max(np.abs(u64 - v64))))
         scale = max(scale, float(np.max(np.abs(v64))))
     return worst / scale
-
-
-def placed(host: np.ndarray, sharding):
-    """A global array of ``host`` (the same on every process) with ``sharding``."""
-    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def measure(args) -> dict:

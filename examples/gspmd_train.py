@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 
-from _devices import DEFAULT_CPU_DEVICES, add_common_arguments, gpu_expected  # examples/_devices.py
+from _devices import DEFAULT_CPU_DEVICES, add_common_arguments, gpu_expected, placed  # examples/_devices.py
 from _processes import initialize, launch, local_gpus  # examples/_processes.py
 
 LIBRARIES = ("ours", "real")
@@ -85,7 +85,7 @@ def train(args) -> None:
     specs = {"w1": P(None, "tp"), "w2": P("tp", None)}
 
     def place(value, spec):
-        return jax.make_array_from_callback(value.shape, NamedSharding(mesh, spec), lambda i: value[i])
+        return placed(value, NamedSharding(mesh, spec))
 
     params = [{k: place(v, specs[k]) for k, v in block.items()} for block in params]
     x, y = place(x, P("dp", None)), place(y, P("dp", None))

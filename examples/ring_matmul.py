@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 
-from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, placed  # examples/_devices.py
 from _processes import (add_process_arguments, combined_report, end_process, reports_of,  # examples/_processes.py
                         start_process)
 
@@ -124,9 +124,8 @@ def measure(args) -> dict:
             "w1": (rng.standard_normal((args.layers, d, f)) / np.sqrt(d)).astype(dtype),
             "w2": (rng.standard_normal((args.layers, f, d)) / np.sqrt(4 * f)).astype(dtype)}
     specs = {"x": P("sp", None), "w1": P(None, None, "sp"), "w2": P(None, "sp", None)}
-    placed = {k: jax.make_array_from_callback(v.shape, NamedSharding(mesh, specs[k]), lambda i, v=v: v[i])
-              for k, v in host.items()}
-    operands = (placed["x"], placed["w1"], placed["w2"])
+    arrays = {k: placed(v, NamedSharding(mesh, specs[k])) for k, v in host.items()}
+    operands = (arrays["x"], arrays["w1"], arrays["w2"])
     expected = reference(host["x"], host["w1"], host["w2"])
     scale = float(np.abs(expected).max())
     tolerance = 2e-2 if dtype == jnp.bfloat16 else 1e-4
