@@ -20,7 +20,11 @@
 //   waits on distinct channels: thread k waits on the k-th, then one block barrier;
 //   put_packets of one chunk count: one step; when they share the source, each thread reads a source word once
 //     and writes it to every destination;
-//   read_packets of one chunk count: one step.
+//   read_packets of one chunk count: one step;
+//   copies and puts on memory channels: one step whose chunks are copied together (copy_jobs: small chunks get
+//     warps of their own, so every chunk's loads are in flight at once where one operation after another would
+//     wait for each in turn). Operations between two barrier points touch no common chunk (lowering places a
+//     barrier before any conflict), so they may run in any order.
 // Before grouping, the host splits a memory put_with_signal into its put and its signal, and defers each signal
 // on a memory channel past the memory puts and signals that follow it in its thread block (never past any other
 // operation). A deferred signal releases at least what it released before and crosses no wait, so what the

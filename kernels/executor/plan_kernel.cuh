@@ -121,8 +121,9 @@ __device__ __forceinline__ void store8(char* p, uint32_t n, uint2 v) {
 // dsts[d][i] = srcs[0][i] (op) ... (op) srcs[nsrc-1][i], i < n, for every d: the result is stored from
 // registers into each destination (reduce_put). 16-byte vectors when every pointer allows. Each thread folds
 // kUnroll vectors at a time: the first two sources' loads issued together (2 x kUnroll loads in flight for the
-// common two-source reduce), then each further source's kUnroll loads; the sources are folded in their order, so
-// the result has the same bits as a one-vector-at-a-time fold.
+// common two-source reduce), then each further source's kUnroll loads; what is left (a small chunk: all of it)
+// one vector at a time, the source loop unrolled so that several sources' loads are in flight. The sources are
+// folded in their order, so the result has the same bits as a one-vector-at-a-time fold.
 template <class T, class Op>
 __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* const* srcs, int nsrc, uint64_t n,
                                              uint32_t tid, uint32_t nt) {
@@ -165,9 +166,11 @@ __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* con
         for (int u = 0; u < kUnroll; ++u) dp[i + u * nt] = a[u];
       }
     }
+    // The rest, one vector a thread at a time (unrolled, so several sources' loads are in flight together).
     for (; i < nvec; i += nt) {
       VecAccumulator<T, Op> acc;
       acc.init(s0[i]);
+#pragma unroll 4
       for (int s = 1; s < nsrc; ++s) acc.add(reinterpret_cast<const uint4*>(srcs[s])[i]);
       const uint4 r = acc.result();
       for (int d = 0; d < ndst; ++d) reinterpret_cast<uint4*>(dsts[d])[i] = r;
@@ -250,6 +253,27 @@ struct Block {
       const uint64_t n = min64(ld, ls);
       if (n != 0 && d != s) copy_bytes(d, s, n * g.es, tid, nt);
     }
+  }
+
+  // ops[0 .. group): copies and puts on memory channels, every chunk of them one copy job (copy_jobs: where the
+  // chunks are small each gets warps of its own, so their loads are in flight together). A copy onto itself moves
+  // nothing.
+  __device__ __forceinline__ void copies(const PlanOp* ops, int group, const PlanRef* refs) const {
+    int jobs = 0;
+    for (int k = 0; k < group; ++k) jobs += ops[k].count;
+    const auto job = [&](int j) {
+      int k = 0;
+      while (j >= ops[k].count) j -= ops[k++].count;
+      const PlanOp& op = ops[k];
+      const PlanRef* r = refs + op.ref;
+      uint64_t ls;
+      const char* s = g.local(r[1].buffer, r[1].index + j, ls);
+      if (op.code == pc::kPut) return CopyJob{remote(op.channel, r[0].index + j), s, min64(ls, g.ce) * g.es};
+      uint64_t ld;
+      char* d = g.local(r[0].buffer, r[0].index + j, ld);
+      return CopyJob{d, s, d == s ? 0 : min64(ld, ls) * g.es};
+    };
+    copy_jobs(jobs, g.ce * g.es, job, tid, nt);
   }
 
   // put / put_with_signal. Memory: thread stores into the peer's scratch (a put_with_signal on a memory channel
@@ -542,8 +566,14 @@ struct Block {
 // The rarer operations that do not depend on the element type: compiled once, called by every instantiation of
 // the kernel (keeps its 36 dtype/op instantiations small). The packet and synchronization steps, on the latency
 // path of small messages, are inlined in the kernel instead.
-__device__ __noinline__ void run_untyped(const Block& b, const PlanOp& op, const PlanRef* r,
+__device__ __noinline__ void run_untyped(const Block& b, const PlanOp* ops, int group, const PlanRef* refs,
                                          const SwitchChannelDeviceHandle& sw) {
+  const PlanOp& op = ops[0];
+  const PlanRef* r = refs + op.ref;
+  if (group > 1) {  // copies and memory puts: the only out-of-line operations the host groups
+    b.copies(ops, group, refs);
+    return;
+  }
   switch (op.code) {
     case pc::kCopy: b.copy(op, r); break;
     case pc::kPut: b.put(op, r, false); break;
@@ -611,7 +641,7 @@ __global__ void __launch_bounds__(kPlanMaxThreads)
         } else if (op.code == pc::kSwitchReduce) {
           view.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw);
         } else {
-          run_untyped(view, op, s_refs + op.ref, ctx.sw);
+          run_untyped(view, s_ops + i, group, s_refs, ctx.sw);
         }
         break;
       }

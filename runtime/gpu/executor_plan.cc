@@ -138,6 +138,10 @@ void schedule_groups(ThreadBlockImage& tb) {
                           [](const jax_mscclpp::PlanOp& op) { return op.code == pcodes::kPut; });
     i = j == i ? i + 1 : j;
   }
+  // Plain copies, local or into a peer's scratch through a memory channel: one copy step (executor.h, "Groups").
+  auto copies_together = [&](const jax_mscclpp::PlanOp& op) {
+    return op.code == pcodes::kCopy || (op.code == pcodes::kPut && on_memory(op));
+  };
   auto same_source = [&](const jax_mscclpp::PlanOp& a, const jax_mscclpp::PlanOp& b) {
     const PlanRef &x = tb.refs[a.ref + 1], &y = tb.refs[b.ref + 1];
     return x.buffer == y.buffer && x.index == y.index;
@@ -152,6 +156,8 @@ void schedule_groups(ThreadBlockImage& tb) {
       while (j < ops.size() && ops[j].code == pcodes::kWait && channels.insert(ops[j].channel).second) ++j;
     } else if (a.code == pcodes::kPutPackets || a.code == pcodes::kReadPackets) {
       while (j < ops.size() && ops[j].code == a.code && ops[j].count == a.count) ++j;
+    } else if (copies_together(a)) {
+      while (j < ops.size() && copies_together(ops[j])) ++j;
     }
     ops[i].group = static_cast<int16_t>(j - i);
     bool shared = a.code == pcodes::kPutPackets;
