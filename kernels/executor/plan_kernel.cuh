@@ -245,33 +245,34 @@ struct Block {
   }
 
   // ---- data movement ----
+  // Chunk t of a copy, or of a put on a memory channel (into the peer's scratch), as a copy job: no bytes for a
+  // copy onto itself or past the buffer's end.
+  __device__ __forceinline__ CopyJob chunk_copy(const PlanOp& op, const PlanRef* r, int t) const {
+    uint64_t ls;
+    const char* s = g.local(r[1].buffer, r[1].index + t, ls);
+    if (op.code != pc::kCopy) return CopyJob{remote(op.channel, r[0].index + t), s, min64(ls, g.ce) * g.es};
+    uint64_t ld;
+    char* d = g.local(r[0].buffer, r[0].index + t, ld);
+    return CopyJob{d, s, d == s ? 0 : min64(ld, ls) * g.es};
+  }
+
+  // One copy or memory put: its chunks one after another, with every thread.
   __device__ __forceinline__ void copy(const PlanOp& op, const PlanRef* r) const {
     for (int t = 0; t < op.count; ++t) {
-      uint64_t ld, ls;
-      char* d = g.local(r[0].buffer, r[0].index + t, ld);
-      const char* s = g.local(r[1].buffer, r[1].index + t, ls);
-      const uint64_t n = min64(ld, ls);
-      if (n != 0 && d != s) copy_bytes(d, s, n * g.es, tid, nt);
+      const CopyJob c = chunk_copy(op, r, t);
+      if (c.bytes != 0) copy_bytes(c.dst, c.src, c.bytes, tid, nt);
     }
   }
 
   // ops[0 .. group): copies and puts on memory channels, every chunk of them one copy job (copy_jobs: where the
-  // chunks are small each gets warps of its own, so their loads are in flight together). A copy onto itself moves
-  // nothing.
+  // chunks are small each gets warps of its own, so their loads are in flight together).
   __device__ __forceinline__ void copies(const PlanOp* ops, int group, const PlanRef* refs) const {
     int jobs = 0;
     for (int k = 0; k < group; ++k) jobs += ops[k].count;
     const auto job = [&](int j) {
       int k = 0;
       while (j >= ops[k].count) j -= ops[k++].count;
-      const PlanOp& op = ops[k];
-      const PlanRef* r = refs + op.ref;
-      uint64_t ls;
-      const char* s = g.local(r[1].buffer, r[1].index + j, ls);
-      if (op.code == pc::kPut) return CopyJob{remote(op.channel, r[0].index + j), s, min64(ls, g.ce) * g.es};
-      uint64_t ld;
-      char* d = g.local(r[0].buffer, r[0].index + j, ld);
-      return CopyJob{d, s, d == s ? 0 : min64(ld, ls) * g.es};
+      return chunk_copy(ops[k], refs + ops[k].ref, j);
     };
     copy_jobs(jobs, g.ce * g.es, job, tid, nt);
   }
@@ -282,12 +283,7 @@ struct Block {
   __device__ __forceinline__ void put(const PlanOp& op, const PlanRef* r, bool with_signal) const {
     const int c = op.channel;
     if (!is_port(c)) {
-      for (int t = 0; t < op.count; ++t) {
-        uint64_t ls;
-        const char* s = g.local(r[1].buffer, r[1].index + t, ls);
-        const uint64_t n = min64(ls, g.ce);
-        if (n != 0) copy_bytes(remote(c, r[0].index + t), s, n * g.es, tid, nt);
-      }
+      copy(op, r);
       return;
     }
     const bool staged = r[1].buffer != pc::kScratch;
