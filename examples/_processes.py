@@ -99,6 +99,28 @@ def combined_report(reports: list, passed: str, largest: tuple) -> dict:
     return report
 
 
+def replicas_agree(reports: list, key: str) -> bool:
+    """Whether every process's ``key`` (a digest of values every process holds whole) equals the first process's, in
+    every ``results`` row that ran."""
+    first = reports[0]["results"]
+    return all(r["results"][i][key] == row[key] for r in reports for i, row in enumerate(first)
+               if row.get("ran", True))
+
+
+def print_between_processes(report: dict, key: str, what: str) -> None:
+    """The digests ``key`` of each variant's row (as ``{variant: digest}`` or one digest per row labelled by its
+    ``collectives``) and how our calls between the processes ran, as ``end_process`` counted them."""
+    for row in report["results"]:
+        if not row.get("ran", True):
+            continue
+        value = row[key]
+        shown = (", ".join(f"{v} {d[:16]}" for v, d in value.items()) if isinstance(value, dict)
+                 else f"{row.get('collectives', '')} {value[:16]}".strip())
+        print(f"{row.get('config', 'run')}: {what} sha256 {shown}")
+    if "in_place_between_processes" in report:
+        print(f"our calls between processes: {report['in_place_between_processes']}")
+
+
 def initialize(port: int, processes: int, process_id: int) -> None:
     import jax
 
@@ -132,14 +154,23 @@ def start_process(args) -> bool:
 
 
 def end_process(args, report: dict) -> None:
-    """What ``measure(args)`` does after its last JAX computation: in one of several processes, the calls our NCCL
-    library counted (where it ran XLA's collectives) into ``report``, and ``jax.distributed`` shut down."""
+    """What ``measure(args)`` does after its last JAX computation: in one of several processes, how our calls
+    between the processes ran (``in_place_between_processes``: in place on XLA's buffers or through scratch, over
+    every communicator of ours the process used) and the calls our NCCL library counted (where it ran XLA's
+    collectives: ``nccl_library_calls``, its in-place kernel as algorithm "in_place") into ``report``, and
+    ``jax.distributed`` shut down."""
     if args.processes == 1:
         return
     import jax
 
     import jax_mscclpp
 
+    counts = [comm.in_place_between_processes() for comm in jax_mscclpp.Communicator.live() if comm.platform == "gpu"]
+    if counts:
+        report["in_place_between_processes"] = {
+            "in_place": sum(c["in_place"] for c in counts),
+            "through_scratch": sum(c["through_scratch"] for c in counts),
+            "unavailable": sorted({c["unavailable"] for c in counts if c["unavailable"]})}
     if jax_mscclpp.nccl_backend.runs_collectives():
         report["nccl_library_calls"] = jax_mscclpp.nccl_backend.call_counts()
     jax.distributed.shutdown()

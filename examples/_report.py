@@ -6,6 +6,7 @@ Imported after JAX (``header`` reads the devices and versions of the running pro
 """
 
 import datetime
+import hashlib
 import json
 import os
 import platform as host_platform
@@ -61,6 +62,17 @@ def header(example: str, devices, **device_fields) -> dict:
                     **device_fields},
         "versions": versions,
     }
+
+
+def digest(arrays) -> str:
+    """SHA-256 over the bytes of ``arrays`` (numpy or JAX arrays of this process, in order), bit for bit: two runs
+    that differ only in how the bytes travel between devices print the same digest."""
+    import numpy as np
+
+    sha = hashlib.sha256()
+    for a in arrays:
+        sha.update(np.ascontiguousarray(np.asarray(a)).tobytes())
+    return sha.hexdigest()
 
 
 def write(report: dict, path: str | None) -> None:

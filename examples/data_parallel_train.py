@@ -30,7 +30,6 @@ differ only in how the bytes travel (in place or through scratch) print the same
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import statistics
 import sys
@@ -49,7 +48,8 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
 import _report  # noqa: E402  (examples/_report.py)
-from _processes import add_process_arguments, end_process, reports_of, start_process  # noqa: E402
+from _processes import (add_process_arguments, end_process, print_between_processes, replicas_agree,  # noqa: E402
+                        reports_of, start_process)
 
 # name: (layers, width, batch per device). Gradient bytes: layers * width^2 * 2 (bf16) plus the biases.
 CONFIGS = {
@@ -156,10 +156,7 @@ def local_leaves(params) -> list:
 
 def weights_digest(params) -> str:
     """SHA-256 of this process's copy of the weights, bit for bit."""
-    digest = hashlib.sha256()
-    for leaf in local_leaves(params):
-        digest.update(np.ascontiguousarray(leaf).tobytes())
-    return digest.hexdigest()
+    return _report.digest(local_leaves(params))
 
 
 def max_rel_diff(a, b) -> float:
@@ -246,14 +243,6 @@ def measure(args) -> dict:
         "profiles": profiles,
         "passed": passed,
     }
-    if args.processes > 1 and plat == "gpu" and "mscclpp" in variants:
-        # How our gradient sums between the processes ran, over the communicators they used (XLA's stream's and,
-        # with --overlap, the side stream's): in place on XLA's buffers, or through scratch.
-        counts = [comm.in_place_between_processes() for comm in jm.Communicator.live()]
-        report["in_place_between_processes"] = {
-            "in_place": sum(c["in_place"] for c in counts),
-            "through_scratch": sum(c["through_scratch"] for c in counts),
-            "unavailable": sorted({c["unavailable"] for c in counts if c["unavailable"]})}
     end_process(args, report)
     return report
 
@@ -266,17 +255,12 @@ def main(argv=None) -> int:
         return 0
     # Each process checked its own replica; the replicas of every variant must also be equal bit for bit.
     report = reports[0]
-    replicas_equal = all(r["results"][i]["weights_sha256"] == row["weights_sha256"]
-                         for r in reports for i, row in enumerate(report["results"]))
+    replicas_equal = replicas_agree(reports, "weights_sha256")
     report["passed"] = all(r["passed"] for r in reports) and replicas_equal
     if args.processes > 1:
         report["replicas_equal"] = replicas_equal
-        for row in report["results"]:
-            digests = ", ".join(f"{v} {d[:16]}" for v, d in row["weights_sha256"].items())
-            print(f"{row['config']}: final weights sha256 {digests}; the {args.processes} replicas "
-                  f"{'equal' if replicas_equal else 'DIFFER'}")
-        if "in_place_between_processes" in report:
-            print(f"our calls between processes: {report['in_place_between_processes']}")
+        print_between_processes(report, "weights_sha256", "final weights")
+        print(f"the {args.processes} replicas {'equal' if replicas_equal else 'DIFFER'}")
     _report.write(report, args.out)
     print("PASS: same weights" if report["passed"] else
           "FAIL: the weights differ (between the variants or the replicas)")

@@ -70,6 +70,8 @@ def train(args) -> None:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+    import _report  # examples/_report.py
+
     if args.processes > 1 and args.worker != "cpu":
         initialize(args.port, args.processes, args.process_id)
     devices = jax.devices()
@@ -115,9 +117,14 @@ def train(args) -> None:
     weights = {f"{i}.{k}": [(tuple((s.start or 0) for s in shard.index), np.asarray(shard.data, np.float32).tolist())
                             for shard in v.addressable_shards]
                for i, block in enumerate(params) for k, v in block.items()}
+    # This process's shards bit for bit: equal between two runs that differ only in how the bytes travel
+    # (JAX_MSCCLPP_MAP_CUMEM=0: our library's calls between the processes through scratch, else in place).
+    shards = [shard.data for block in params for name in sorted(block)
+              for shard in sorted(block[name].addressable_shards, key=lambda s: [i.start or 0 for i in s.index])]
     result = {"library": args.worker, "platform": devices[0].platform, "devices": len(devices),
               "processes": args.processes, "mesh": dict(mesh.shape), "collectives_inserted": inserted,
-              "median_step_ms": 1e3 * statistics.median(times[1:] or times), "losses": losses, "weights": weights}
+              "median_step_ms": 1e3 * statistics.median(times[1:] or times), "losses": losses, "weights": weights,
+              "weights_sha256": _report.digest(shards)}
     if args.worker == "ours":
         from jax_mscclpp import nccl_backend
 
@@ -210,6 +217,8 @@ def main(argv=None) -> int:
               f"final loss {first_process['losses'][-1]:.6f}")
         if name == "ours":
             print(f"    calls on our runtime: {results[0]['calls']}")
+        if len(results) > 1:
+            print("    final weights sha256 by process: " + ", ".join(r["weights_sha256"][:16] for r in results))
     report = {"example": "gspmd_train", "args": {k: v for k, v in vars(args).items() if k not in
                                                  ("worker", "process_id", "port", "result")},
               "runs": {name: [{k: v for k, v in r.items() if k != "weights"} for r in results]

@@ -38,8 +38,8 @@ import math
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
-from _processes import (add_process_arguments, combined_report, end_process, reports_of,  # examples/_processes.py
-                        start_process)
+from _processes import (add_process_arguments, combined_report, end_process, print_between_processes,  # examples/_processes.py
+                        replicas_agree, reports_of, start_process)
 
 
 def _one_process(argv) -> bool:
@@ -310,6 +310,7 @@ def measure(args) -> dict:
                         "grad_rel_error_by_param": by_param,
                         "rows_dropped": int(host_value(mesh, dropped).sum()),
                         "routing_agreement": agree, "rows_sent": sizes.tolist(), "bytes_per_device": moved,
+                        "outputs_sha256": _report.digest([y] + [grads[name] for name in sorted(grads)]),
                         "passed": ok})
 
     report = {
@@ -388,6 +389,13 @@ def main(argv=None) -> int:
         report["mscclpp_vs_lax_max_rel_error"] = max(r["mscclpp_vs_lax_max_rel_error"] for r in reports)
     report["passed"] = all(r["passed"] for r in reports)
     print_report(report)
+    if args.processes > 1:
+        # Every process gathered the whole outputs and gradients: equal bit for bit, and equal to another run's
+        # where only how the bytes travel differs (JAX_MSCCLPP_MAP_CUMEM=0: through scratch).
+        report["replicas_equal"] = replicas_agree(reports, "outputs_sha256")
+        report["passed"] &= report["replicas_equal"]
+        print_between_processes(report, "outputs_sha256", "outputs and gradients")
+        print(f"the {args.processes} processes' outputs {'equal' if report['replicas_equal'] else 'DIFFER'}")
     _report.write(report, args.out)
     print("PASS" if report["passed"] else "FAIL")
     return 0 if report["passed"] else 1
