@@ -12,8 +12,10 @@
 #include <cstring>
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <mutex>
 #include <new>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -29,6 +31,16 @@ constexpr uint64_t kMapFailed = 1ull << 63;               // in a reader's mappe
 constexpr uint64_t kReachable = 1, kUnreachable = 2;      // a call word's low bits
 
 std::atomic<uint64_t> g_outboxes{0};
+
+// A fresh outbox name (also its Unix socket's, in the abstract namespace). The process id alone does not make it
+// unique: /dev/shm and the abstract socket namespace may be shared with processes of other PID namespaces
+// (containers on one host), and an outbox a killed process left behind keeps its name; a random part does.
+std::string outbox_name() {
+  std::random_device random;
+  char nonce[17];
+  std::snprintf(nonce, sizeof nonce, "%08x%08x", static_cast<unsigned>(random()), static_cast<unsigned>(random()));
+  return "/jax_mscclpp." + std::to_string(getpid()) + "." + std::to_string(g_outboxes.fetch_add(1)) + "." + nonce;
+}
 
 // One mapping per allocation of another process, whatever communicator of this process reaches it: CUDA IPC opens
 // an allocation once per process.
@@ -186,8 +198,12 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the outbox's words ar
 AllocationExchange::AllocationExchange(int rank, int nranks, int device, bool map_cumem)
     : rank_(rank), nranks_(nranks), device_(device) {
   if (nranks > kDirectPeers) throw std::runtime_error("jax_mscclpp: more ranks than the in-place kernel reaches");
-  name_ = "/jax_mscclpp." + std::to_string(getpid()) + "." + std::to_string(g_outboxes.fetch_add(1));
-  const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  int fd = -1;
+  for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {  // a name taken already: another draw
+    name_ = outbox_name();
+    fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) throw std::runtime_error("jax_mscclpp: shm_open(" + name_ + ") failed: " + std::strerror(errno));
   void* at = ftruncate(fd, sizeof(Outbox)) == 0
                  ? mmap(nullptr, sizeof(Outbox), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
