@@ -1,7 +1,7 @@
 """Where a small plan call's time goes: our DSL's two-phase all-reduces against the hand-written kernels, and the
 same plans cut down, on the same virtual ranks of one GPU.
 
-    python bench/kernels/plan_fixed_cost.py [--out FILE] [--instances 1,16] [--variants full,no_operations]
+    python bench/kernels/plan_fixed_cost.py [--out FILE] [--instances 1,16] [--variants full,no_operations] [--protocols LL]
 
 For each case (LL packets: 2 ranks at 4 and 64 KiB a rank, 8 ranks at 4 and 64 KiB; puts and signals: 2 and 8
 ranks at 64 KiB, 1 and 16 MiB) and instance count whose blocks fit the GPU at once (others are skipped, said on
@@ -62,6 +62,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--instances", default="1,16")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
+    ap.add_argument("--protocols", default="LL,HB", help="the cases of these protocols only (comma-separated)")
     add_timing_arguments(ap)
     args = ap.parse_args()
     cuda = native_cuda()
@@ -72,6 +73,8 @@ def main() -> None:
     variants = {name: VARIANTS[name] for name in args.variants.split(",")}
     rows = []
     for protocol, program, kernel, n, sizes in CASES:
+        if protocol not in args.protocols.split(","):
+            continue
         kernel_timed = False
         for k in instances:
             lowered = library.PROGRAMS[program](n).lower(instances=k)

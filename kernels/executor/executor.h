@@ -80,6 +80,14 @@ enum ChannelKind : int32_t {
 };
 }  // namespace plan_codes
 
+// The operations the plan kernel runs inline, on the latency path of small messages: LL packets and
+// synchronization. A plan of these only runs on the lean kernel, compiled without the out-of-line operations
+// (plan_kernel.cuh): less code to fetch and no stack frame.
+JAX_MSCCLPP_HOST_DEVICE_INLINE constexpr bool plan_op_runs_inline(uint8_t code) {
+  return code == plan_codes::kPutPackets || code == plan_codes::kReadPackets || code == plan_codes::kReducePackets ||
+         code == plan_codes::kSignal || code == plan_codes::kWait || code == plan_codes::kBarrier;
+}
+
 // Most references of one kind in one operation (sources, packet sources, remotes) and most switch members.
 constexpr int kPlanMaxOperands = 32;
 
@@ -145,7 +153,7 @@ struct DevicePlan {
   int32_t switch_channels; // switch channels the plan uses (the context must have a usable ctx.sw then)
   int32_t collective;      // the plan's collective (codes.def)
   uint32_t fingerprint;    // plan_fingerprint of its name: what the call check tells peers (call_check.cuh)
-  int32_t reserved;
+  int32_t inline_only;     // every operation is one the kernel runs inline (plan_op_runs_inline): the lean kernel
   const uint4* images;     // n_threadblocks images, image_bytes apart
 };
 

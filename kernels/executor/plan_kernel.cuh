@@ -575,15 +575,15 @@ __device__ __noinline__ void run_untyped(const Block& b, const PlanOp* ops, int 
     case pc::kPut: b.put(op, r, false); break;
     case pc::kPutWithSignal: b.put(op, r, true); break;
     case pc::kFlush: b.flush(op.channel); break;
-    case pc::kBarrier: __syncthreads(); break;
     case pc::kSwitchBroadcast: b.switch_broadcast(op, r, sw); break;
     default: __trap();  // the host validated every code
   }
 }
 
 // One launch: one piece of `block_count` elements of every block (blocks `block_stride` elements apart).
-// half0 / half1: byte offsets of the plan's two scratch halves; epoch parity picks one.
-template <class T, class Op>
+// half0 / half1: byte offsets of the plan's two scratch halves; epoch parity picks one. kInlineOnly: the lean
+// kernel of a plan whose operations all run inline (DevicePlan::inline_only), which leaves out the rest.
+template <class T, class Op, bool kInlineOnly>
 __global__ void __launch_bounds__(kPlanMaxThreads)
     plan_kernel(const __grid_constant__ CollectiveContext ctx, const __grid_constant__ DevicePlan plan,
                 const char* in, char* out, uint64_t block_count,
@@ -628,16 +628,21 @@ __global__ void __launch_bounds__(kPlanMaxThreads)
       case pc::kSignal: b.signal(s_ops + i, group); break;
       case pc::kWait: b.wait(s_ops + i, group); break;
       case pc::kReducePackets: b.reduce_packets<T, Op>(op, s_refs + op.ref); break;
+      case pc::kBarrier: __syncthreads(); break;
       default: {
-        // The out-of-line operations get a copy of the block's view: `b` itself never has its address taken, so
-        // it stays in registers (a volatile packet access would otherwise reload it from local memory).
-        const Block view = b;
-        if (op.code == pc::kReduce || op.code == pc::kReducePut) {
-          view.reduce_put<T, Op>(op, s_refs + op.ref);
-        } else if (op.code == pc::kSwitchReduce) {
-          view.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw);
+        if constexpr (kInlineOnly) {
+          __trap();  // the host runs a plan on this kernel only where every operation is inline
         } else {
-          run_untyped(view, s_ops + i, group, s_refs, ctx.sw);
+          // The out-of-line operations get a copy of the block's view: `b` itself never has its address taken,
+          // so it stays in registers (a volatile packet access would otherwise reload it from local memory).
+          const Block view = b;
+          if (op.code == pc::kReduce || op.code == pc::kReducePut) {
+            view.reduce_put<T, Op>(op, s_refs + op.ref);
+          } else if (op.code == pc::kSwitchReduce) {
+            view.switch_reduce<T, Op>(op, s_refs + op.ref, ctx.sw);
+          } else {
+            run_untyped(view, s_ops + i, group, s_refs, ctx.sw);
+          }
         }
         break;
       }
@@ -653,14 +658,16 @@ __global__ void __launch_bounds__(kPlanMaxThreads)
 template <class T, class Op>
 cudaError_t launch_plan_piece(const CollectiveContext& ctx, const DevicePlan& plan, const PlanPiece& piece,
                               cudaStream_t stream) {
-  plan_kernel<T, Op><<<plan.n_threadblocks, plan.threads, plan.image_bytes, stream>>>(
+  const auto kernel = plan.inline_only ? plan_kernel<T, Op, true> : plan_kernel<T, Op, false>;
+  kernel<<<plan.n_threadblocks, plan.threads, plan.image_bytes, stream>>>(
       ctx, plan, piece.in, piece.out, piece.block_count, piece.block_stride, piece.half0, piece.half1);
   return cudaGetLastError();
 }
 
 template <class T, class Op>
 cudaError_t plan_blocks_per_multiprocessor(const DevicePlan& plan, int* blocks) {
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, plan_kernel<T, Op>, plan.threads, plan.image_bytes);
+  const auto kernel = plan.inline_only ? plan_kernel<T, Op, true> : plan_kernel<T, Op, false>;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, plan.threads, plan.image_bytes);
 }
 
 }  // namespace jax_mscclpp

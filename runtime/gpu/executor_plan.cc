@@ -592,6 +592,10 @@ ExecutorPlan::ExecutorPlan(std::shared_ptr<const HostPlan> plan, const RankConte
   device_.switch_channels = builder.switch_channels_used();
   device_.collective = static_cast<int32_t>(P.collective);
   device_.fingerprint = plan_fingerprint(P.name.c_str());
+  device_.inline_only = std::all_of(images.begin(), images.end(), [](const ThreadBlockImage& tb) {
+    return std::all_of(tb.ops.begin(), tb.ops.end(),
+                       [](const jax_mscclpp::PlanOp& op) { return plan_op_runs_inline(op.code); });
+  });
   images_ = DeviceBuffer(ctx.device(), blob.size());
   JAX_MSCCLPP_CUDA_CHECK(cudaMemcpy(images_.get(), blob.data(), blob.size(), cudaMemcpyHostToDevice));
   device_.images = images_.get<const uint4>();
