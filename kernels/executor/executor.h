@@ -82,7 +82,8 @@ enum ChannelKind : int32_t {
 
 // The operations the plan kernel runs inline, on the latency path of small messages: LL packets and
 // synchronization. A plan of these only runs on the lean kernel, compiled without the out-of-line operations
-// (plan_kernel.cuh): less code to fetch and no stack frame.
+// (plan_kernel.cuh): less code and no spills (ptxas, sm_90, float32 sum: an 88-byte stack frame where the full
+// kernel's is 848 bytes with 200 of spill stores).
 JAX_MSCCLPP_HOST_DEVICE_INLINE constexpr bool plan_op_runs_inline(uint8_t code) {
   return code == plan_codes::kPutPackets || code == plan_codes::kReadPackets || code == plan_codes::kReducePackets ||
          code == plan_codes::kSignal || code == plan_codes::kWait || code == plan_codes::kBarrier;
