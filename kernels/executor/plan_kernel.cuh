@@ -186,8 +186,10 @@ __device__ __noinline__ void reduce_store(T* const* dsts, int ndst, const T* con
 
 // The first kRegisterOperands operands of an operation (destinations of put_packets, packet sources and remote
 // destinations of reduce_packets) are kept in registers (constant indices after unrolling); further ones are
-// recomputed from the image as they are needed.
-constexpr int kRegisterOperands = 8;
+// recomputed from the image as they are needed. One: every unrolled operand copies the packet loop's body, and on
+// the latency path of small messages the kernel's time goes to fetching its code (8 unrolled operands made a
+// 2-rank 4 KiB all-reduce's put and reduce steps 0.3 and 0.5 us slower; kernels/README.md).
+constexpr int kRegisterOperands = 1;
 constexpr int kRegisterSources = 2;  // plain (non-packet) sources of reduce_packets: usually the rank's own input
 
 // One thread block's view of its plan during a call.
