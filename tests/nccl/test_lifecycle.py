@@ -111,7 +111,9 @@ def test_non_blocking_init(our_library, stand_in, tmp_path):
                         [{"NCCL_HOSTID": "a", "NONBLOCKING": "1"}, {"NCCL_HOSTID": "b", "NONBLOCKING": "1"}])
     for r in results:
         assert r["init"] == NCCL_IN_PROGRESS, "a non-blocking config's init returns at once"
-        assert r["async_states"][0] == NCCL_IN_PROGRESS and r["async_states"][-1] == NCCL_SUCCESS, r["async_states"]
+        # The states ncclCommGetAsyncError went through (each change once): in progress until the init is done, then
+        # success. The init may finish before the first poll, so the first may be success already.
+        assert r["async_states"] in ([NCCL_IN_PROGRESS, NCCL_SUCCESS], [NCCL_SUCCESS]), r["async_states"]
         assert "ncclCommInitRankConfig(version=23007,blocking=0,splitShare=0)" in r["calls"]
         assert r["allreduce"] == NCCL_SUCCESS and r["destroy"] == NCCL_SUCCESS
 
