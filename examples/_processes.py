@@ -26,6 +26,15 @@ from typing import Callable
 from _devices import gpu_expected  # examples/_devices.py
 
 
+def one_process(argv: list) -> bool:
+    """Whether ``argv`` runs one process (every device) rather than ``--processes N`` of one device each: only then
+    may the example ask for virtual CPU devices (``configure_cpu_devices``), before JAX is imported."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--processes", default="1")
+    value = pre.parse_known_args(argv)[0].processes
+    return not (value.isdigit() and int(value) > 1)
+
+
 def local_gpus() -> int:
     """The GPUs of this host (at least 1: processes on a machine without one run on its CPU)."""
     return max(1, len(glob.glob("/dev/nvidia[0-9]*")))

@@ -38,19 +38,10 @@ import math
 import sys
 
 from _devices import add_common_arguments, configure_cpu_devices  # examples/_devices.py
-from _processes import (add_process_arguments, combined_report, end_process, print_between_processes,  # examples/_processes.py
-                        replicas_agree, reports_of, start_process)
+from _processes import (add_process_arguments, combined_report, end_process, one_process,  # examples/_processes.py
+                        print_between_processes, replicas_agree, reports_of, start_process)
 
-
-def _one_process(argv) -> bool:
-    """Whether ``argv`` runs one process (every device) rather than ``--processes N`` of one device each."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--processes", default="1")
-    value = pre.parse_known_args(argv)[0].processes
-    return not (value.isdigit() and int(value) > 1)
-
-
-if _one_process(sys.argv[1:]):
+if one_process(sys.argv[1:]):
     configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)

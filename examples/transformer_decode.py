@@ -18,6 +18,16 @@ all-reduce, the residual add and the next RMSNorm in one kernel on GPUs) unless 
 row in another order than XLA's, so a greedy pick between two nearly equal logits can differ after some steps,
 and with ``--fused`` the logits are compared up to the first step whose tokens differ. ``--profile DIR`` profiles decode steps of each
 variant and prints, per step, GPU busy and idle time and the collective kernels' time.
+
+With ``--processes N`` each process drives one device under ``jax.distributed`` ('tp' spans the processes), builds
+the same weights and prompts from ``--seed``, and compares the logits shards it holds; the generated tokens, which
+every process holds whole, must be equal in every process. Each process prints a digest of its tokens and logits
+shards per variant: two runs that differ only in how our calls between the processes travel
+(``JAX_MSCCLPP_MAP_CUMEM=0``: through scratch) print the same digests. Where processes share a GPU, lax's variant
+runs through our NCCL library (NVIDIA's refuses a shared GPU) and their kernels take turns on the GPU: their step
+times measure that, not a link.
+
+    python examples/transformer_decode.py --processes 2 --preset tiny --batch 1,8 --out decode.json
 """
 
 from __future__ import annotations
@@ -28,9 +38,11 @@ import statistics
 import sys
 import time
 
-from _devices import add_common_arguments, configure_cpu_devices, tensor_parallel_devices  # examples/_devices.py
+from _devices import add_common_arguments, configure_cpu_devices, placed, tensor_parallel_devices  # examples/_devices.py
+from _processes import add_process_arguments, end_process, one_process, reports_of, start_process  # examples/_processes.py
 
-configure_cpu_devices(sys.argv[1:])
+if one_process(sys.argv[1:]):
+    configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
 import jax.numpy as jnp  # noqa: E402
@@ -81,6 +93,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--profile-batches", default=None,
                         help="comma-separated batch sizes to profile (default: every --batch)")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
+    add_process_arguments(parser)
     args = parser.parse_args(argv)
     try:
         args.batch = [int(b) for b in args.batch.split(",") if b.strip()]
@@ -88,6 +101,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--batch takes comma-separated integers, not {args.batch!r}")
     if not args.batch or min(args.batch) < 1 or args.steps < 1 or args.prompt_len < 1:
         parser.error("--batch sizes, --steps and --prompt-len must be positive")
+    if args.processes < 1:
+        parser.error("--processes must be positive")
+    if args.processes > 1 and args.tp not in (None, args.processes):
+        parser.error(f"--tp {args.tp}: with --processes {args.processes} the 'tp' axis is every process's device")
+    if args.processes > 1 and args.profile:
+        parser.error("--profile profiles one process: leave out --processes")
     return args
 
 
@@ -241,8 +260,8 @@ def generate(step, params, cfg, prompt, steps: int, dtype, mesh) -> dict:
     batch, prompt_len = prompt.shape
     max_len = prompt_len + steps
     replicated = NamedSharding(mesh, P())
-    positions = [jax.device_put(jnp.int32(t), replicated) for t in range(max_len)]
-    prompt_cols = [jax.device_put(jnp.asarray(prompt[:, t]), replicated) for t in range(prompt_len)]
+    positions = [placed(np.asarray(t, np.int32), replicated) for t in range(max_len)]
+    prompt_cols = [placed(np.ascontiguousarray(prompt[:, t]), replicated) for t in range(prompt_len)]
     cache = new_cache(cfg, batch, max_len, dtype, mesh)
 
     start = time.perf_counter()
@@ -268,9 +287,16 @@ def generate(step, params, cfg, prompt, steps: int, dtype, mesh) -> dict:
     return {
         "compile_s": compile_s,
         "step_s": times,
-        "tokens": np.stack([np.asarray(t) for t in tokens], axis=1),  # [B, steps]
-        "logits": logits,  # per step, [B, vocab] on the devices
+        "tokens": np.stack([np.asarray(t) for t in tokens], axis=1),  # [B, steps]: every process holds them whole
+        "logits": [local_shards(a) for a in logits],  # per step, this process's [B, vocab / tp] shards, in order
     }
+
+
+def local_shards(array) -> list:
+    """The shards of ``array`` this process holds, as numpy arrays, in the order of their first index (in one
+    process: every shard)."""
+    shards = sorted(array.addressable_shards, key=lambda s: tuple(i.start or 0 for i in s.index))
+    return [np.asarray(s.data) for s in shards]
 
 
 def profile_steps(step, params, cfg, prompt, steps: int, dtype, mesh, logdir: str) -> dict:
@@ -296,26 +322,41 @@ def profile_steps(step, params, cfg, prompt, steps: int, dtype, mesh, logdir: st
 
 
 def compare(ours: dict, ref: dict) -> dict:
-    """Tokens must match; logits are compared up to and including the first step whose tokens differ."""
+    """Tokens must match; logits (the shards this process holds) are compared up to and including the first step
+    whose tokens differ."""
     same = ours["tokens"] == ref["tokens"]
     mismatched_steps = np.nonzero(~same.all(axis=0))[0]
     first = int(mismatched_steps[0]) if mismatched_steps.size else None
     last = first if first is not None else len(ours["logits"]) - 1
     abs_diff, scale = 0.0, 0.0
-    for a, b in zip(ours["logits"][: last + 1], ref["logits"][: last + 1]):
-        a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-        abs_diff = max(abs_diff, float(np.max(np.abs(a - b))))
-        scale = max(scale, float(np.max(np.abs(b))))
+    for step_ours, step_ref in zip(ours["logits"][: last + 1], ref["logits"][: last + 1]):
+        for a, b in zip(step_ours, step_ref):
+            a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+            abs_diff = max(abs_diff, float(np.max(np.abs(a - b))))
+            scale = max(scale, float(np.max(np.abs(b))))
     return {
         "same_tokens": first is None,
         "first_mismatch_step": first,
         "mismatched_tokens": int((~same).sum()),
         "logits_max_abs_diff": abs_diff,
+        "logits_max_abs": scale,
         "logits_max_rel_diff": abs_diff / max(scale, 1e-30),
     }
 
 
-def run(args) -> dict:
+def judge(check: dict, tolerance: float, exact: bool) -> dict:
+    """``check`` (compare's) passed: the same tokens where the variants add in the same order (``exact``), and the
+    logits within ``tolerance`` of lax's largest."""
+    check["passed"] = (check["same_tokens"] or not exact) and check["logits_max_rel_diff"] <= tolerance
+    return check
+
+
+def measure(args) -> dict:
+    """Every variant at every batch size in this process (one of --processes N, or the only one): step times, and
+    each batch's comparison of the variants. Prints the step times as they come (the first process of several)."""
+    shared_gpu = start_process(args)
+    speaks = args.process_id == 0
+    say = print if speaks else (lambda *a, **k: None)
     devices, plat, tp = tensor_parallel_devices(args.tp)
     cfg = dict(PRESETS[args.preset])
     if args.layers is not None:
@@ -328,16 +369,19 @@ def run(args) -> dict:
     mesh = jax.sharding.Mesh(np.array(devices[:tp]), ("tp",))
     variants = ("mscclpp", "lax") if args.collectives == "both" else (args.collectives,)
 
-    print(f"preset {args.preset}: {cfg['layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads "
-          f"({cfg['n_kv_heads']} kv) x {cfg['head_dim']}, d_ff {cfg['d_ff']}, vocab {cfg['vocab']}; {dtype_name}; "
-          f"{tp} {plat} devices on 'tp'; prompt {args.prompt_len} + {args.steps} generated tokens")
+    processes = f" ({args.processes} processes)" if args.processes > 1 else ""
+    say(f"preset {args.preset}: {cfg['layers']} layers, d_model {cfg['d_model']}, {cfg['n_heads']} heads "
+        f"({cfg['n_kv_heads']} kv) x {cfg['head_dim']}, d_ff {cfg['d_ff']}, vocab {cfg['vocab']}; {dtype_name}; "
+        f"{tp} {plat} devices on 'tp'{processes}; prompt {args.prompt_len} + {args.steps} generated tokens")
     params = init_params(jax.random.key(args.seed), cfg, dtype, mesh)
     steps = {name: make_decode_step(cfg, mesh, name, fused=args.fused and name == "mscclpp") for name in variants}
     rng = np.random.default_rng(args.seed)
+    tolerance = LOGIT_TOLERANCE[dtype_name]
+    exact = not (args.fused and plat != "cpu")  # the composition on CPU gives lax's bits
 
     results, checks, profiles = [], [], []
-    print(f"{'batch':>5}  {'collectives':<11} {'compile s':>9}  {'median ms/step':>14}  {'p90 ms':>8}  "
-          f"{'tokens/s':>10}")
+    say(f"{'batch':>5}  {'collectives':<11} {'compile s':>9}  {'median ms/step':>14}  {'p90 ms':>8}  "
+        f"{'tokens/s':>10}")
     for batch in args.batch:
         prompt = rng.integers(0, cfg["vocab"], size=(batch, args.prompt_len), dtype=np.int32)
         runs = {}
@@ -354,23 +398,16 @@ def run(args) -> dict:
             p90 = float(np.percentile(times, 90))
             results.append({"batch": batch, "collectives": name, "compile_s": runs[name]["compile_s"],
                             "step_ms": [1e3 * t for t in times], "median_step_ms": 1e3 * median,
-                            "p90_step_ms": 1e3 * p90, "tokens_per_s": batch / median})
-            print(f"{batch:>5}  {name:<11} {runs[name]['compile_s']:>9.2f}  {1e3 * median:>14.3f}  "
-                  f"{1e3 * p90:>8.3f}  {batch / median:>10.1f}")
+                            "p90_step_ms": 1e3 * p90, "tokens_per_s": batch / median,
+                            "tokens_sha256": _report.digest([runs[name]["tokens"]]),
+                            "outputs_sha256": _report.digest([runs[name]["tokens"]] +
+                                                             [s for step in runs[name]["logits"] for s in step])})
+            say(f"{batch:>5}  {name:<11} {runs[name]['compile_s']:>9.2f}  {1e3 * median:>14.3f}  "
+                f"{1e3 * p90:>8.3f}  {batch / median:>10.1f}")
         if len(runs) == 2:
-            check = {"batch": batch, **compare(runs["mscclpp"], runs["lax"])}
-            tol = LOGIT_TOLERANCE[dtype_name]
-            exact = not (args.fused and plat != "cpu")  # the composition on CPU gives lax's bits
-            check["passed"] = (check["same_tokens"] or not exact) and check["logits_max_rel_diff"] <= tol
-            checks.append(check)
+            check = judge({"batch": batch, **compare(runs["mscclpp"], runs["lax"])}, tolerance, exact)
             check["speedup"] = _report.speedup(results[-1]["median_step_ms"], results[-2]["median_step_ms"])
-            tokens = f"same tokens ({batch} x {args.steps})" if check["same_tokens"] else (
-                f"DIFFERENT tokens ({check['mismatched_tokens']} of {batch} x {args.steps} differ, first at "
-                f"step {check['first_mismatch_step']})")
-            print(f"       batch {batch}: step time {_report.SPEEDUP} {check['speedup']:.2f}x; {tokens}; "
-                  f"logits max abs diff {check['logits_max_abs_diff']:.2e} "
-                  f"(rel {check['logits_max_rel_diff']:.2e}, tolerance {tol:g}) "
-                  f"{'PASS' if check['passed'] else 'FAIL'}")
+            checks.append(check)
         del runs
         if args.profile and (args.profile_batches is None or str(batch) in args.profile_batches.split(",")):
             for name in variants:
@@ -381,27 +418,78 @@ def run(args) -> dict:
 
                 print(format_summary(f"       profile batch {batch} {name}", summary))
 
-    passed = all(c["passed"] for c in checks)
-    if checks:
-        same = all(c["same_tokens"] for c in checks)
-        print(("PASS: mscclpp and lax produced the same tokens" if same else
-               "PASS: mscclpp and lax agree (close logits; fused norms' rounding changed some greedy picks)")
-              if passed else "FAIL: mscclpp and lax disagree (see above)")
-    return {
-        **_report.header("transformer_decode", devices, tp=tp),
+    report = {
+        **_report.header("transformer_decode", devices, tp=tp, processes=args.processes, shared_gpu=shared_gpu),
         "config": {"preset": args.preset, **cfg, "dtype": dtype_name, "prompt_len": args.prompt_len,
                    "steps": args.steps, "batches": args.batch, "collectives": list(variants), "fused": args.fused,
+                   "logits_tolerance": tolerance, "same_tokens_required": exact,
                    "xla_flags": os.environ.get("XLA_FLAGS", "")},
         "results": results,
         "checks": checks,
         "profiles": profiles,
-        "passed": passed,
     }
+    end_process(args, report)
+    return report
+
+
+def combine(reports: list) -> dict:
+    """The processes' reports as one: the first's step times; each batch's check over every process's logits shards
+    (the largest difference against the largest logit); the tokens, which every process holds whole, equal in every
+    process (``replicas_equal``); each process's digests (``outputs_sha256_by_process``)."""
+    report = reports[0]
+    config = report["config"]
+    for i, check in enumerate(report["checks"]):
+        mine = [r["checks"][i] for r in reports]
+        check["logits_max_abs_diff"] = max(c["logits_max_abs_diff"] for c in mine)
+        check["logits_max_abs"] = max(c["logits_max_abs"] for c in mine)
+        check["logits_max_rel_diff"] = check["logits_max_abs_diff"] / max(check["logits_max_abs"], 1e-30)
+        judge(check, config["logits_tolerance"], config["same_tokens_required"])
+    if len(reports) > 1:
+        report["replicas_equal"] = all(r["results"][i]["tokens_sha256"] == row["tokens_sha256"]
+                                       for r in reports for i, row in enumerate(report["results"]))
+        for i, row in enumerate(report["results"]):
+            row["outputs_sha256_by_process"] = [r["results"][i]["outputs_sha256"] for r in reports]
+    report["passed"] = all(c["passed"] for c in report["checks"]) and report.get("replicas_equal", True)
+    return report
+
+
+def print_checks(report: dict) -> None:
+    """Each batch's comparison of the variants, then the verdict."""
+    steps = report["config"]["steps"]
+    for check in report["checks"]:
+        batch = check["batch"]
+        tokens = f"same tokens ({batch} x {steps})" if check["same_tokens"] else (
+            f"DIFFERENT tokens ({check['mismatched_tokens']} of {batch} x {steps} differ, first at "
+            f"step {check['first_mismatch_step']})")
+        print(f"       batch {batch}: step time {_report.SPEEDUP} {check['speedup']:.2f}x; {tokens}; "
+              f"logits max abs diff {check['logits_max_abs_diff']:.2e} "
+              f"(rel {check['logits_max_rel_diff']:.2e}, tolerance {report['config']['logits_tolerance']:g}) "
+              f"{'PASS' if check['passed'] else 'FAIL'}")
+    if report["devices"]["shared_gpu"]:
+        print("processes share a GPU: their kernels take turns on it, so these step times measure that, not a link")
+    if "replicas_equal" in report:
+        for row in report["results"]:
+            by_process = ", ".join(d[:16] for d in row["outputs_sha256_by_process"])
+            print(f"batch {row['batch']} {row['collectives']}: tokens and logits shards sha256 by process: {by_process}")
+        if "in_place_between_processes" in report:
+            print(f"our calls between processes: {report['in_place_between_processes']}")
+        print(f"the {report['devices']['processes']} processes' tokens "
+              f"{'equal' if report['replicas_equal'] else 'DIFFER'}")
+    if report["checks"]:
+        same = all(c["same_tokens"] for c in report["checks"])
+        print(("PASS: mscclpp and lax produced the same tokens" if same else
+               "PASS: mscclpp and lax agree (close logits; fused norms' rounding changed some greedy picks)")
+              if report["passed"] else "FAIL: mscclpp and lax disagree (see above)")
 
 
 def main(argv=None) -> int:
+    argv = argv if argv is not None else sys.argv[1:]
     args = parse_args(argv)
-    report = run(args)
+    reports = reports_of(__file__, argv, args, measure, "transformer_decode run")
+    if not reports:
+        return 0
+    report = combine(reports)
+    print_checks(report)
     _report.write(report, args.out)
     return 0 if report["passed"] else 1
 

@@ -177,6 +177,25 @@ def test_moe_layer_in_processes(tmp_path):
     assert "PASS" in out.splitlines(), out
 
 
+def test_transformer_decode_in_processes(tmp_path):
+    """In 2 processes under jax.distributed (one CPU device each, 'tp' across them), both variants generate the same
+    tokens in every process, each process's logits shards agree, and each process reports its digests."""
+    report_file = tmp_path / "decode.json"
+    out = run_example("transformer_decode.py", ["--processes", "2", "--preset", "tiny", "--layers", "1", "--steps",
+                                                "2", "--prompt-len", "2", "--batch", "2", "--out", str(report_file)], 1)
+    assert "2 cpu devices on 'tp' (2 processes)" in out
+    assert re.search(r"batch 2: step time speedup \(lax/ours\) [0-9.]+x; same tokens .* PASS$", out, re.M), out
+    for name in ("mscclpp", "lax"):
+        assert re.search(rf"^batch 2 {name}: tokens and logits shards sha256 by process: [0-9a-f]{{16}}, "
+                         rf"[0-9a-f]{{16}}$", out, re.M), out
+    assert "the 2 processes' tokens equal" in out.splitlines(), out
+    report = json.loads(report_file.read_text())
+    assert report["passed"] and report["replicas_equal"] and report["devices"]["processes"] == 2
+    assert [len(row["outputs_sha256_by_process"]) for row in report["results"]] == [2, 2]
+    # The processes hold different logits shards.
+    assert report["results"][0]["outputs_sha256_by_process"][0] != report["results"][0]["outputs_sha256_by_process"][1]
+
+
 def test_model_bench(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-m", "jax_mscclpp.tools.bench.model", "--rows", "2", "--d-model", "32",
