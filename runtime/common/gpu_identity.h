@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,8 @@
 
 namespace jax_mscclpp {
 
-// The host (this_host_identity), the process, and the GPU: its UUID (16 bytes; "" without one) and its name.
+// The host (this_host_identity), the process (this_process_identity), and the GPU: its UUID (16 bytes; "" without
+// one) and its name.
 struct GpuIdentity {
   std::string host;
   int64_t process = 0;
@@ -32,6 +34,16 @@ inline std::string this_host_identity() {
   std::string boot_id;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
   return std::string(name) + boot_id;
+}
+
+// This process among the processes of its host, for telling whether two ranks (or a memory handle and its reader)
+// are of one process: its id and its PID namespace (/proc/self/ns/pid), hashed together as NVIDIA's NCCL does, since
+// processes of two containers on one host may have the same id. Equal in every call of one process; not a pid.
+inline int64_t this_process_identity() {
+  char space[128] = {};
+  const ssize_t length = readlink("/proc/self/ns/pid", space, sizeof(space) - 1);
+  const std::string key = std::to_string(getpid()) + "/" + (length > 0 ? std::string(space, length) : std::string());
+  return static_cast<int64_t>(std::hash<std::string>{}(key) & 0x7fffffffffffffffull);
 }
 
 // Whether two of `ranks` drive one physical GPU: the same host and GPU UUID (processes sharing a device, where

@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "driver_api.h"
+#include "gpu_identity.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
@@ -218,8 +219,8 @@ AllocationExchange::AllocationExchange(int rank, int nranks, int device, bool ma
   mine_->magic = kOutboxMagic;
   peers_.assign(nranks, nullptr);
   peer_names_.assign(nranks, "");
-  pids_.assign(nranks, -1);
-  pids_[rank] = static_cast<int64_t>(getpid());
+  processes_.assign(nranks, -1);
+  processes_[rank] = this_process_identity();
   peer_versions_.assign(nranks, 0);
   exports_.assign(kExportSlots, Export{});
   imports_.assign(nranks, std::vector<std::shared_ptr<Import>>(kExportSlots));
@@ -245,10 +246,10 @@ AllocationExchange::~AllocationExchange() {
   shm_unlink(name_.c_str());
 }
 
-void AllocationExchange::add_peer(int peer, const std::string& name, int64_t pid) {
+void AllocationExchange::add_peer(int peer, const std::string& name, int64_t process) {
   if (peer < 0 || peer >= nranks_ || peer == rank_) throw std::invalid_argument("jax_mscclpp: bad peer rank");
-  pids_[peer] = pid;
-  if (pid == pids_[rank_]) return;  // of this process: never reached through the exchange (covers_every_peer)
+  processes_[peer] = process;
+  if (process == processes_[rank_]) return;  // of this process: never reached through the exchange (covers_every_peer)
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
   if (fd < 0)
     throw std::runtime_error("jax_mscclpp: opening the outbox " + name + " of rank " + std::to_string(peer) +
@@ -496,7 +497,7 @@ uint64_t AllocationExchange::view_of(int slot, const void* ptr, int reader) cons
 bool AllocationExchange::covers_every_peer() const {
   std::set<int64_t> processes;
   for (int q = 0; q < nranks_; ++q)
-    if ((q != rank_ && peers_[q] == nullptr) || !processes.insert(pids_[q]).second) return false;
+    if ((q != rank_ && peers_[q] == nullptr) || !processes.insert(processes_[q]).second) return false;
   return nranks_ > 1;
 }
 

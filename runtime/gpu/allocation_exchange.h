@@ -63,9 +63,10 @@ class AllocationExchange {
   AllocationExchange& operator=(const AllocationExchange&) = delete;
 
   const std::string& name() const { return name_; }
-  // Records `peer`, a rank of this host in process `pid`, and maps its outbox where that is another process.
+  // Records `peer`, a rank of this host in `process` (this_process_identity() there), and maps its outbox where that
+  // is another process.
   // Throws std::runtime_error.
-  void add_peer(int peer, const std::string& name, int64_t pid);
+  void add_peer(int peer, const std::string& name, int64_t process);
   // Every rank is of its own process and every peer's outbox is open (one peer at least): calls may agree. A
   // function of every rank's endpoint, so the same on every rank. (Where a process drives several ranks, the ranks
   // of one process would wait for each other on the host, one thread perhaps serving several; such communicators
@@ -123,7 +124,7 @@ class AllocationExchange {
   Outbox* mine_ = nullptr;
   std::vector<Outbox*> peers_;  // null for this rank and where not (yet) added
   std::vector<std::string> peer_names_;
-  std::vector<int64_t> pids_;
+  std::vector<int64_t> processes_;  // by rank: this_process_identity() in its process
   std::vector<uint64_t> peer_versions_;
   std::vector<Export> exports_;
   std::map<uint64_t, int> slot_of_base_;

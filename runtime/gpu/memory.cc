@@ -11,12 +11,13 @@
 
 #include "check.h"
 #include "driver_api.h"
+#include "gpu_identity.h"
 
 namespace jax_mscclpp::cuda {
 namespace {
 
 constexpr uint32_t kMagic = 0x4A4D4D48;  // "JMMH"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 std::atomic<int> g_ipc_mappings{0};
 
 
@@ -72,7 +73,7 @@ MemoryHandle MemoryHandle::make(const void* ptr, size_t bytes, int device, bool 
   std::memset(&h, 0, sizeof(h));
   h.magic = kMagic;
   h.version = kVersion;
-  h.pid = static_cast<int64_t>(getpid());
+  h.process = this_process_identity();
   h.host_id = host_identity();
   h.device = device;
   h.address = reinterpret_cast<uint64_t>(ptr);
@@ -112,7 +113,7 @@ MemoryHandle MemoryHandle::deserialize(const std::string& bytes) {
 }
 
 bool MemoryHandle::same_process() const {
-  return pid == static_cast<int64_t>(getpid()) && host_id == host_identity();
+  return process == this_process_identity() && host_id == host_identity();
 }
 
 MappedMemory::MappedMemory(const MemoryHandle& h, int local_device) : bytes_(h.bytes), device_(local_device) {
@@ -136,8 +137,8 @@ MappedMemory::MappedMemory(const MemoryHandle& h, int local_device) : bytes_(h.b
     return;
   }
   if (!h.exported)
-    throw std::runtime_error("jax_mscclpp: memory of process " + std::to_string(h.pid) +
-                             " that CUDA IPC does not export (cuMem's) cannot be mapped in another process");
+    throw std::runtime_error("jax_mscclpp: memory of another process that CUDA IPC does not export (cuMem's) cannot "
+                             "be mapped in this one");
   DeviceGuard g(local_device);
   JAX_MSCCLPP_CUDA_CHECK(cudaIpcOpenMemHandle(&ipc_base_, h.ipc, cudaIpcMemLazyEnablePeerAccess));
   ptr_ = static_cast<char*>(ipc_base_) + h.offset;

@@ -48,7 +48,7 @@ class DeviceBuffer {
 struct MemoryHandle {
   uint32_t magic;
   uint32_t version;
-  int64_t pid;
+  int64_t process;  // the owner's this_process_identity()
   uint64_t host_id;
   int32_t device;
   int32_t exported;  // 1: `ipc` names the allocation (a process other than the owner can map it)
@@ -94,7 +94,7 @@ class MappedMemory {
 // Mappings opened through cudaIpcOpenMemHandle and not yet closed (teardown checks).
 int live_ipc_mappings();
 
-// Identifies this machine boot (same-process detection next to the pid).
+// Identifies this machine boot (same-process detection beside the process identity, gpu_identity.h).
 uint64_t host_identity();
 
 }  // namespace jax_mscclpp::cuda

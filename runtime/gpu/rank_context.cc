@@ -123,7 +123,7 @@ void RankContext::connect(int peer, const std::string& remote) {
   peer_scratch_[peer] = MappedMemory(scratch, opts_.device);
   peer_pool_[peer] = MappedMemory(pool, opts_.device);
   if (allocations_ && h.outbox[0] != '\0' && pool.host_id == host_identity())
-    allocations_->add_peer(peer, std::string(h.outbox, strnlen(h.outbox, sizeof(h.outbox))), pool.pid);
+    allocations_->add_peer(peer, std::string(h.outbox, strnlen(h.outbox, sizeof(h.outbox))), pool.process);
 }
 
 bool RankContext::connected(int peer) const {

@@ -12,7 +12,7 @@ namespace jax_mscclpp::cuda {
 GpuIdentity local_gpu_identity(int device, cudaError_t* error) {
   GpuIdentity mine;
   mine.host = this_host_identity();
-  mine.process = static_cast<int64_t>(getpid());
+  mine.process = this_process_identity();
   cudaDeviceProp properties{};
   const cudaError_t queried = device >= 0 ? cudaGetDeviceProperties(&properties, device) : cudaErrorInvalidDevice;
   if (queried == cudaSuccess) {

@@ -6,6 +6,7 @@ inits inside a group from one thread, ncclGroupSimulateEnd, and errors reported 
 and the comparison themselves through the harness module's bindings. What needs a GPU: tests/gpu/test_nccl_lifecycle.py."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -186,6 +187,28 @@ def test_backend_decision(harness):
     differ = [("h", 1, UUID_A, "", "", FIELDS), ("g", 2, UUID_B, "", "", FIELDS[:1] + [("channels per peer", "8")])]
     agreed, text, *_ = harness.choose_backend(differ)
     assert not agreed and text.startswith("rank 1 has no JAX_MSCCLPP_SCRATCH_BYTES, rank 0 has")
+
+
+PROCESS_IDENTITY = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.harness import native_module; "
+                    "import os; print(os.getpid(), native_module().this_process_identity())")
+
+
+def test_process_identity_tells_processes_apart(harness):
+    """Equal in every call of one process, different in another; two processes with the same pid in two PID
+    namespaces (containers on one host) differ too, where this machine lets a process make one."""
+    mine = harness.this_process_identity()
+    assert mine == harness.this_process_identity() and mine >= 0
+    other = subprocess.run([sys.executable, "-c", PROCESS_IDENTITY, str(ROOT)], capture_output=True, text=True,
+                           timeout=120, check=True).stdout.split()
+    assert int(other[1]) != mine
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here to make a PID namespace")
+    in_namespaces = [subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", PROCESS_IDENTITY, str(ROOT)],
+                                    capture_output=True, text=True, timeout=120) for _ in range(2)]
+    if any(p.returncode != 0 for p in in_namespaces):
+        pytest.skip("this machine lets no process make a PID namespace (unshare --pid)")
+    (pid_a, id_a), (pid_b, id_b) = (p.stdout.split() for p in in_namespaces)
+    assert pid_a == pid_b == "1" and id_a != id_b
 
 
 def test_identity_frames_are_checked(harness):

@@ -146,6 +146,8 @@ void register_bootstrap(nb::module_& m) {
       "The host of an identity frame; RuntimeError naming the rank for bytes that are not one.");
   m.def("this_host_identity", &jax_mscclpp::this_host_identity,
         "NCCL_HOSTID where set, else the host name and the boot id.");
+  m.def("this_process_identity", &jax_mscclpp::this_process_identity,
+        "This process among its host's: its id and its PID namespace, hashed.");
   m.def(
       "nccl_timeout_policy",
       [] {
