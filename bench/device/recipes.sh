@@ -37,6 +37,9 @@
 #   nccl_traffic     the NCCL library's all-reduce, all-gather and reduce-scatter on 2, 4 and 8 ranks of one process
 #                    at 64 KiB, 16 MiB and 256 MiB, in windows (in place) and not, and the JAX path's kernel, with
 #                    the DRAM bytes of one call under ncu (bench/kernels/nccl_traffic_record.py; COMMIT names the tree)
+#   traffic_processes  the DRAM bytes of a call between 2 and 4 processes sharing GPU 0 (the JAX path's and XLA's
+#                    through our library, in place and through scratch) under CUPTI's PM sampling
+#                    (bench/kernels/traffic_between_processes.py; COMMIT names the tree)
 #   host_time        host time of one call, entry to launch: the JAX path's call entry on 2, 4 and 8 virtual ranks,
 #                    an NCCL call of ours on 1, 2 and 4 ranks of one process and of NVIDIA's on one rank
 #                    (bench/kernels/host_time.py; COMMIT names the tree)
@@ -125,9 +128,11 @@ front_ends() { COMMIT=${COMMIT:-} python3 bench/kernels/front_ends.py --out "$OU
 plan_fixed_cost() { COMMIT=${COMMIT:-} python3 bench/kernels/plan_fixed_cost.py --out "$OUT/plan-fixed-cost.json"; }
 host_time() { python3 bench/kernels/host_time.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 nccl_traffic() { python3 bench/kernels/nccl_traffic_record.py --ncu ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
+traffic_processes() { python3 bench/kernels/traffic_between_processes.py ${COMMIT:+--commit "$COMMIT"} --out "$OUT"; }
 
 RECIPES="build prebuilt gpu_suite bench_auto bench_all model decode train soak soak_shared churn faults stop_mode"
-RECIPES+=" copy_engine nccl_clients kernel_record ragged_record nccl_traffic host_time front_ends plan_fixed_cost"
+RECIPES+=" copy_engine nccl_clients kernel_record ragged_record nccl_traffic traffic_processes host_time front_ends"
+RECIPES+=" plan_fixed_cost"
 [ $# -eq 0 ] && set -- list
 for recipe in "$@"; do
   if [ "$recipe" = list ]; then
