@@ -36,8 +36,11 @@ import sys
 import time
 
 from _devices import add_common_arguments, configure_cpu_devices, placed  # examples/_devices.py
+from _processes import (add_process_arguments, end_process, one_process,  # examples/_processes.py
+                        print_between_processes, replicas_agree, reports_of, start_process)
 
-configure_cpu_devices(sys.argv[1:])
+if one_process(sys.argv[1:]):
+    configure_cpu_devices(sys.argv[1:])
 
 import jax  # noqa: E402  (after XLA_FLAGS is set)
 import jax.numpy as jnp  # noqa: E402
@@ -48,8 +51,6 @@ from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jax_mscclpp as jm  # noqa: E402
 import _report  # noqa: E402  (examples/_report.py)
-from _processes import (add_process_arguments, end_process, print_between_processes, replicas_agree,  # noqa: E402
-                        reports_of, start_process)
 
 # name: (layers, width, batch per device). Gradient bytes: layers * width^2 * 2 (bf16) plus the biases.
 CONFIGS = {
