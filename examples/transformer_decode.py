@@ -38,8 +38,10 @@ import statistics
 import sys
 import time
 
-from _devices import add_common_arguments, configure_cpu_devices, placed, tensor_parallel_devices  # examples/_devices.py
-from _processes import add_process_arguments, end_process, one_process, reports_of, start_process  # examples/_processes.py
+from _devices import (add_common_arguments, configure_cpu_devices, placed,  # examples/_devices.py
+                      tensor_parallel_devices)
+from _processes import (add_process_arguments, end_process, one_process, reports_of,  # examples/_processes.py
+                        start_process)
 
 if one_process(sys.argv[1:]):
     configure_cpu_devices(sys.argv[1:])
@@ -470,7 +472,8 @@ def print_checks(report: dict) -> None:
     if "replicas_equal" in report:
         for row in report["results"]:
             by_process = ", ".join(d[:16] for d in row["outputs_sha256_by_process"])
-            print(f"batch {row['batch']} {row['collectives']}: tokens and logits shards sha256 by process: {by_process}")
+            print(f"batch {row['batch']} {row['collectives']}: tokens and logits shards sha256 by process: "
+                  f"{by_process}")
         if "in_place_between_processes" in report:
             print(f"our calls between processes: {report['in_place_between_processes']}")
         print(f"the {report['devices']['processes']} processes' tokens "

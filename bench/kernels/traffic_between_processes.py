@@ -66,16 +66,17 @@ def minimum_bytes(collective: str, size: int, n: int) -> int:
 
 
 def build_sampler(work: str) -> str:
-    """dram_sampler.cc compiled against the CUPTI beside the nvcc on PATH (or the pip wheel's)."""
+    """dram_sampler.cc compiled against the CUPTI of the CUDA toolkit whose nvcc is on PATH (PM sampling: 12.6 on)."""
     import shutil
 
     cuda = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc")))
-    include = next(p for p in (os.path.join(cuda, "include"), os.path.join(cuda, "extras", "CUPTI", "include"))
-                   if os.path.exists(os.path.join(p, "cupti_pmsampling.h")))
-    libs = [p for p in (os.path.join(cuda, d) for d in ("lib64", "lib", "extras/CUPTI/lib64", "targets/x86_64-linux/lib"))
-            if os.path.exists(os.path.join(p, "libcupti.so"))]
-    if not libs:
-        raise SystemExit(f"no libcupti.so under {cuda}")
+    includes = [p for p in (os.path.join(cuda, "include"), os.path.join(cuda, "extras", "CUPTI", "include"))
+                if os.path.exists(os.path.join(p, "cupti_pmsampling.h"))]
+    folders = ("lib64", "lib", "extras/CUPTI/lib64", "targets/x86_64-linux/lib")
+    libs = [p for p in (os.path.join(cuda, d) for d in folders) if os.path.exists(os.path.join(p, "libcupti.so"))]
+    if not includes or not libs:
+        raise SystemExit(f"no CUPTI with PM sampling (cupti_pmsampling.h, libcupti.so) under {cuda}")
+    include = includes[0]
     binary = os.path.join(work, "dram_sampler")
     subprocess.run(["g++", "-O2", "-std=c++17", "-I", include, os.path.join(HERE, "dram_sampler.cc"), "-o", binary,
                     "-L", libs[0], f"-Wl,-rpath,{libs[0]}", "-lcupti", "-l:libcuda.so.1"], check=True)
