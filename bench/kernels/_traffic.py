@@ -94,16 +94,23 @@ def write_record(kind: str, cells: list[dict], args, started: float, mode: str |
               "machine": machine(), **fields, "cells": cells,
               "ncu": ({"metrics": list(METRICS), "replay_mode": mode, "note": note} if args.ncu else None),
               "seconds": round(time.time() - started, 1)}
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        gpu = (record["machine"]["gpu"] or "gpu").lower().replace("nvidia ", "").replace(" ", "-")
-        name = f"{kind}-{gpu}-{record['date']}{'-' + args.commit if args.commit else ''}.json"
-        with open(os.path.join(args.out, name), "w") as f:
-            json.dump(record, f, indent=1)
-        print(f"wrote {os.path.join(args.out, name)}")
+    save_record(record, kind, args.out)
     if note:
         print(f"ncu: {note}", file=sys.stderr)
     return record
+
+
+def save_record(record: dict, kind: str, out: str | None) -> None:
+    """Writes ``record`` (with its date, commit and machine) to ``out``/<kind>-<gpu>-<date>[-<commit>].json, nothing
+    when ``out`` is None."""
+    if not out:
+        return
+    os.makedirs(out, exist_ok=True)
+    gpu = (record["machine"]["gpu"] or "gpu").lower().replace("nvidia ", "").replace(" ", "-")
+    name = f"{kind}-{gpu}-{record['date']}{'-' + record['commit'] if record['commit'] else ''}.json"
+    with open(os.path.join(out, name), "w") as f:
+        json.dump(record, f, indent=1)
+    print(f"wrote {os.path.join(out, name)}")
 
 
 def record_parser(description: str, kind: str, ncu_timeout: float) -> argparse.ArgumentParser:

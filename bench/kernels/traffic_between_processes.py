@@ -42,7 +42,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _traffic import machine, parse_size  # noqa: E402  (bench/kernels/_traffic.py)
+from _traffic import machine, parse_size, save_record  # noqa: E402  (bench/kernels/_traffic.py)
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 PATHS = ("jax", "xla")
@@ -322,13 +322,7 @@ def main(argv=None) -> int:
     record = {"record": "DRAM bytes per call between processes sharing GPU 0 (CUPTI PM sampling)",
               "date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": args.commit, "machine": machine(),
               "sample_interval_ns": SAMPLE_INTERVAL_NS, "runs": runs, "seconds": round(time.time() - started, 1)}
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        gpu = (record["machine"]["gpu"] or "gpu").lower().replace("nvidia ", "").replace(" ", "-")
-        name = f"traffic-between-processes-{gpu}-{record['date']}{'-' + args.commit if args.commit else ''}.json"
-        with open(os.path.join(args.out, name), "w") as f:
-            json.dump(record, f, indent=1)
-        print(f"wrote {os.path.join(args.out, name)}")
+    save_record(record, "traffic-between-processes", args.out)
     bad = [c for r in runs for c in r["cells"] if c.get("mismatches")]
     return 1 if bad else 0
 
