@@ -1,25 +1,26 @@
 """The allocation exchange of ranks in several processes (runtime/gpu/allocation_exchange.h), through the GPU tests'
 harness module (the CUDA build; no GPU needed): ranks, here threads standing for processes (each told its peers'
-process ids), map each other's outboxes and agree call by call whether a call runs in place. Without a GPU no
+process identities), map each other's outboxes and agree call by call whether a call runs in place. Without a GPU no
 buffer is reachable, so every call agrees on scratch on every rank; the words alternate by parity and stay in step
 over many calls whatever the ranks' pace; a rank that does not reach a call fails the others' agreement within the
 timeout, naming it and the call; a communicator whose ranks share a process never agrees."""
 
-import os
 import random
 import time
 
 from tests.rank_threads import run_rank_threads
 
 
-def connected(harness, nranks, pids=None):
-    """`nranks` exchanges, each told every peer's outbox and process (default: a process of its own each)."""
-    pids = pids or [100000 + r for r in range(nranks)]
+def connected(harness, nranks, processes=None):
+    """`nranks` exchanges, each told every peer's outbox and process (default: a process of its own each); a peer
+    given the rank's own process is told this process's identity, as a rank of this process would be."""
+    processes = processes or [100000 + r for r in range(nranks)]
     ranks = [harness.AllocationExchange(r, nranks) for r in range(nranks)]
     for r, x in enumerate(ranks):
         for q, peer in enumerate(ranks):
             if q != r:
-                x.add_peer(q, peer.name, pids[q] if pids[q] != pids[r] else os.getpid())
+                same = processes[q] == processes[r]
+                x.add_peer(q, peer.name, harness.this_process_identity() if same else processes[q])
     return ranks
 
 
@@ -60,7 +61,7 @@ def test_a_rank_that_does_not_reach_a_call_is_named(harness):
 def test_ranks_that_share_a_process_never_agree(harness):
     lone = harness.AllocationExchange(0, 2)
     assert not lone.covers_every_peer()  # no peer yet
-    ranks = connected(harness, 2, pids=[7, 7])
+    ranks = connected(harness, 2, processes=[7, 7])
     assert not any(x.covers_every_peer() for x in ranks)
     ranks = connected(harness, 3)
     assert all(x.covers_every_peer() for x in ranks)

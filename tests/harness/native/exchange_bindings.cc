@@ -24,7 +24,7 @@ void register_allocation_exchange(nb::module_& m) {
       .def(nb::init<int, int, int, bool>(), nb::arg("rank"), nb::arg("nranks"), nb::arg("device") = 0,
            nb::arg("map_cumem") = false)
       .def_prop_ro("name", &AllocationExchange::name)
-      .def("add_peer", &AllocationExchange::add_peer, nb::arg("peer"), nb::arg("name"), nb::arg("pid"))
+      .def("add_peer", &AllocationExchange::add_peer, nb::arg("peer"), nb::arg("name"), nb::arg("process"))
       .def("covers_every_peer", &AllocationExchange::covers_every_peer)
       .def(
           "agree",
